@@ -1,0 +1,26 @@
+# The project's commands. `make test` is what CI runs (.ci/run) and what the README shows.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: test check install-dev bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install-dev: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+
+## Install the test dependencies into .venv, then lint, type-check and run every test.
+test: install-dev check
+
+check:
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+## Print the performance figures (see benchmarks/README.md).
+bench: install-dev
+	$(BIN)/python benchmarks/core.py

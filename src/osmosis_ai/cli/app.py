@@ -1,0 +1,41 @@
+"""The root ``osmosis`` typer application."""
+
+from __future__ import annotations
+
+import typer
+
+from osmosis_ai import __version__
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="osmosis",
+    help="Run AgentWorkflow rollouts: local evaluation, rollout servers and tools around them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"osmosis-ai {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the installed osmosis-ai version and exit.",
+    ),
+) -> None:
+    """Run AgentWorkflow rollouts: local evaluation, rollout servers and tools around them."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,109 @@
+"""The one error tree of osmosis_ai.
+
+```
+OsmosisError
+├── ConfigError                 misuse: bad arguments, config, import paths (also ValueError)
+│   ├── InvalidIdError          an id that would escape its path segment
+│   └── DatasetRowError         a dataset row that cannot become a rollout input
+├── MissingExtraError           an optional dependency is absent (also ModuleNotFoundError)
+└── RolloutFailure              a rollout ended without a usable result     -> agent_error
+    ├── DeadlineExceeded        the workflow or grader missed its deadline  -> timeout
+    ├── OutputShapeError        run() returned something that is no sample  -> validation_error
+    └── GradingError            the grader could not run or set no reward   -> validation_error
+```
+
+Every class declares the wire category it maps to (``category``), so turning an exception
+into an ``err_category`` is a lookup, never a guess from built-in types. Messages name the
+cause and the fix and never contain a secret.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConfigError",
+    "DatasetRowError",
+    "DeadlineExceeded",
+    "GradingError",
+    "InvalidIdError",
+    "MissingExtraError",
+    "OsmosisError",
+    "OutputShapeError",
+    "RolloutFailure",
+]
+
+
+class OsmosisError(Exception):
+    """Base class of every error raised by osmosis_ai."""
+
+    #: Wire error category (a ``RolloutErrorCategory`` value) when this error ends a rollout.
+    category: ClassVar[str] = "internal_error"
+
+
+class ConfigError(OsmosisError, ValueError):
+    """The caller passed an invalid argument, config value or import path."""
+
+    category = "validation_error"
+
+
+class InvalidIdError(ConfigError):
+    """An id that touches a filesystem path or URL is not a single safe path segment."""
+
+    def __init__(self, label: str, value: object) -> None:
+        self.label = label
+        super().__init__(
+            f"{label} {value!r} must be a single path segment: non-empty, not '.' or '..', "
+            "and without '/', '\\' or NUL characters"
+        )
+
+
+class DatasetRowError(ConfigError):
+    """A dataset row cannot be turned into a prompt, label and metadata."""
+
+    def __init__(self, message: str, *, row: int | None = None, column: str | None = None) -> None:
+        self.row = row
+        self.column = column
+        where = []
+        if row is not None:
+            where.append(f"row {row}")
+        if column is not None:
+            where.append(f"column {column!r}")
+        prefix = f"dataset {', '.join(where)}: " if where else "dataset row: "
+        super().__init__(prefix + message)
+
+
+class MissingExtraError(OsmosisError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str, missing: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{feature} requires optional dependencies (missing module {missing!r}). "
+            f"Install them with: pip install 'osmosis-ai[{extra}]'",
+            name=missing,
+        )
+
+
+class RolloutFailure(OsmosisError):
+    """A rollout phase ended without a usable result."""
+
+    category = "agent_error"
+
+
+class DeadlineExceeded(RolloutFailure, TimeoutError):
+    """The workflow or grader ran past its deadline."""
+
+    category = "timeout"
+
+
+class OutputShapeError(RolloutFailure, TypeError):
+    """``run()`` returned a value that is not one of the accepted sample shapes."""
+
+    category = "validation_error"
+
+
+class GradingError(RolloutFailure):
+    """The grader could not run, or finished without rewarding a kept sample."""
+
+    category = "validation_error"

@@ -1,0 +1,238 @@
+"""The contexts a workflow and a grader receive, and the ambient rollout context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
+
+from osmosis_ai.errors import ConfigError, GradingError
+from osmosis_ai.rollout.config import AgentWorkflowConfig
+from osmosis_ai.rollout.sample import JSONObject, RolloutSample
+from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
+
+__all__ = [
+    "AgentWorkflowContext",
+    "GraderContext",
+    "RolloutContext",
+    "RolloutProgress",
+    "SampleSource",
+    "get_rollout_context",
+]
+
+#: Environment variables a rollout context falls back to (custom container runners).
+ENV_CHAT_COMPLETIONS_URL = "OSMOSIS_CHAT_COMPLETIONS_URL"
+ENV_API_KEY = "OSMOSIS_API_KEY"
+ENV_ROLLOUT_ID = "OSMOSIS_ROLLOUT_ID"
+
+TConfig = TypeVar("TConfig", bound=AgentWorkflowConfig, default=AgentWorkflowConfig)
+
+_current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar(
+    "osmosis_rollout_context", default=None
+)
+
+
+def get_rollout_context() -> RolloutContext | None:
+    """The ``RolloutContext`` of the rollout running in this task, or ``None``."""
+    return _current.get()
+
+
+class SampleSource(ABC):
+    """Something that can produce the rollout's sample after ``run()`` returns ``None``.
+
+    Agent integrations register one on the active ``RolloutContext``; a custom source is
+    registered with ``get_rollout_context().set_sample_source(source)``. Each rollout accepts
+    exactly one source.
+    """
+
+    @abstractmethod
+    async def get_sample(self) -> RolloutSample:
+        """Return the final sample of the rollout."""
+
+    async def get_preview(self, max_messages: int) -> RolloutSample | None:
+        """Return a bounded, isolated snapshot of recent history for live previews.
+
+        The default publishes no preview. Implementations return a copy holding at most
+        ``max_messages`` recent messages (``None`` when ``max_messages <= 0``), must not call
+        ``get_sample()`` and must not mutate the history that graders read.
+        """
+        return None
+
+
+class RolloutProgress:
+    """The observable status of one rollout: ``queued`` → ``running`` → ``grading`` → terminal.
+
+    No-op changes and any change after a terminal status are ignored, so a late report
+    cannot resurrect a finished rollout.
+    """
+
+    def __init__(self, status: RolloutStatus = RolloutStatus.QUEUED) -> None:
+        self._status = status
+        self._changed = asyncio.Event()
+
+    @property
+    def status(self) -> RolloutStatus:
+        """The current status."""
+        return self._status
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the status is final."""
+        return self._status in TERMINAL_STATUSES
+
+    def set_status(self, status: RolloutStatus) -> bool:
+        """Move to ``status``; returns whether anything changed."""
+        if status == self._status or self.terminal:
+            return False
+        self._status = status
+        # Wake every current waiter, then start a fresh event for the next change.
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return True
+
+    async def wait_for_change(self, max_wait_sec: float) -> RolloutStatus:
+        """Wait up to ``max_wait_sec`` seconds for a status change; return the status then."""
+        if not self.terminal:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), max_wait_sec)
+        return self._status
+
+
+@dataclass(eq=False)
+class RolloutContext:
+    """The ambient state of one rollout, installed by the execution backend.
+
+    It carries the rollout-scoped model endpoint every LLM call must use, and the one
+    ``SampleSource`` that produces the sample when ``run()`` returns ``None``. Use it as a
+    context manager; on exit the previously active context is restored, so nesting works.
+    Empty fields fall back to ``OSMOSIS_CHAT_COMPLETIONS_URL``, ``OSMOSIS_API_KEY`` and
+    ``OSMOSIS_ROLLOUT_ID``.
+    """
+
+    chat_completions_url: str = ""
+    """OpenAI-compatible base URL of this rollout; clients append ``/chat/completions``."""
+
+    api_key: str | None = field(default=None, repr=False)
+    """Bearer token for the model endpoint. Never logged or shown in ``repr``."""
+
+    rollout_id: str = ""
+    """Id of the rollout."""
+
+    sample_source: SampleSource | None = None
+    """The registered sample source, if any."""
+
+    progress: RolloutProgress | None = field(default=None, repr=False)
+    """Status observer installed by a rollout server."""
+
+    preview_path: Path | None = None
+    """Where the live-preview collector writes snapshots, when previews are on."""
+
+    preview_enabled: bool = True
+    """Set to ``False`` at the start of ``run()`` to keep this rollout out of live previews."""
+
+    _tokens: list[contextvars.Token[RolloutContext | None]] = field(
+        default_factory=list, init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self.chat_completions_url = self.chat_completions_url or os.environ.get(
+            ENV_CHAT_COMPLETIONS_URL, ""
+        )
+        self.api_key = self.api_key or os.environ.get(ENV_API_KEY) or None
+        self.rollout_id = self.rollout_id or os.environ.get(ENV_ROLLOUT_ID, "")
+
+    def __enter__(self) -> RolloutContext:
+        self._tokens.append(_current.set(self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _current.reset(self._tokens.pop())
+
+    def set_sample_source(self, source: SampleSource) -> None:
+        """Register the rollout's sample source.
+
+        Raises:
+            ConfigError: A source is already registered; each rollout has exactly one.
+        """
+        if self.sample_source is not None and self.sample_source is not source:
+            raise ConfigError(
+                f"rollout {self.rollout_id or '<unnamed>'} already has a sample source "
+                f"({type(self.sample_source).__name__}); each rollout produces one sample, so "
+                "construct one Osmosis agent or session per run() call"
+            )
+        self.sample_source = source
+
+    async def get_sample(self) -> RolloutSample | None:
+        """The registered source's sample, or ``None`` when no source is registered."""
+        if self.sample_source is None:
+            return None
+        return await self.sample_source.get_sample()
+
+    def set_status(self, status: RolloutStatus) -> None:
+        """Report a status change to the server observing this rollout, if any."""
+        if self.progress is not None:
+            self.progress.set_status(status)
+
+
+@dataclass
+class AgentWorkflowContext(Generic[TConfig]):
+    """What ``AgentWorkflow.run()`` receives for one dataset row.
+
+    The row's label (ground truth) is deliberately absent: only the grader sees it.
+    """
+
+    prompt: list[JSONObject]
+    """Input messages of the dataset row."""
+
+    config: TConfig | None = None
+    """The workflow config instance (a private deep copy), if one was provided."""
+
+    metadata: dict[str, Any] | None = None
+    """Per-row metadata; ``None`` when the row has none."""
+
+    artifacts_dir: Path | None = None
+    """Per-rollout directory for files; ``None`` when none could be provisioned."""
+
+
+@dataclass
+class GraderContext:
+    """What ``Grader.grade()`` receives: the workflow's sample and the row's label."""
+
+    label: str | None
+    """Ground truth of the dataset row, if any."""
+
+    sample: RolloutSample | None
+    """The sample the workflow produced; the grader rewards it with ``set_reward``."""
+
+    metadata: dict[str, Any] | None = None
+    """Per-row metadata, the same object the workflow saw."""
+
+    artifacts_dir: Path | None = None
+    """The rollout's artifacts directory, shared with the workflow; may be ``None``."""
+
+    def set_reward(self, reward: float) -> None:
+        """Set the sample's reward.
+
+        Raises:
+            GradingError: There is no sample to reward.
+            pydantic.ValidationError: ``reward`` is not a finite number.
+        """
+        if self.sample is None:
+            raise GradingError(
+                "GraderContext has no sample to reward: the workflow returned None and "
+                "registered no sample source"
+            )
+        self.sample.reward = reward

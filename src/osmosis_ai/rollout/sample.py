@@ -1,0 +1,164 @@
+"""The sample a rollout produces, and the output shape ``run()`` may return."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import numbers
+from decimal import Decimal
+from typing import Annotated, Any, TypeGuard
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+__all__ = ["AgentWorkflowOutput", "FiniteNumber", "JSONObject", "RolloutSample"]
+
+logger = logging.getLogger(__name__)
+
+#: A JSON object as a Python dict (message, metadata, ...).
+JSONObject = dict[str, Any]
+
+
+def _is_real(value: object) -> TypeGuard[numbers.Real | Decimal]:
+    return isinstance(value, numbers.Real | Decimal) and not isinstance(value, bool)
+
+
+def _require_real(value: object) -> object:
+    # Lax float parsing would accept "1.0" and True; rewards and metrics must be numbers.
+    if not _is_real(value):
+        raise ValueError(f"must be a finite number, got {type(value).__name__}")
+    as_float = float(value)
+    if not math.isfinite(as_float):
+        raise ValueError(f"must be a finite number, got {as_float}")
+    return as_float
+
+
+#: A finite ``float``; booleans, strings, NaN and infinities are rejected.
+FiniteNumber = Annotated[float, BeforeValidator(_require_real)]
+
+
+def _copy_messages(data: dict[str, Any]) -> list[JSONObject] | None:
+    messages = data.get("messages", [])
+    try:
+        copied: list[JSONObject] = copy.deepcopy(messages)
+        return copied
+    except Exception:  # deepcopy raises whatever the message objects raise
+        logger.warning(
+            "sample messages cannot be deep-copied; set RolloutSample.trajectory_messages "
+            "explicitly to persist a trajectory for this sample"
+        )
+        return None
+
+
+class RolloutSample(BaseModel):
+    """The one sample a rollout produces: its message history, label and reward.
+
+    ``messages`` keep the framework-native history that graders read. ``trajectory_messages``
+    is an OpenAI chat-completions-shaped copy used only for trajectory files; it defaults to a
+    deep copy of ``messages``, and an explicit ``None`` means "do not persist a trajectory".
+    It never travels on the wire.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        validate_assignment=True,
+        arbitrary_types_allowed=True,
+        use_attribute_docstrings=True,
+    )
+
+    messages: list[JSONObject] = Field(default_factory=list)
+    """Framework-native message history; what graders and the trainer read."""
+
+    trajectory_messages: list[JSONObject] | None = Field(default_factory=_copy_messages)
+    """Chat-completions-shaped copy for ATIF persistence; ``None`` skips persistence."""
+
+    label: str | None = None
+    """Ground truth of the dataset row, if any."""
+
+    reward: FiniteNumber | None = None
+    """Reward set by the grader; ``None`` means not graded."""
+
+    remove_sample: bool = False
+    """Exclude this sample from training and scoring."""
+
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    """Free-form numeric telemetry of the sample."""
+
+    extra_fields: dict[str, Any] = Field(default_factory=dict)
+    """Free-form extra data; keys starting ``_preview_`` are hints from preview sources."""
+
+    def json_safe_copy(self) -> RolloutSample:
+        """A copy whose ``metrics`` and ``extra_fields`` can be JSON-encoded.
+
+        Integers and finite reals become ``int``/``float``; tuples become lists; numeric dict
+        keys become strings; anything else (objects, NaN, infinities, other keys) is dropped
+        with one warning naming what was dropped. ``messages`` are left as they are.
+        """
+        dropped: list[str] = []
+        metrics = _json_safe(self.metrics, "metrics", dropped)
+        extra_fields = _json_safe(self.extra_fields, "extra_fields", dropped)
+        if not dropped:
+            return self
+        logger.warning("dropped non-JSON values from sample: %s", ", ".join(dropped[:20]))
+        return self.model_copy(update={"metrics": metrics, "extra_fields": extra_fields})
+
+
+_DROP = object()
+
+
+def _json_safe(value: Any, path: str, dropped: list[str]) -> Any:
+    if value is None or type(value) in (bool, str, int):
+        return value
+    if type(value) is float:
+        if math.isfinite(value):
+            return value
+        dropped.append(path)
+        return _DROP
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if _is_real(value):
+        as_float = float(value)
+        if math.isfinite(as_float):
+            return as_float
+        dropped.append(path)
+        return _DROP
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, bool) or not isinstance(key, str | numbers.Real):
+                dropped.append(f"{path}[{key!r}]")
+                continue
+            name = key if isinstance(key, str) else str(key)
+            safe = _json_safe(item, f"{path}.{name}", dropped)
+            if safe is not _DROP:
+                out[name] = safe
+        return out
+    if isinstance(value, list | tuple):
+        items = (_json_safe(item, f"{path}[{i}]", dropped) for i, item in enumerate(value))
+        return [item for item in items if item is not _DROP]
+    dropped.append(path)
+    return _DROP
+
+
+class AgentWorkflowOutput(BaseModel):
+    """What ``AgentWorkflow.run()`` may return when it builds the history itself.
+
+    Unknown top-level fields are rejected, metrics must be finite numbers, and an instance
+    is validated again when it is returned, so metrics changed in place after construction
+    are still checked.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        revalidate_instances="always",
+        use_attribute_docstrings=True,
+    )
+
+    messages: list[JSONObject] | None = None
+    """The sample's message history; ``None`` produces no sample."""
+
+    metrics: dict[str, FiniteNumber] = Field(default_factory=dict)
+    """Finite numeric measurements attached to the sample."""
+
+    info: dict[str, Any] = Field(default_factory=dict)
+    """Reserved; not passed to graders."""

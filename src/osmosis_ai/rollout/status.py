@@ -1,0 +1,36 @@
+"""Rollout status and error-category vocabularies shared by the backend and the wire."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["TERMINAL_STATUSES", "RolloutErrorCategory", "RolloutStatus"]
+
+
+class RolloutStatus(StrEnum):
+    """Lifecycle status of a rollout as pollers see it."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    GRADING = "grading"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+#: Statuses after which a rollout never changes again.
+TERMINAL_STATUSES = frozenset(
+    {RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED}
+)
+
+
+class RolloutErrorCategory(StrEnum):
+    """Why a rollout failed, as reported on the wire."""
+
+    TIMEOUT = "timeout"
+    VALIDATION_ERROR = "validation_error"
+    HTTP_ERROR = "http_error"
+    AGENT_ERROR = "agent_error"
+    LEASE_EXPIRED = "lease_expired"
+    INTERNAL_ERROR = "internal_error"

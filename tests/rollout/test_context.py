@@ -1,0 +1,123 @@
+"""RolloutContext: the ambient context variable, the one-source rule and progress."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from osmosis_ai.errors import ConfigError, GradingError
+from osmosis_ai.rollout import (
+    GraderContext,
+    RolloutContext,
+    RolloutSample,
+    RolloutStatus,
+    SampleSource,
+    get_rollout_context,
+)
+from osmosis_ai.rollout.context import RolloutProgress
+
+
+class Source(SampleSource):
+    async def get_sample(self) -> RolloutSample:
+        return RolloutSample(messages=[{"role": "assistant", "content": "hi"}])
+
+
+def test_no_context_outside_a_rollout() -> None:
+    assert get_rollout_context() is None
+
+
+def test_nested_contexts_restore_the_outer_one() -> None:
+    outer = RolloutContext(rollout_id="outer")
+    inner = RolloutContext(rollout_id="inner")
+    with outer:
+        with inner:
+            assert get_rollout_context() is inner
+        assert get_rollout_context() is outer
+        with outer:  # re-entering the same context (server, then backend) is fine
+            assert get_rollout_context() is outer
+        assert get_rollout_context() is outer
+    assert get_rollout_context() is None
+
+
+async def test_concurrent_tasks_each_see_their_own_context() -> None:
+    async def run(rollout_id: str) -> str:
+        with RolloutContext(rollout_id=rollout_id):
+            await asyncio.sleep(0.01)
+            context = get_rollout_context()
+            assert context is not None
+            return context.rollout_id
+
+    assert await asyncio.gather(*(run(f"r{i}") for i in range(5))) == [f"r{i}" for i in range(5)]
+
+
+def test_second_sample_source_is_refused_with_a_clear_error() -> None:
+    context = RolloutContext(rollout_id="r1")
+    first = Source()
+    context.set_sample_source(first)
+    context.set_sample_source(first)  # registering the same source again is harmless
+    with pytest.raises(ConfigError, match="already has a sample source"):
+        context.set_sample_source(Source())
+    assert context.sample_source is first
+
+
+async def test_get_sample_without_source_is_none() -> None:
+    assert await RolloutContext().get_sample() is None
+
+
+def test_empty_fields_fall_back_to_osmosis_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSMOSIS_CHAT_COMPLETIONS_URL", "http://127.0.0.1:9/v1/rollouts/x")
+    monkeypatch.setenv("OSMOSIS_API_KEY", "env-key")
+    monkeypatch.setenv("OSMOSIS_ROLLOUT_ID", "x")
+    context = RolloutContext()
+    assert (context.chat_completions_url, context.api_key, context.rollout_id) == (
+        "http://127.0.0.1:9/v1/rollouts/x",
+        "env-key",
+        "x",
+    )
+    explicit = RolloutContext(chat_completions_url="http://a", api_key="k", rollout_id="y")
+    assert (explicit.chat_completions_url, explicit.api_key, explicit.rollout_id) == (
+        "http://a",
+        "k",
+        "y",
+    )
+
+
+def test_repr_never_shows_the_api_key() -> None:
+    context = RolloutContext(api_key="sk-very-secret-123", rollout_id="r")
+    assert "sk-very-secret-123" not in repr(context)
+
+
+async def test_progress_ignores_noops_and_changes_after_terminal() -> None:
+    progress = RolloutProgress()
+    changes = [
+        progress.set_status(status)
+        for status in (
+            RolloutStatus.QUEUED,
+            RolloutStatus.RUNNING,
+            RolloutStatus.SUCCESS,
+            RolloutStatus.RUNNING,
+        )
+    ]
+    assert changes == [False, True, True, False]
+    assert progress.status == RolloutStatus.SUCCESS and progress.terminal
+
+
+async def test_wait_for_change_wakes_on_change_and_times_out_otherwise() -> None:
+    progress = RolloutProgress()
+    waiter = asyncio.create_task(progress.wait_for_change(5))
+    await asyncio.sleep(0)
+    progress.set_status(RolloutStatus.RUNNING)
+    assert await asyncio.wait_for(waiter, 1) is RolloutStatus.RUNNING
+    assert await progress.wait_for_change(0.01) is RolloutStatus.RUNNING
+    progress.set_status(RolloutStatus.FAILURE)
+    assert await progress.wait_for_change(5) is RolloutStatus.FAILURE  # terminal: immediate
+
+
+def test_set_status_without_progress_is_a_noop() -> None:
+    RolloutContext().set_status(RolloutStatus.RUNNING)
+
+
+def test_set_reward_without_sample_raises() -> None:
+    with pytest.raises(GradingError, match="no sample"):
+        GraderContext(label="1", sample=None).set_reward(1.0)

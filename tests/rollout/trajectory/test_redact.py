@@ -1,0 +1,407 @@
+"""Tests for the redaction rules of osmosis_ai.rollout.trajectory.redact."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from osmosis_ai.rollout.trajectory.redact import (
+    REDACTED,
+    RedactingFilter,
+    Redactor,
+    is_credential_key,
+    redact_payload,
+    redact_text,
+    redact_value,
+)
+
+# --- text rules ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Bearer abc.def-123", "Bearer [REDACTED]"),
+        ("curl -H 'Bearer abc' x", "curl -H 'Bearer [REDACTED]' x"),
+        ("Basic dXNlcjpwYXNz", "Basic [REDACTED]"),
+        ("header bearer abc", "header bearer [REDACTED]"),
+        ("BASIC abc;next", "BASIC [REDACTED];next"),
+        ('"Bearer abc", ok', '"Bearer [REDACTED]", ok'),
+    ],
+)
+def test_bearer_and_basic_tokens_are_redacted_keeping_the_scheme_word(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_bearer_inside_a_longer_word_is_not_a_scheme():
+    assert redact_text("mybearer abc and basically fine") == "mybearer abc and basically fine"
+
+
+def test_authorization_header_redacts_scheme_and_token():
+    assert redact_text("Authorization: Bearer x") == "Authorization: [REDACTED] [REDACTED]"
+
+
+def test_reference_curl_example_is_reproduced():
+    text = "curl -H 'Authorization: Bearer x' https://user:pass@host/x api_key=sk-123"
+    assert redact_text(text) == (
+        "curl -H 'Authorization: [REDACTED] [REDACTED]' https://[REDACTED]@host/x "
+        "api_key=[REDACTED]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgres://admin:hunter2@db:5432/app", "postgres://[REDACTED]@db:5432/app"),
+        ("see https://u:p@ss@host/x", "see https://[REDACTED]@host/x"),
+        ("git+ssh://me:tok@github.com/x.git", "git+ssh://[REDACTED]@github.com/x.git"),
+    ],
+)
+def test_url_credentials_are_redacted(text, expected):
+    assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://user@host/path",
+        "ftp://user:@host/",
+        "https://host/path?email=a:b@c",
+        "https://host:8080/x",
+    ],
+)
+def test_urls_without_a_password_are_left_alone(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("api_key=sk-123", "api_key=[REDACTED]"),
+        ("OPENAI_API_KEY = sk-123,next", "OPENAI_API_KEY = [REDACTED],next"),
+        ("x-api-key: abc def", "x-api-key: [REDACTED] def"),
+        ("ApiKey:abc}", "ApiKey:[REDACTED]}"),
+        ("password='hunter 2' rest", "password='[REDACTED]' rest"),
+        ('client_secret="a\\"b" rest', 'client_secret="[REDACTED]" rest'),
+        ("db_password=abc;x=1", "db_password=[REDACTED];x=1"),
+        ("[access_token=abc]", "[access_token=[REDACTED]]"),
+        ("credentials:\tabc", "credentials:\t[REDACTED]"),
+        ('{"password": "x"}', '{"password": "[REDACTED]"}'),
+        ("{'api_key': 'sk'}", "{'api_key': '[REDACTED]'}"),
+        ("foo=token=abc", "foo=token=[REDACTED]"),
+        ("token=password:x", "token=[REDACTED]"),
+    ],
+)
+def test_assignments_have_their_value_redacted(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_assignment_without_a_value_or_keyword_is_left_alone():
+    text = "session_id=abc user: bob token= \n max_len: 5"
+    assert redact_text(text) == text
+
+
+def test_existing_marker_is_kept_as_a_value():
+    assert redact_text("api_key=[REDACTED], x") == "api_key=[REDACTED], x"
+
+
+def test_case_changing_text_still_redacts():
+    # "İ" lower-cases to two characters; the case-insensitive fallback must still apply.
+    text = "İstanbul TOKEN=abc BEARER xyz"
+    assert redact_text(text) == "İstanbul TOKEN=[REDACTED] BEARER [REDACTED]"
+
+
+def test_plain_text_is_unchanged():
+    text = "The model said 42, then: done. Tokens used = 17"
+    assert redact_text("The model said 42, then: done.") == "The model said 42, then: done."
+    assert redact_text(text) == "The model said 42, then: done. Tokens used = 17"
+
+
+# --- configured secrets ----------------------------------------------------------------------
+
+
+def test_secret_inside_a_longer_string_is_redacted_as_a_substring_in_text_mode():
+    assert redact_text("prefix-sk-live-123-suffix", secrets=["sk-live-123"]) == (
+        "prefix-[REDACTED]-suffix"
+    )
+
+
+def test_short_configured_secret_is_still_scrubbed():
+    assert redact_text("a xyz b xyzxyz", secrets=("xyz",)) == "a [REDACTED] b [REDACTED]"
+
+
+def test_empty_secret_is_ignored():
+    assert redact_text("abc", secrets=("",)) == "abc"
+
+
+def test_longest_secret_wins_and_overlaps_leave_no_fragment():
+    assert redact_text("abcdef", secrets=("abc", "abcdef")) == REDACTED
+    assert redact_text("xabcdefx", secrets=("abcd", "cdef")) == "x[REDACTED]x"
+
+
+def test_secret_with_regex_metacharacters_is_matched_literally():
+    assert redact_text("a.*b a+b", secrets=(".*",)) == "a[REDACTED]b a+b"
+
+
+def test_bare_string_as_secrets_is_rejected():
+    with pytest.raises(TypeError, match="not a str"):
+        redact_text("abc", secrets="abc")
+
+
+def test_non_string_secret_is_rejected_without_showing_it():
+    with pytest.raises(TypeError) as excinfo:
+        redact_text("abc", secrets=[b"hunter2"])  # type: ignore[list-item]
+    assert "hunter2" not in str(excinfo.value)
+
+
+# --- idempotence -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "curl -H 'Authorization: Bearer x' https://user:pass@host/x api_key=sk-123",
+        'password="a b" token=c Basic d',
+        "RED is a secret, and so is [REDACTED]",
+        "https://token:abc@host token=https://u:p@h",
+    ],
+)
+def test_redacting_twice_equals_redacting_once(text):
+    once = redact_text(text, secrets=("RED", "sk-123"))
+    assert redact_text(once, secrets=("RED", "sk-123")) == once
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "token",
+        "Password",
+        "api-key",
+        "=",
+        ":",
+        " ",
+        "\t",
+        "\n",
+        '"',
+        "'",
+        "\\",
+        ",",
+        ";",
+        "]",
+        "}",
+        "{",
+        "@",
+        "/",
+        "https://",
+        "Bearer",
+        "basic",
+        "x",
+        "7",
+        REDACTED,
+    ]
+)
+
+
+@given(st.lists(_FRAGMENTS, max_size=30).map("".join))
+def test_redaction_is_idempotent_on_rule_heavy_text(text):
+    once = redact_text(text, secrets=("x7",))
+    assert redact_text(once, secrets=("x7",)) == once
+
+
+@given(prefix=st.text(), secret=st.text(min_size=1), suffix=st.text(), repeat=st.booleans())
+def test_an_inserted_secret_never_survives(prefix, secret, suffix, repeat):
+    # A secret sharing a character with the marker could be re-formed by the marker itself.
+    assume(not set(secret) & set(REDACTED))
+    text = prefix + secret + suffix + (secret if repeat else "")
+    assert secret not in redact_text(text, secrets=[secret])
+
+
+# --- JSON-like data --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "apiKey",
+        "APIKey",
+        "X-Api-Key",
+        "apikey",
+        "Authorization",
+        "password",
+        "db_password",
+        "clientSecret",
+        "credentials",
+        "access_token",
+        "awsAccessKeyId",
+        "AWS_SECRET_ACCESS_KEY",
+        "privateKey",
+        "OAuthToken",
+        "SECRET_KEY",
+        "djangoSecretKey",
+    ],
+)
+def test_credential_keys_are_recognised(key):
+    assert is_credential_key(key)
+
+
+@pytest.mark.parametrize(
+    "key", ["max_tokens", "tokens", "token_count", "secret_santa", "role", "content", "passwords"]
+)
+def test_ordinary_keys_are_not_credentials(key):
+    assert not is_credential_key(key)
+
+
+def test_camel_case_json_keys_have_any_value_redacted():
+    data = {
+        "apiKey": "sk-1",
+        "clientSecret": {"nested": True},
+        "awsAccessKeyId": 12345,
+        "privateKey": None,
+        "model": "gpt",
+    }
+    assert redact_value(data) == {
+        "apiKey": REDACTED,
+        "clientSecret": REDACTED,
+        "awsAccessKeyId": REDACTED,
+        "privateKey": REDACTED,
+        "model": "gpt",
+    }
+
+
+def test_password_json_payload_is_redacted():
+    assert redact_payload('{"password": "x", "user": "bob"}') == (
+        '{"password":"[REDACTED]","user":"bob"}'
+    )
+
+
+def test_string_containing_a_secret_is_replaced_whole_in_json_mode():
+    payload = json.dumps({"note": "the key sk-live-123 leaked", "n": 1})
+    assert json.loads(redact_payload(payload, secrets=["sk-live-123"])) == {
+        "note": REDACTED,
+        "n": 1,
+    }
+
+
+def test_nested_structures_are_walked():
+    data = {
+        "messages": [
+            {"role": "user", "content": "my api_key=abc"},
+            {"role": "tool", "tool_calls": [{"arguments": {"a": 6, "token": "t"}}]},
+        ],
+        "pair": ("Bearer q", 2.5, True),
+        7: "password: p",
+    }
+    assert redact_value(data) == {
+        "messages": [
+            {"role": "user", "content": "my api_key=[REDACTED]"},
+            {"role": "tool", "tool_calls": [{"arguments": {"a": 6, "token": REDACTED}}]},
+        ],
+        "pair": ("Bearer [REDACTED]", 2.5, True),
+        7: "password: [REDACTED]",
+    }
+
+
+def test_keys_get_the_text_rules():
+    assert redact_value({"token=abc": 1, "sk-9": 2}, secrets=["sk-9"]) == {
+        "token=[REDACTED]": 1,
+        REDACTED: 2,
+    }
+
+
+def test_other_objects_become_their_redacted_str():
+    class Holder:
+        def __str__(self) -> str:
+            return "Holder(api_key=abc, n=1)"
+
+    assert redact_value([Holder()]) == ["Holder(api_key=[REDACTED], n=1)"]
+
+
+def test_input_is_not_mutated():
+    data = {"a": [{"password": "p", "text": "Bearer t"}], "b": ("sk-1",)}
+    before = copy.deepcopy(data)
+    result = redact_value(data, secrets=["sk-1"])
+    assert data == before
+    assert result is not data
+    assert result["a"] is not data["a"]
+
+
+def test_non_json_payload_uses_the_text_rules():
+    text = "error: {password: hunter2"  # not JSON
+    assert redact_payload(text) == "error: {password: [REDACTED]"
+    assert redact_payload("Bearer abc") == "Bearer [REDACTED]"
+
+
+def test_payload_is_reserialised_ascii_only_and_compact():
+    assert redact_payload('{"msg": "caf\u00e9 token=1",  "n": [1, 2]}') == (
+        '{"msg":"caf\\u00e9 token=[REDACTED]","n":[1,2]}'
+    )
+
+
+# --- Redactor and logging --------------------------------------------------------------------
+
+
+def test_redactor_normalises_its_secrets():
+    redactor = Redactor(("ab", "", "abcd", "ab", "xyz"))
+    assert redactor.secrets == ("abcd", "xyz", "ab")
+    assert redactor == Redactor(("xyz", "abcd", "ab"))
+
+
+def test_redactor_repr_hides_secrets():
+    redactor = Redactor(("sk-live-123", "hunter2"))
+    assert repr(redactor) == "Redactor(<2 secrets>)"
+    assert "sk-live" not in str(redactor)
+    assert repr(Redactor(("a",))) == "Redactor(<1 secret>)"
+
+
+def test_redactor_methods_delegate_to_the_functions():
+    redactor = Redactor(("k3y",)).with_secrets("s3cret", "")
+    assert redactor.secrets == ("s3cret", "k3y")
+    assert redactor.text("k3y and s3cret") == "[REDACTED] and [REDACTED]"
+    assert redactor.value({"x": "has k3y"}) == {"x": REDACTED}
+    assert redactor.payload('["s3cret", "ok"]') == '["[REDACTED]","ok"]'
+
+
+@pytest.fixture
+def captured_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.addFilter(RedactingFilter(Redactor(("sk-live-123",))))
+    logger = logging.getLogger("tests.redact.filter")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    yield logger, stream
+    logger.removeHandler(handler)
+
+
+def test_logging_filter_redacts_formatted_arguments(captured_logger):
+    logger, stream = captured_logger
+    logger.info("calling %s with %r", "https://u:p@host", {"key": "sk-live-123"})
+    assert stream.getvalue() == "INFO calling https://[REDACTED]@host with {'key': '[REDACTED]'}\n"
+
+
+def test_logging_filter_redacts_tracebacks(captured_logger):
+    logger, stream = captured_logger
+    try:
+        raise ValueError("bad key sk-live-123")
+    except ValueError:
+        logger.exception("failed with token=%s", "abc")
+    output = stream.getvalue()
+    assert "sk-live-123" not in output
+    assert "abc" not in output
+    assert "ValueError: bad key [REDACTED]" in output
+
+
+def test_logging_filter_survives_a_bad_format_string(captured_logger):
+    logger, stream = captured_logger
+    logger.info("%d items", "sk-live-123")
+    assert "sk-live-123" not in stream.getvalue()
+    assert "[REDACTED]" in stream.getvalue()
