@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from osmosis_ai.rollout.sample import JSONObject
-from osmosis_ai.rollout.trajectory.atif import FinalMetrics
+from osmosis_ai.rollout.trajectory.atif import FinalMetrics, Metrics
 
 __all__ = ["LlmCallMetrics", "ReportMerge", "SampleReport", "TrajectoryReport", "apply_report"]
 
@@ -34,35 +34,16 @@ class _ReportModel(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, use_attribute_docstrings=True)
 
 
-class LlmCallMetrics(_ReportModel):
-    """Usage and token-level data of one LLM call, in ATIF ``Metrics`` field names."""
+class LlmCallMetrics(Metrics):
+    """Usage and token-level data of one LLM call: ATIF ``Metrics`` plus the serving model.
 
-    prompt_tokens: int | None = None
-    """Number of prompt (input) tokens."""
+    Unlike ATIF documents, reports come from other programs: unknown keys are ignored.
+    """
 
-    completion_tokens: int | None = None
-    """Number of completion (output) tokens."""
-
-    cached_tokens: int | None = None
-    """Number of prompt tokens served from a cache."""
-
-    cost_usd: float | None = None
-    """Cost of the call in US dollars."""
-
-    prompt_token_ids: list[int] | None = None
-    """Token ids of the prompt."""
-
-    completion_token_ids: list[int] | None = None
-    """Token ids of the completion."""
-
-    logprobs: list[float] | None = None
-    """Log-probability of each completion token."""
+    model_config = ConfigDict(extra="ignore")
 
     model_name: str | None = None
     """Model that served the call; overrides the step's model name."""
-
-    extra: JSONObject | None = None
-    """Free-form data, merged over the step's ``metrics.extra``."""
 
 
 class SampleReport(_ReportModel):
