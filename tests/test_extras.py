@@ -13,16 +13,9 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
-    "server",
-    "strands",
-    "openai-agents",
-    "eval",
-    "ray",
-    "harbor",
-    "viewer",
-    "all",
-    "dev",
-}
+    "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
+    "viewer", "all", "dev",
+}  # fmt: skip
 
 
 def _requirement_name(requirement: str) -> str:

@@ -12,7 +12,16 @@ __all__ = ["EXTRA_DISTRIBUTIONS", "import_optional"]
 #: extra name -> ((distribution, top-level module), ...). Kept in step with the
 #: ``[project.optional-dependencies]`` table of pyproject.toml by tests/test_extras.py.
 EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
-    "server": (("starlette", "starlette"), ("uvicorn", "uvicorn"), ("httpx", "httpx")),
+    "server": (
+        ("starlette", "starlette"),
+        ("uvicorn", "uvicorn"),
+        ("uvloop", "uvloop"),
+        ("httptools", "httptools"),
+        ("httpx", "httpx"),
+        ("aiohttp", "aiohttp"),
+    ),
+    "gateway": (("xllamacpp", "xllamacpp"),),
+    "litellm": (("litellm", "litellm"),),
     "strands": (("strands-agents", "strands"), ("openai", "openai")),
     "openai-agents": (("openai-agents", "agents"),),
     "eval": (("rich", "rich"), ("pyarrow", "pyarrow")),

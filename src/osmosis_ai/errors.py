@@ -6,6 +6,9 @@ OsmosisError
 │   ├── InvalidIdError          an id that would escape its path segment
 │   └── DatasetRowError         a dataset row that cannot become a rollout input
 ├── MissingExtraError           an optional dependency is absent (also ModuleNotFoundError)
+├── GatewayError                the model gateway answers an OpenAI-style error (status_code)
+│   ├── ChatRequestError        the caller's chat request is invalid                -> 4xx
+│   └── PolicyError             the policy (model backend) failed; 4xx kept, else 502/504
 └── RolloutFailure              a rollout ended without a usable result     -> agent_error
     ├── DeadlineExceeded        the workflow or grader missed its deadline  -> timeout
     ├── OutputShapeError        run() returned something that is no sample  -> validation_error
@@ -22,14 +25,17 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "ChatRequestError",
     "ConfigError",
     "DatasetRowError",
     "DeadlineExceeded",
+    "GatewayError",
     "GradingError",
     "InvalidIdError",
     "MissingExtraError",
     "OsmosisError",
     "OutputShapeError",
+    "PolicyError",
     "RolloutFailure",
 ]
 
@@ -76,13 +82,52 @@ class DatasetRowError(ConfigError):
 class MissingExtraError(OsmosisError, ModuleNotFoundError):
     """An optional dependency is not installed; the message names the extra to install."""
 
-    def __init__(self, feature: str, extra: str, missing: str) -> None:
+    def __init__(self, feature: str, extra: str, missing: str, *, install: str = "") -> None:
         self.extra = extra
+        command = install or f"pip install 'osmosis-ai[{extra}]'"
         super().__init__(
-            f"{feature} requires optional dependencies (missing module {missing!r}). "
-            f"Install them with: pip install 'osmosis-ai[{extra}]'",
+            f"{feature} requires optional dependencies (missing {missing!r}). "
+            f"Install them with: {command}",
             name=missing,
         )
+
+
+class GatewayError(OsmosisError):
+    """An error the model gateway answers with, in OpenAI's error shape.
+
+    Attributes:
+        status_code: HTTP status of the answer.
+        error_type: OpenAI ``error.type`` (``invalid_request_error``, ``upstream_error``...).
+        param: The request field at fault, when there is one.
+    """
+
+    category = "http_error"
+
+    def __init__(
+        self, message: str, *, status_code: int, error_type: str, param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.error_type = error_type
+        self.param = param
+
+
+class ChatRequestError(GatewayError):
+    """The caller's chat-completions request cannot be served as sent."""
+
+    def __init__(self, message: str, *, status_code: int = 400, param: str | None = None) -> None:
+        super().__init__(
+            message, status_code=status_code, error_type="invalid_request_error", param=param
+        )
+
+
+class PolicyError(GatewayError):
+    """The policy behind the gateway failed: an upstream error, timeout or engine failure."""
+
+    def __init__(
+        self, message: str, *, status_code: int = 502, error_type: str = "upstream_error"
+    ) -> None:
+        super().__init__(message, status_code=status_code, error_type=error_type)
 
 
 class RolloutFailure(OsmosisError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from osmosis_ai import __version__
+from osmosis_ai.cli.gateway import gateway_command
 
 __all__ = ["app", "main"]
 
@@ -34,6 +35,9 @@ def root(
     ),
 ) -> None:
     """Run AgentWorkflow rollouts: local evaluation, rollout servers and tools around them."""
+
+
+app.command("gateway")(gateway_command)
 
 
 def main() -> None:

@@ -1,0 +1,17 @@
+"""Logging set-up for CLI commands (the library itself never configures logging)."""
+
+from __future__ import annotations
+
+import logging
+
+__all__ = ["configure_logging"]
+
+# Libraries that log every request at INFO: useful when debugging them, noise otherwise.
+_CHATTY = ("httpx", "httpcore", "uvicorn.access", "aiohttp.access")
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log ``level`` and above to stderr with timestamps; quiet per-request library logs."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,0 +1,60 @@
+"""``osmosis gateway``: run the model gateway on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import typer
+
+from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._logging import configure_logging
+
+__all__ = ["gateway_command"]
+
+
+def gateway_command(
+    policy: str = typer.Option(
+        "embedded",
+        "--policy",
+        help="embedded | openai:<base_url>[:<model>] | litellm:<provider/model>",
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    port: int = typer.Option(0, "--port", help="Port to bind; 0 picks a free one."),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="OSMOSIS_GATEWAY_TOKEN",
+        help="Bearer token callers must send; random when omitted.",
+    ),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar="OSMOSIS_POLICY_API_KEY",
+        help="Key for the upstream policy (openai/litellm).",
+    ),
+) -> None:
+    """Serve rollout-scoped chat completions until interrupted, printing the URL and token."""
+    configure_logging()
+    with contextlib.suppress(KeyboardInterrupt):
+        run(_serve(policy, host, port, token, api_key))
+
+
+async def _serve(spec: str, host: str, port: int, token: str | None, api_key: str | None) -> None:
+    from osmosis_ai.errors import OsmosisError
+    from osmosis_ai.gateway import Gateway, build_policy
+
+    try:
+        policy = build_policy(spec, api_key=api_key)
+    except OsmosisError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy") from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with Gateway(policy, token=token, host=host, port=port) as gateway:
+        typer.echo(f"gateway:  {gateway.base_url}  (policy {policy.kind}, model {policy.model})")
+        typer.echo(f"token:    {gateway.token}")
+        typer.echo(f"rollout:  {gateway.base_url}/v1/rollouts/<rollout_id>/chat/completions")
+        await stop.wait()

@@ -1,0 +1,38 @@
+"""The model gateway: the controller's rollout-scoped OpenAI-compatible endpoint.
+
+Every LLM call of a rollout reaches ``<base>/v1/rollouts/<rollout_id>/chat/completions``;
+the gateway forwards it to a policy (the embedded model, an OpenAI-compatible server, or a
+LiteLLM provider) and records usage, token ids and logprobs per call.
+"""
+
+from osmosis_ai.gateway.app import create_gateway_app
+from osmosis_ai.gateway.policies import (
+    EmbeddedPolicy,
+    LiteLLMPolicy,
+    OpenAICompatiblePolicy,
+    Policy,
+    PolicySpec,
+    build_policy,
+    parse_policy_spec,
+)
+from osmosis_ai.gateway.preflight import PreflightResult, preflight
+from osmosis_ai.gateway.records import CallRecord, CallRecords
+from osmosis_ai.gateway.request import ChatRequest
+from osmosis_ai.gateway.server import Gateway
+
+__all__ = [
+    "CallRecord",
+    "CallRecords",
+    "ChatRequest",
+    "EmbeddedPolicy",
+    "Gateway",
+    "LiteLLMPolicy",
+    "OpenAICompatiblePolicy",
+    "Policy",
+    "PolicySpec",
+    "PreflightResult",
+    "build_policy",
+    "create_gateway_app",
+    "parse_policy_spec",
+    "preflight",
+]

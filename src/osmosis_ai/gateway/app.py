@@ -1,0 +1,320 @@
+"""The gateway's ASGI application: rollout-scoped OpenAI-compatible chat completions."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from osmosis_ai.errors import ChatRequestError, GatewayError
+from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response, strip_for_caller
+from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.records import CallRecord, CallRecords
+from osmosis_ai.gateway.request import (
+    MAX_BODY_BYTES,
+    ChatRequest,
+    messages_sha256,
+    parse_chat_request,
+)
+from osmosis_ai.rollout._ids import is_single_path_segment
+from osmosis_ai.rollout.trajectory.redact import Redactor
+
+__all__ = ["GatewayState", "create_gateway_app"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_ERROR_MESSAGE = 1000
+_MAX_ID_LENGTH = 256
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_DONE = b"data: [DONE]\n\n"
+
+
+@dataclass
+class GatewayState:
+    """Everything the handlers share, reached through ``app.state.gateway``."""
+
+    policy: Policy
+    token: str
+    records: CallRecords
+    redactor: Redactor
+
+    def error_message(self, exc: BaseException) -> str:
+        """``exc``'s message, redacted and capped for an answer or a log line."""
+        text = self.redactor.text(str(exc))
+        return text if len(text) <= _MAX_ERROR_MESSAGE else text[:_MAX_ERROR_MESSAGE] + "…"
+
+
+def _state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+def _error_body(message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
+
+
+def _authorize(request: Request, state: GatewayState) -> None:
+    presented = request.headers.get("authorization", "")
+    expected = f"Bearer {state.token}"
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise GatewayError(
+            "missing or invalid bearer token; send 'Authorization: Bearer <gateway token>'",
+            status_code=401,
+            error_type="authentication_error",
+        )
+
+
+def _rollout_id(request: Request) -> str:
+    rollout_id: str = request.path_params["rollout_id"]
+    if (
+        not is_single_path_segment(rollout_id)
+        or len(rollout_id) > _MAX_ID_LENGTH
+        or not rollout_id.isprintable()
+    ):
+        raise ChatRequestError(
+            f"rollout id in the path must be one printable path segment of at most "
+            f"{_MAX_ID_LENGTH} characters (no '/', '\\', '.' or '..')",
+            status_code=422,
+            param="rollout_id",
+        )
+    return rollout_id
+
+
+async def _read_json(request: Request) -> object:
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise ChatRequestError(
+            "Content-Type must be application/json", status_code=415, param="Content-Type"
+        )
+    declared = request.headers.get("content-length", "")
+    too_large = ChatRequestError(
+        f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB", status_code=413
+    )
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except UnicodeDecodeError as exc:
+        raise ChatRequestError("request body is not UTF-8 text") from exc
+    except json.JSONDecodeError as exc:
+        raise ChatRequestError(
+            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+    except RecursionError as exc:
+        raise ChatRequestError("request body is nested too deeply") from exc
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+class _Call:
+    """Bookkeeping of one call: its record is written exactly once, when it ends."""
+
+    def __init__(self, state: GatewayState, rollout_id: str, chat: ChatRequest) -> None:
+        self.state = state
+        self.rollout_id = rollout_id
+        self.stream = chat.stream
+        self.index = state.records.next_index(rollout_id)
+        self.sha256 = messages_sha256(chat.messages)
+        self.started_at = time.time()
+        self._started = time.perf_counter()
+
+    def finish(self, data: Any = None, error: BaseException | str | None = None) -> None:
+        message = None
+        if error is not None:
+            message = error if isinstance(error, str) else self.state.error_message(error)
+            logger.warning("rollout %s call %d failed: %s", self.rollout_id, self.index, message)
+        self.state.records.add(
+            CallRecord.from_call(
+                rollout_id=self.rollout_id,
+                index=self.index,
+                started_at=self.started_at,
+                latency_ms=(time.perf_counter() - self._started) * 1000,
+                stream=self.stream,
+                messages_sha256=self.sha256,
+                data=data,
+                error=message,
+            )
+        )
+
+
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/rollouts/{rollout_id}/chat/completions``."""
+    state = _state(request)
+    _authorize(request, state)
+    rollout_id = _rollout_id(request)
+    chat = parse_chat_request(await _read_json(request))
+    call = _Call(state, rollout_id, chat)
+    if chat.stream:
+        return await _stream(state, chat, call)
+    try:
+        response = await state.policy.complete(chat)
+    except Exception as exc:
+        call.finish(error=exc)
+        raise
+    call.finish(data=call_data_from_response(response))
+    strip_for_caller(response, chat)
+    return JSONResponse(response)
+
+
+async def _stream(state: GatewayState, chat: ChatRequest, call: _Call) -> Response:
+    chunks = aiter(state.policy.stream(chat))
+    try:
+        # The first chunk is awaited before answering, so an upstream refusal keeps its status.
+        first = await anext(chunks, None)
+    except Exception as exc:
+        call.finish(error=exc)
+        raise
+    accumulator = StreamAccumulator()
+
+    async def body() -> AsyncIterator[bytes]:
+        error: BaseException | str | None = "the caller disconnected"
+        try:
+            chunk = first
+            while chunk is not None:
+                accumulator.feed(chunk)
+                if (visible := strip_for_caller(chunk, chat)) is not None:
+                    yield _sse(visible)
+                chunk = await anext(chunks, None)
+            error = None
+        except GatewayError as exc:
+            error = exc
+            yield _sse(_error_body(state.error_message(exc), exc.error_type))
+        finally:
+            with anyio.CancelScope(shield=True):  # cleanup must finish even if cancelled
+                await chunks.aclose()  # type: ignore[attr-defined]
+            call.finish(data=accumulator.data, error=error)
+        yield _DONE
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+
+async def list_calls(request: Request) -> Response:
+    """``GET /v1/rollouts/{rollout_id}/calls``: the rollout's call records."""
+    state = _state(request)
+    _authorize(request, state)
+    rollout_id = _rollout_id(request)
+    calls = [record.to_json() for record in state.records.calls(rollout_id)]
+    return JSONResponse({"rollout_id": rollout_id, "calls": calls})
+
+
+async def release_calls(request: Request) -> Response:
+    """``DELETE /v1/rollouts/{rollout_id}/calls``: forget the rollout's call records."""
+    state = _state(request)
+    _authorize(request, state)
+    rollout_id = _rollout_id(request)
+    return JSONResponse({"rollout_id": rollout_id, "released": state.records.release(rollout_id)})
+
+
+async def models(request: Request) -> Response:
+    """``GET /v1/models``."""
+    state = _state(request)
+    _authorize(request, state)
+    model = {"id": state.policy.model, "object": "model", "created": 0, "owned_by": "osmosis"}
+    return JSONResponse({"object": "list", "data": [model]})
+
+
+async def health(request: Request) -> Response:
+    """``GET /health`` (no credentials needed)."""
+    state = _state(request)
+    return JSONResponse(
+        {
+            "status": "ok",
+            "policy": state.policy.kind,
+            "model": state.policy.model,
+            "rollouts_recorded": len(state.records),
+        }
+    )
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    message = _state(request).error_message(exc)
+    return JSONResponse(_error_body(message, exc.error_type, exc.param), exc.status_code)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse(_error_body(exc.detail, "invalid_request_error"), exc.status_code)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    state = _state(request)
+    logger.error("gateway error %s: %s", type(exc).__name__, state.error_message(exc))
+    return JSONResponse(_error_body("internal gateway error", "internal_error"), 500)
+
+
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    policy = app.state.gateway.policy
+    await policy.start()
+    try:
+        yield
+    finally:
+        await policy.aclose()
+
+
+def create_gateway_app(
+    policy: Policy,
+    *,
+    token: str,
+    records: CallRecords | None = None,
+    secrets: Iterable[str] = (),
+) -> Starlette:
+    """The gateway ASGI app serving ``policy``.
+
+    The policy is started when the app starts and closed when it stops.
+
+    Args:
+        policy: What answers the calls.
+        token: The bearer token callers must send (the per-run key given to rollouts).
+        records: Where call records go; a fresh bounded store by default.
+        secrets: Extra values redacted from every answer and log line, besides the token
+            and the policy's own keys.
+    """
+    if not token:
+        raise ValueError("the gateway token must be a non-empty string")
+    state = GatewayState(
+        policy=policy,
+        token=token,
+        records=records if records is not None else CallRecords(),
+        redactor=Redactor((token, *policy.secrets(), *secrets)),
+    )
+
+    app = Starlette(
+        routes=[
+            Route("/v1/rollouts/{rollout_id}/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/rollouts/{rollout_id}/calls", list_calls, methods=["GET"]),
+            Route("/v1/rollouts/{rollout_id}/calls", release_calls, methods=["DELETE"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+        lifespan=_lifespan,
+    )
+    app.state.gateway = state
+    return app

@@ -1,0 +1,17 @@
+"""Policies: what answers the gateway's chat completions."""
+
+from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
+from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
+from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
+from osmosis_ai.gateway.policies.spec import PolicySpec, build_policy, parse_policy_spec
+
+__all__ = [
+    "EmbeddedPolicy",
+    "LiteLLMPolicy",
+    "OpenAICompatiblePolicy",
+    "Policy",
+    "PolicySpec",
+    "build_policy",
+    "parse_policy_spec",
+]

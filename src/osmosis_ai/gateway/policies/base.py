@@ -1,0 +1,49 @@
+"""The policy interface: what answers chat completions behind the gateway."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any
+
+from osmosis_ai.gateway.request import ChatRequest
+
+__all__ = ["Policy"]
+
+
+class Policy(ABC):
+    """A model backend the gateway forwards validated requests to.
+
+    ``complete`` returns an OpenAI ``chat.completion`` object and ``stream`` yields
+    ``chat.completion.chunk`` objects, the last of which carries ``usage``. Either may add
+    vLLM-style token data (top-level ``prompt_token_ids``, per-choice ``token_ids``, and
+    ``logprobs``); the gateway records it and strips what the caller did not ask for.
+    Failures raise ``PolicyError`` (or ``ChatRequestError`` for a request the backend
+    rejects); the gateway redacts their messages with ``secrets()``.
+    """
+
+    #: Short name of the policy kind (``embedded``, ``openai``, ``litellm``).
+    kind: str = ""
+
+    @property
+    @abstractmethod
+    def model(self) -> str:
+        """The model name reported in answers and ``/v1/models``."""
+
+    async def start(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
+        """Acquire resources (load a model, open a connection pool)."""
+
+    async def aclose(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
+        """Release resources; in-flight calls are finished or cancelled first."""
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never appear in answers, errors or logs (provider keys)."""
+        return ()
+
+    @abstractmethod
+    async def complete(self, request: ChatRequest) -> dict[str, Any]:
+        """Answer ``request`` in one ``chat.completion`` object."""
+
+    @abstractmethod
+    def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """Answer ``request`` as a stream of ``chat.completion.chunk`` objects."""

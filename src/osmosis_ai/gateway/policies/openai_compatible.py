@@ -1,0 +1,188 @@
+"""The OpenAI-compatible policy: any ``/v1/chat/completions`` server (vLLM, SGLang, OpenAI...)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ChatRequestError, PolicyError
+from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.request import ChatRequest
+
+__all__ = ["OpenAICompatiblePolicy"]
+
+_MAX_ERROR_BODY = 4096
+_FEATURE = "The OpenAI-compatible policy"
+
+
+def _upstream_message(status: int, body: bytes) -> str:
+    text = body[:_MAX_ERROR_BODY].decode("utf-8", "replace")
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict) and error.get("message"):
+        text = str(error["message"])
+    elif isinstance(error, str):
+        text = error
+    return f"upstream answered {status}: {' '.join(text.split())}"
+
+
+def _status_error(status: int, body: bytes) -> PolicyError:
+    # The caller's own mistakes (4xx) keep their status; upstream failures become 502.
+    message = _upstream_message(status, body)
+    if 400 <= status < 500:
+        return PolicyError(message, status_code=status, error_type="upstream_request_error")
+    return PolicyError(message, status_code=502)
+
+
+def _transport_error(exc: Exception, timeout_sec: float) -> PolicyError:
+    """The one place aiohttp's failures become gateway errors."""
+    if isinstance(exc, TimeoutError):
+        return PolicyError(f"upstream timed out after {timeout_sec:g}s", status_code=504)
+    return PolicyError(f"upstream unreachable ({type(exc).__name__})")
+
+
+class OpenAICompatiblePolicy(Policy):
+    """Forwards requests to an OpenAI-compatible server over pooled HTTP connections.
+
+    Upstream 4xx answers keep their status; 5xx become 502, timeouts 504 and connection
+    failures 502, all with OpenAI-style error bodies. With ``token_data=True`` the upstream
+    is asked for logprobs and token ids (vLLM's ``return_token_ids``), which the gateway
+    records per call.
+
+    The HTTP client is aiohttp: its connection pool hands out an idle connection in constant
+    time, where httpx's pool polls every idle socket on every request (about 6x slower
+    with a few hundred connections open).
+
+    Args:
+        base_url: The server's base URL, e.g. ``http://127.0.0.1:8000/v1``.
+        model: Model to request; defaults to the model the caller named.
+        api_key: Bearer key for the upstream; never shown in errors or logs.
+        timeout_sec: Connect timeout, and the longest wait for the next byte of an answer.
+        token_data: Ask for logprobs and token ids on every call.
+        max_connections: Size of the connection pool.
+    """
+
+    kind = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_sec: float = 600.0,
+        token_data: bool = False,
+        max_connections: int = 512,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._model = model
+        self._api_key = api_key
+        self.timeout_sec = timeout_sec
+        self.token_data = token_data
+        self.max_connections = max_connections
+        self._session: Any = None
+        self._aiohttp: Any = None
+
+    @property
+    def model(self) -> str:
+        """The configured model, or ``openai-compatible`` when callers choose."""
+        return self._model or "openai-compatible"
+
+    def secrets(self) -> tuple[str, ...]:
+        """The upstream key."""
+        return (self._api_key,) if self._api_key else ()
+
+    async def start(self) -> None:
+        """Open the connection pool."""
+        if self._session is not None:
+            return
+        aiohttp = self._aiohttp = import_optional("aiohttp", extra="server", feature=_FEATURE)
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=self.max_connections, force_close=False),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self.timeout_sec, sock_read=self.timeout_sec
+            ),
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        model = self._model or request.requested_model
+        if not model:
+            raise ChatRequestError(
+                "this gateway forwards to an upstream with no default model; name one in 'model'",
+                param="model",
+            )
+        body = {**request.body, "model": model}
+        if self.token_data:
+            body["logprobs"] = True
+            body["return_token_ids"] = True
+        if request.stream:
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return body
+
+    def _post(self, request: ChatRequest) -> Any:
+        if self._session is None:
+            raise PolicyError("the policy is not started", status_code=503)
+        return self._session.post(
+            f"{self.base_url}/chat/completions", json=self._body(request), allow_redirects=False
+        )
+
+    async def complete(self, request: ChatRequest) -> dict[str, Any]:
+        """One upstream call."""
+        try:
+            async with self._post(request) as response:
+                content = await response.read()
+        except (TimeoutError, self._aiohttp.ClientError) as exc:
+            raise _transport_error(exc, self.timeout_sec) from exc
+        if response.status != 200:
+            raise _status_error(response.status, content)
+        try:
+            answer = json.loads(content)
+        except ValueError as exc:
+            raise PolicyError("upstream answered with invalid JSON") from exc
+        if not isinstance(answer, dict):
+            raise PolicyError("upstream answered with something other than a JSON object")
+        return answer
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """Upstream server-sent events, parsed."""
+        try:
+            async with self._post(request) as response:
+                if response.status != 200:
+                    raise _status_error(response.status, await response.read())
+                async for data in _sse_data(response.content):
+                    if data == b"[DONE]":
+                        return
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError as exc:
+                        raise PolicyError("upstream sent an invalid stream chunk") from exc
+                    if isinstance(chunk, dict) and "error" in chunk:
+                        raise PolicyError(_upstream_message(502, data))
+                    yield chunk
+        except (TimeoutError, self._aiohttp.ClientError) as exc:
+            raise _transport_error(exc, self.timeout_sec) from exc
+
+
+async def _sse_data(content: Any) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent-events body, whatever the line lengths."""
+    buffer = b""
+    async for piece in content.iter_any():
+        buffer += piece
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+    if buffer.startswith(b"data:"):
+        yield buffer[5:].strip()

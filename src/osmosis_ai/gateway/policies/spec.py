@@ -1,0 +1,75 @@
+"""Policy specifications as written on command lines and in eval configs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
+from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
+from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
+
+__all__ = ["PolicySpec", "build_policy", "parse_policy_spec"]
+
+_OPENAI_PREFIXES = ("openai-compatible:", "openai:")
+_PORT_AND_PATH = re.compile(r"\d+(/.*)?")
+_LITELLM_ID = re.compile(r"[A-Za-z0-9_.-]+/\S+")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed policy specification."""
+
+    kind: Literal["embedded", "openai", "litellm"]
+    base_url: str | None = None
+    model: str | None = None
+
+
+def parse_policy_spec(spec: str) -> PolicySpec:
+    """Parse ``embedded``, ``openai:<base_url>[:<model>]`` (also ``openai-compatible:``),
+    ``litellm:<provider/model>`` or a bare LiteLLM id ``<provider>/<model>``.
+
+    In ``openai:http://host:8000/v1:Qwen/Qwen3-8B`` the text after the last ``:`` is the
+    model, unless it is a port (digits, optionally followed by a path).
+
+    Raises:
+        ConfigError: The specification matches none of these forms.
+    """
+    text = spec.strip()
+    if text in ("", "embedded"):
+        return PolicySpec("embedded")
+    for prefix in _OPENAI_PREFIXES:
+        if text.startswith(prefix):
+            rest = text[len(prefix) :]
+            base_url, model = rest, None
+            head, sep, tail = rest.rpartition(":")
+            if sep and "://" in head and not _PORT_AND_PATH.fullmatch(tail):
+                base_url, model = head, tail or None
+            if not re.match(r"https?://[^/]", base_url):
+                raise ConfigError(
+                    f"policy {spec!r}: the base URL must start with http:// or https://, e.g. "
+                    "openai:http://127.0.0.1:8000/v1"
+                )
+            return PolicySpec("openai", base_url=base_url, model=model)
+    model = text.removeprefix("litellm:")
+    if _LITELLM_ID.fullmatch(model):
+        return PolicySpec("litellm", model=model)
+    raise ConfigError(
+        f"policy {spec!r} is not recognised; use 'embedded', "
+        "'openai:<base_url>[:<model>]' or a LiteLLM id such as 'openai/gpt-4o-mini'"
+    )
+
+
+def build_policy(spec: str | PolicySpec, *, api_key: str | None = None) -> Policy:
+    """Construct the policy a specification names (not started)."""
+    parsed = parse_policy_spec(spec) if isinstance(spec, str) else spec
+    if parsed.kind == "embedded":
+        return EmbeddedPolicy()
+    if parsed.kind == "openai":
+        assert parsed.base_url is not None
+        return OpenAICompatiblePolicy(parsed.base_url, model=parsed.model, api_key=api_key)
+    assert parsed.model is not None
+    return LiteLLMPolicy(parsed.model, api_key=api_key)

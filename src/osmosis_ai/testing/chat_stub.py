@@ -1,0 +1,189 @@
+"""``ChatStub``: a real OpenAI-compatible chat-completions server with scripted answers.
+
+It listens on 127.0.0.1 (an ephemeral port), answers instantly, and records every request,
+so tests exercise real HTTP without any model. Queue behaviours with ``push``; when the
+queue is empty it echoes the last user message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai._serving import RunningServer, running_server
+
+__all__ = ["ChatStub", "StubFailure", "StubReply"]
+
+
+@dataclass
+class StubReply:
+    """An assistant answer: text and/or tool calls, after an optional delay."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    delay_sec: float = 0.0
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    )
+
+
+@dataclass
+class StubFailure:
+    """An OpenAI-style error answer with HTTP ``status``."""
+
+    status: int
+    message: str = "stub failure"
+    delay_sec: float = 0.0
+
+
+Behaviour = StubReply | StubFailure
+
+
+class ChatStub:
+    """A scripted OpenAI-compatible server at ``base_url`` (``http://127.0.0.1:<port>/v1``).
+
+    Attributes:
+        requests: Every request received, as ``{"body": ..., "headers": ...}``.
+    """
+
+    def __init__(self, *, model: str = "stub-model") -> None:
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self._script: deque[Behaviour] = deque()
+        self._server: RunningServer | None = None
+        self._stack = contextlib.AsyncExitStack()
+        starlette = import_optional("starlette.applications", extra="server", feature="ChatStub")
+        routing = import_optional("starlette.routing", extra="server", feature="ChatStub")
+        self.app = starlette.Starlette(
+            routes=[routing.Route("/v1/chat/completions", self._handle, methods=["POST"])]
+        )
+
+    def push(self, *behaviours: Behaviour) -> None:
+        """Queue behaviours; each request consumes one."""
+        self._script.extend(behaviours)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the running stub."""
+        if self._server is None:
+            raise RuntimeError("the stub is not running; use 'async with ChatStub()'")
+        return f"{self._server.base_url}/v1"
+
+    async def __aenter__(self) -> ChatStub:
+        self._server = await self._stack.enter_async_context(running_server(self.app))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+        self._server = None
+
+    def _next(self, body: dict[str, Any]) -> Behaviour:
+        if self._script:
+            return self._script.popleft()
+        last = next(
+            (
+                m.get("content")
+                for m in reversed(body.get("messages") or [])
+                if m.get("role") == "user"
+            ),
+            "",
+        )
+        return StubReply(content=f"echo: {last}")
+
+    async def _handle(self, request: Any) -> Any:
+        responses = import_optional("starlette.responses", extra="server", feature="ChatStub")
+        body = await request.json()
+        self.requests.append({"body": body, "headers": dict(request.headers)})
+        behaviour = self._next(body)
+        if behaviour.delay_sec:
+            await asyncio.sleep(behaviour.delay_sec)
+        if isinstance(behaviour, StubFailure):
+            error = {"error": {"message": behaviour.message, "type": "stub_error"}}
+            return responses.JSONResponse(error, behaviour.status)
+        answer = _completion(self.model, body, behaviour)
+        if not body.get("stream"):
+            return responses.JSONResponse(answer)
+        return responses.StreamingResponse(_sse(answer, body), media_type="text/event-stream")
+
+
+def _completion(model: str, body: dict[str, Any], reply: StubReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = reply.tool_calls
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    words = (reply.content or "").split(" ") if reply.content else []
+    answer: dict[str, Any] = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or model,
+        "choices": [choice],
+        "usage": dict(reply.usage),
+    }
+    if body.get("logprobs"):
+        choice["logprobs"] = {
+            "content": [{"token": w, "logprob": -0.5, "top_logprobs": []} for w in words]
+        }
+    if body.get("return_token_ids"):
+        answer["prompt_token_ids"] = list(range(reply.usage["prompt_tokens"]))
+        choice["token_ids"] = list(range(100, 100 + len(words)))
+    return answer
+
+
+async def _sse(answer: dict[str, Any], body: dict[str, Any]) -> AsyncIterator[bytes]:
+    choice = answer["choices"][0]
+    message = choice["message"]
+    envelope = {k: answer[k] for k in ("id", "created", "model")} | {
+        "object": "chat.completion.chunk"
+    }
+    content = message.get("content") or ""
+    pieces = [p + " " for p in content.split(" ")] if content else []
+    if pieces:
+        pieces[-1] = pieces[-1][:-1]
+    entries = (choice.get("logprobs") or {}).get("content") or []
+    token_ids = choice.get("token_ids") or []
+    for index, piece in enumerate(pieces or [""]):
+        delta: dict[str, Any] = {"content": piece}
+        if index == 0:
+            delta["role"] = "assistant"
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [
+                    {"index": i, **call} for i, call in enumerate(message["tool_calls"])
+                ]
+        chunk_choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+        if index < len(entries):
+            chunk_choice["logprobs"] = {"content": [entries[index]]}
+        if index < len(token_ids):
+            chunk_choice["token_ids"] = [token_ids[index]]
+        chunk: dict[str, Any] = {**envelope, "choices": [chunk_choice]}
+        if index == 0 and "prompt_token_ids" in answer:
+            chunk["prompt_token_ids"] = answer["prompt_token_ids"]
+        yield _event(chunk)
+    yield _event(
+        {
+            **envelope,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+        }
+    )
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _event({**envelope, "choices": [], "usage": answer["usage"]})
+    yield b"data: [DONE]\n\n"
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"

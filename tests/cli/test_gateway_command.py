@@ -1,0 +1,58 @@
+"""``osmosis gateway`` as a real child process in front of a real stub upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+
+from osmosis_ai.testing import ChatStub
+
+OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+
+
+async def test_gateway_command_prints_url_and_token_serves_and_stops_on_sigterm() -> None:
+    async with ChatStub() as stub:
+        process = await asyncio.create_subprocess_exec(
+            OSMOSIS,
+            "gateway",
+            "--policy",
+            f"openai:{stub.base_url}:served-model",
+            "--port",
+            "0",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert process.stdout is not None
+            lines: dict[str, str] = {}
+            async with asyncio.timeout(30):
+                while "token" not in lines:
+                    key, _, value = (await process.stdout.readline()).decode().partition(":")
+                    lines[key.strip()] = value.strip()
+            base_url = lines["gateway"].split()[0]
+            headers = {"Authorization": f"Bearer {lines['token']}"}
+            async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
+                response = await http.post(
+                    "/v1/rollouts/r1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "hi"}]},
+                )
+            assert response.status_code == 200
+            assert stub.requests[-1]["body"]["model"] == "served-model"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                code = await process.wait()
+    assert code == 0
+
+
+async def test_unknown_policy_is_a_usage_error() -> None:
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "gateway", "--policy", "nonsense", stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert b"not recognised" in stderr

@@ -1,0 +1,50 @@
+"""Gateway fixtures: a real stub upstream and a real gateway, both on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest_asyncio
+
+from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
+from osmosis_ai.testing import ChatStub
+
+PROVIDER_KEY = "sk-provider-7f3a9c1e5d"
+
+
+@pytest_asyncio.fixture
+async def stub() -> AsyncIterator[ChatStub]:
+    async with ChatStub() as running:
+        yield running
+
+
+@pytest_asyncio.fixture
+async def gateway(stub: ChatStub) -> AsyncIterator[Gateway]:
+    policy = OpenAICompatiblePolicy(stub.base_url, api_key=PROVIDER_KEY, timeout_sec=5)
+    async with Gateway(policy) as running:
+        yield running
+
+
+@pytest_asyncio.fixture
+async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"Authorization": f"Bearer {gateway.token}"}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=30) as http:
+        yield http
+
+
+def chat(content: str = "hello", **fields: Any) -> dict[str, Any]:
+    """A minimal chat-completions body."""
+    return {"model": "stub-model", "messages": [{"role": "user", "content": content}], **fields}
+
+
+def sse_events(text: str) -> list[Any]:
+    """Decode a server-sent-events body into its JSON payloads (``[DONE]`` as a string)."""
+    events: list[Any] = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events

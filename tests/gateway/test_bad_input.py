@@ -1,0 +1,143 @@
+"""Malformed requests get a clear 4xx in OpenAI's error shape, and the gateway stays healthy."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from osmosis_ai.gateway import Gateway
+from tests.gateway.conftest import chat
+
+CHAT = "/v1/rollouts/r1/chat/completions"
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def stays_healthy(client: httpx.AsyncClient) -> AsyncIterator[None]:
+    yield
+    assert (await client.get("/health")).json()["status"] == "ok"
+    assert (await client.post(CHAT, json=chat())).status_code == 200
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    return error
+
+
+async def test_non_json_body(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        CHAT, content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "not valid JSON" in _error(response)["message"]
+    assert "line 1 column 2" in _error(response)["message"]
+
+
+async def test_body_that_is_not_utf8(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        CHAT, content=b'{"a": "\xff\xfe"}', headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+
+
+async def test_wrong_content_type(client: httpx.AsyncClient) -> None:
+    response = await client.post(CHAT, content=b"{}", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 415
+    assert "application/json" in _error(response)["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"content": "no role"}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]}, "tools[0]"),
+        ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "always"}, "tool_choice"),
+    ],
+)
+async def test_invalid_fields_name_the_field(
+    client: httpx.AsyncClient, body: dict[str, Any], param: str
+) -> None:
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 400
+    assert _error(response)["param"] == param
+    assert _error(response)["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    "field", ["api_key", "api_base", "base_url", "extra_headers", "litellm_params", "_private"]
+)
+async def test_fields_that_would_reconfigure_the_gateway_are_refused(
+    client: httpx.AsyncClient, field: str
+) -> None:
+    response = await client.post(CHAT, json=chat(**{field: "x"}))
+    assert response.status_code == 400
+    message = _error(response)["message"]
+    assert repr(field) in message and "remove it" in message
+
+
+async def test_denied_field_hidden_in_extra_body_is_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post(CHAT, json=chat(extra_body={"api_base": "http://evil"}))
+    assert response.status_code == 400
+    assert _error(response)["param"] == "api_base"
+
+
+async def test_oversize_body_is_refused(client: httpx.AsyncClient) -> None:
+    big = chat("x" * (32 * 1024 * 1024 + 1))
+    response = await client.post(CHAT, json=big)
+    assert response.status_code == 413
+    assert "32 MiB" in _error(response)["message"]
+
+
+async def test_lone_surrogates_are_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        CHAT,
+        content=b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert "surrogate" in _error(response)["message"]
+
+
+async def test_deeply_nested_body_is_refused(client: httpx.AsyncClient) -> None:
+    nested = b"[" * 100_000 + b"]" * 100_000
+    response = await client.post(CHAT, content=nested, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("rollout_id", ["..", ".", "a%2Fb", "a%00b", "x" * 300])
+async def test_invalid_rollout_id_in_the_path(client: httpx.AsyncClient, rollout_id: str) -> None:
+    response = await client.post(f"/v1/rollouts/{rollout_id}/chat/completions", json=chat())
+    assert response.status_code in (404, 422)
+    assert "error" in response.json()
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "", "Bearer", "Bearer wrong", "Basic abc", "bearer {token}"]
+)
+async def test_missing_or_wrong_bearer_is_401(gateway: Gateway, authorization: str | None) -> None:
+    headers = {}
+    if authorization is not None:
+        headers["Authorization"] = authorization.format(token=gateway.token)
+    async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+        response = await http.post(CHAT, json=chat(), headers=headers)
+        calls = await http.get("/v1/rollouts/r1/calls", headers=headers)
+        models = await http.get("/v1/models", headers=headers)
+    assert response.status_code == calls.status_code == models.status_code == 401
+    assert _error(response)["type"] == "authentication_error"
+
+
+async def test_unknown_route_and_method_answer_in_json(client: httpx.AsyncClient) -> None:
+    missing = await client.post("/v1/chat/completions", json=chat())
+    assert missing.status_code == 404 and "error" in missing.json()
+    wrong_method = await client.get(CHAT)
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()

@@ -1,0 +1,242 @@
+"""The gateway in front of an OpenAI-compatible upstream (a real stub server)."""
+
+from __future__ import annotations
+
+import httpx
+
+from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
+from osmosis_ai.testing import ChatStub, StubFailure, StubReply
+from tests.gateway.conftest import PROVIDER_KEY, chat, sse_events
+
+CHAT = "/v1/rollouts/r1/chat/completions"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+        },
+    }
+]
+
+
+async def test_inference_fields_are_forwarded_unchanged(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    fields = {
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+        "response_format": {"type": "json_object"},
+        "stop": ["\n\n"],
+        "seed": 7,
+        "max_tokens": 33,
+        "temperature": 0.3,
+        "top_p": 0.9,
+    }
+    response = await client.post(CHAT, json=chat("hi", **fields))
+    assert response.status_code == 200
+    sent = stub.requests[-1]["body"]
+    for name, value in fields.items():
+        assert sent[name] == value
+    assert sent["model"] == "stub-model"
+    assert stub.requests[-1]["headers"]["authorization"] == f"Bearer {PROVIDER_KEY}"
+
+
+async def test_extra_body_is_merged_into_the_request(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    await client.post(CHAT, json=chat("hi", extra_body={"top_k": 5}))
+    assert stub.requests[-1]["body"]["top_k"] == 5
+
+
+async def test_answer_and_call_record(client: httpx.AsyncClient, stub: ChatStub) -> None:
+    stub.push(
+        StubReply(
+            content="four", usage={"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}
+        )
+    )
+    response = await client.post(CHAT, json=chat("2+2?"))
+    body = response.json()
+    assert body["choices"][0]["message"]["content"] == "four"
+    calls = (await client.get("/v1/rollouts/r1/calls")).json()["calls"]
+    assert len(calls) == 1
+    call = calls[0]
+    assert call["status"] == "ok" and call["index"] == 0 and call["stream"] is False
+    assert call["usage"]["prompt_tokens"] == 9
+    assert call["finish_reason"] == "stop"
+    assert len(call["messages_sha256"]) == 64
+    assert call["latency_ms"] >= 0
+
+
+async def test_streaming_passes_chunks_and_usage_when_asked(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    stub.push(StubReply(content="one two three"))
+    response = await client.post(
+        CHAT, json=chat("count", stream=True, stream_options={"include_usage": True})
+    )
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    assert events[-1] == "[DONE]"
+    text = "".join(
+        choice["delta"].get("content") or "" for event in events[:-1] for choice in event["choices"]
+    )
+    assert text == "one two three"
+    assert events[-2]["usage"]["total_tokens"] == 10
+    assert stub.requests[-1]["body"]["stream_options"]["include_usage"] is True
+
+
+async def test_streaming_without_include_usage_hides_the_usage_chunk_but_records_it(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    response = await client.post(CHAT, json=chat("count", stream=True))
+    events = sse_events(response.text)
+    assert all("usage" not in event for event in events[:-1])
+    (call,) = (await client.get("/v1/rollouts/r1/calls")).json()["calls"]
+    assert call["stream"] is True and call["usage"]["total_tokens"] == 10
+
+
+async def test_token_data_is_requested_and_recorded_but_only_returned_when_asked(
+    stub: ChatStub,
+) -> None:
+    policy = OpenAICompatiblePolicy(stub.base_url, token_data=True)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            stub.push(StubReply(content="a b c"))
+            answer = (await http.post(CHAT, json=chat("x"))).json()
+            assert "prompt_token_ids" not in answer
+            assert "logprobs" not in answer["choices"][0]
+            stub.push(StubReply(content="a b c"))
+            streamed = (await http.post(CHAT, json=chat("x", stream=True))).text
+            assert "token_ids" not in streamed and "logprob" not in streamed
+            calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
+    assert stub.requests[0]["body"]["logprobs"] is True
+    assert stub.requests[0]["body"]["return_token_ids"] is True
+    for call in calls:
+        assert call["prompt_token_ids"] == list(range(7))
+        assert call["completion_token_ids"] == [100, 101, 102]
+        assert call["logprobs"] == [-0.5, -0.5, -0.5]
+
+
+async def test_caller_asking_for_logprobs_gets_them(client: httpx.AsyncClient) -> None:
+    answer = (await client.post(CHAT, json=chat("a b", logprobs=True))).json()
+    assert answer["choices"][0]["logprobs"]["content"][0]["logprob"] == -0.5
+
+
+async def test_upstream_rate_limit_keeps_its_status(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    stub.push(StubFailure(429, "slow down"))
+    response = await client.post(CHAT, json=chat())
+    assert response.status_code == 429
+    error = response.json()["error"]
+    assert "slow down" in error["message"] and error["type"] == "upstream_request_error"
+    (call,) = (await client.get("/v1/rollouts/r1/calls")).json()["calls"]
+    assert call["status"] == "error" and "slow down" in call["error"]
+
+
+async def test_upstream_server_error_becomes_502(client: httpx.AsyncClient, stub: ChatStub) -> None:
+    stub.push(StubFailure(500, "kaboom"))
+    response = await client.post(CHAT, json=chat())
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "upstream_error"
+
+
+async def test_upstream_error_while_streaming_keeps_its_status(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    stub.push(StubFailure(503, "overloaded"))
+    response = await client.post(CHAT, json=chat(stream=True))
+    assert response.status_code == 502
+
+
+async def test_upstream_timeout_becomes_504(stub: ChatStub) -> None:
+    stub.push(StubReply(content="late", delay_sec=2))
+    policy = OpenAICompatiblePolicy(stub.base_url, timeout_sec=0.2)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            response = await http.post(CHAT, json=chat())
+            assert (await http.get("/health")).status_code == 200
+    assert response.status_code == 504
+    assert "timed out" in response.json()["error"]["message"]
+
+
+async def test_unreachable_upstream_becomes_502() -> None:
+    from osmosis_ai._serving import bind_socket
+
+    unused = bind_socket()
+    port = unused.getsockname()[1]
+    unused.close()
+    policy = OpenAICompatiblePolicy(f"http://127.0.0.1:{port}/v1", timeout_sec=2)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            response = await http.post(CHAT, json=chat())
+    assert response.status_code == 502
+    assert "unreachable" in response.json()["error"]["message"]
+
+
+async def test_secrets_echoed_by_the_upstream_are_redacted(
+    client: httpx.AsyncClient, stub: ChatStub, gateway: Gateway
+) -> None:
+    stub.push(
+        StubFailure(401, f"bad key {PROVIDER_KEY} (gateway token was {gateway.token})"),
+        StubFailure(500, f"Authorization: Bearer {PROVIDER_KEY}"),
+    )
+    for _ in range(2):
+        response = await client.post(CHAT, json=chat())
+        assert PROVIDER_KEY not in response.text and gateway.token not in response.text
+        assert "[REDACTED]" in response.text
+    calls = (await client.get("/v1/rollouts/r1/calls")).text
+    assert PROVIDER_KEY not in calls and gateway.token not in calls
+
+
+async def test_long_upstream_errors_are_capped(client: httpx.AsyncClient, stub: ChatStub) -> None:
+    stub.push(StubFailure(400, "x" * 5000))
+    response = await client.post(CHAT, json=chat())
+    assert response.status_code == 400
+    assert len(response.json()["error"]["message"]) <= 1001
+
+
+async def test_records_are_per_rollout_and_can_be_released(
+    client: httpx.AsyncClient, gateway: Gateway
+) -> None:
+    for rollout in ("a", "a", "b"):
+        await client.post(f"/v1/rollouts/{rollout}/chat/completions", json=chat())
+    assert [c.index for c in gateway.records.calls("a")] == [0, 1]
+    report = gateway.records.report("a")
+    assert report is not None
+    (sample,) = report.samples.values()
+    assert len(sample.llm_call_metrics) == 2
+    released = (await client.delete("/v1/rollouts/a/calls")).json()
+    assert released == {"rollout_id": "a", "released": 2}
+    assert (await client.get("/v1/rollouts/a/calls")).json()["calls"] == []
+    assert len(gateway.records.calls("b")) == 1
+
+
+async def test_models_and_health(client: httpx.AsyncClient) -> None:
+    models = (await client.get("/v1/models")).json()
+    assert models["object"] == "list" and models["data"][0]["object"] == "model"
+    health = (await client.get("/health")).json()
+    assert health["status"] == "ok" and health["policy"] == "openai"
+
+
+async def test_upstream_without_a_model_needs_one_in_the_request(stub: ChatStub) -> None:
+    async with Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            body = chat()
+            del body["model"]
+            response = await http.post(CHAT, json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "model"
+
+
+async def test_configured_model_overrides_the_callers(stub: ChatStub) -> None:
+    async with Gateway(OpenAICompatiblePolicy(stub.base_url, model="served")) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            await http.post(CHAT, json=chat())
+    assert stub.requests[-1]["body"]["model"] == "served"
