@@ -6,6 +6,8 @@ OsmosisError
 │   ├── InvalidIdError          an id that would escape its path segment
 │   └── DatasetRowError         a dataset row that cannot become a rollout input
 ├── MissingExtraError           an optional dependency is absent (also ModuleNotFoundError)
+├── RolloutProtocolError        a rollout server answered outside the protocol (status_code)
+│   └── RolloutAdmissionTimeoutError  admission did not succeed in time (also TimeoutError)
 ├── GatewayError                the model gateway answers an OpenAI-style error (status_code)
 │   ├── ChatRequestError        the caller's chat request is invalid                -> 4xx
 │   └── PolicyError             the policy (model backend) failed; 4xx kept, else 502/504
@@ -36,7 +38,9 @@ __all__ = [
     "OsmosisError",
     "OutputShapeError",
     "PolicyError",
+    "RolloutAdmissionTimeoutError",
     "RolloutFailure",
+    "RolloutProtocolError",
 ]
 
 
@@ -90,6 +94,34 @@ class MissingExtraError(OsmosisError, ModuleNotFoundError):
             f"Install them with: {command}",
             name=missing,
         )
+
+
+class RolloutProtocolError(OsmosisError):
+    """A rollout server answered something the protocol does not allow, or not at all.
+
+    Attributes:
+        status_code: HTTP status of the answer, or ``None`` for a transport failure.
+        rollout_id: The rollout concerned, when there is one.
+    """
+
+    category = "http_error"
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, rollout_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.rollout_id = rollout_id
+
+
+class RolloutAdmissionTimeoutError(RolloutProtocolError, TimeoutError):
+    """``POST /rollout`` did not succeed within the admission timeout.
+
+    A request may still have been admitted if an answer was in flight; the server's lease
+    expiry then cleans it up.
+    """
+
+    category = "timeout"
 
 
 class GatewayError(OsmosisError):

@@ -240,3 +240,16 @@ async def test_configured_model_overrides_the_callers(stub: ChatStub) -> None:
         async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
             await http.post(CHAT, json=chat())
     assert stub.requests[-1]["body"]["model"] == "served"
+
+
+async def test_trajectory_report_endpoint_serves_recorded_calls(
+    client: httpx.AsyncClient, gateway: Gateway
+) -> None:
+    assert (await client.get("/v1/rollouts/r1/trajectory-report")).status_code == 404
+    await client.post(CHAT, json=chat("a"))
+    await client.post(CHAT, json=chat("b"))
+    response = await client.get(gateway.trajectory_report_url("r1").removeprefix(gateway.base_url))
+    assert response.status_code == 200
+    report = response.json()
+    assert len(report["samples"]["r1"]["llm_call_metrics"]) == 2
+    assert report["samples"]["r1"]["llm_call_metrics"][0]["prompt_tokens"] == 7

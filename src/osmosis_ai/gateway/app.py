@@ -218,6 +218,25 @@ async def list_calls(request: Request) -> Response:
     return JSONResponse({"rollout_id": rollout_id, "calls": calls})
 
 
+async def trajectory_report(request: Request) -> Response:
+    """``GET /v1/rollouts/{rollout_id}/trajectory-report``: calls as an ATIF trajectory report.
+
+    A rollout server fetches it (with the rollout's key) to put per-call token ids, logprobs
+    and usage into ``trajectory.json``. 404 when the rollout made no successful call.
+    """
+    state = _state(request)
+    _authorize(request, state)
+    rollout_id = _rollout_id(request)
+    report = state.records.report(rollout_id)
+    if report is None:
+        raise GatewayError(
+            f"no recorded calls for rollout {rollout_id!r}",
+            status_code=404,
+            error_type="not_found_error",
+        )
+    return Response(report.model_dump_json(exclude_none=True), media_type="application/json")
+
+
 async def release_calls(request: Request) -> Response:
     """``DELETE /v1/rollouts/{rollout_id}/calls``: forget the rollout's call records."""
     state = _state(request)
@@ -306,6 +325,9 @@ def create_gateway_app(
             Route("/v1/rollouts/{rollout_id}/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/rollouts/{rollout_id}/calls", list_calls, methods=["GET"]),
             Route("/v1/rollouts/{rollout_id}/calls", release_calls, methods=["DELETE"]),
+            Route(
+                "/v1/rollouts/{rollout_id}/trajectory-report", trajectory_report, methods=["GET"]
+            ),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ],

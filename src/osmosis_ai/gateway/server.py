@@ -62,6 +62,10 @@ class Gateway:
         """The OpenAI base URL of one rollout (clients append ``/chat/completions``)."""
         return f"{self.base_url}/v1/rollouts/{quote(rollout_id, safe='')}"
 
+    def trajectory_report_url(self, rollout_id: str) -> str:
+        """Where a rollout server fetches the rollout's per-call metrics (same bearer)."""
+        return f"{self.chat_completions_url(rollout_id)}/trajectory-report"
+
     async def __aenter__(self) -> Gateway:
         self._server = await self._stack.enter_async_context(
             running_server(self.app, host=self.host, port=self.port)

@@ -146,6 +146,11 @@ class ExecutionBackend(ABC):
           were drained or cancelled.
     """
 
+    #: Whether the backend reports ``running``/``grading`` itself through the rollout
+    #: context's ``set_status``. If not, the server reports ``running`` when it starts
+    #: the execution.
+    reports_progress: bool = False
+
     @abstractmethod
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         """Run the workflow and, when asked, the grader for one rollout."""

@@ -108,6 +108,8 @@ class LocalBackend(ExecutionBackend):
             cannot be deep-copied.
     """
 
+    reports_progress = True
+
     def __init__(
         self,
         *,

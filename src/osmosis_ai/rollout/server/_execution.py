@@ -1,0 +1,146 @@
+"""Running one admitted rollout to its final, published result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.rollout._failures import describe
+from osmosis_ai.rollout.backend.base import ExecutionOutcome, ExecutionRequest, ExecutionResult
+from osmosis_ai.rollout.context import RolloutContext
+from osmosis_ai.rollout.server._registry import Entry
+from osmosis_ai.rollout.server._results import failure
+from osmosis_ai.rollout.server._state import ServerState
+from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
+from osmosis_ai.rollout.trajectory.redact import redact_text
+
+__all__ = ["REPORT_URL_FIELD", "cancelled_result", "lease_expired_result", "run_rollout"]
+
+logger = logging.getLogger(__name__)
+
+#: ``extra_fields`` key naming where the trajectory report of a rollout can be fetched.
+REPORT_URL_FIELD = "trajectory_report_url"
+_REPORT_TIMEOUT_SEC = 5.0
+
+
+def secrets_of(entry: Entry) -> tuple[str, ...]:
+    """The rollout's own key, which must never leave the server."""
+    key = entry.request.llm_api_key
+    return (key,) if key else ()
+
+
+def cancelled_result(state: ServerState) -> ExecutionResult:
+    """The result of a rollout cancelled by a request or by shutdown."""
+    message = "cancelled: the rollout server is shutting down" if state.draining else "cancelled"
+    return ExecutionResult(RolloutStatus.CANCELLED, err_message=message)
+
+
+def lease_expired_result(state: ServerState) -> ExecutionResult:
+    """The result of a rollout whose controller stopped polling."""
+    return failure(
+        f"polling lease expired: no result poll for {state.registry.lease_timeout_sec:g}s, "
+        "so the rollout was cancelled; poll GET /rollout/{id}/result at least that often",
+        RolloutErrorCategory.LEASE_EXPIRED,
+    )
+
+
+async def run_rollout(state: ServerState, entry: Entry) -> None:
+    """Execute ``entry`` on the backend, save its files, then publish its final result."""
+    request = entry.request
+    secrets = secrets_of(entry)
+    if not state.backend.reports_progress:
+        entry.progress.set_status(RolloutStatus.RUNNING)
+    outcome: ExecutionOutcome | None = None
+    try:
+        context = RolloutContext(
+            chat_completions_url=request.chat_completions_url,
+            api_key=request.llm_api_key,
+            rollout_id=request.rollout_id,
+            progress=entry.progress,
+        )
+        with context:
+            outcome = await state.backend.execute(
+                ExecutionRequest(
+                    id=request.rollout_id,
+                    prompt=request.initial_messages,
+                    label=request.label,
+                    metadata=request.metadata,
+                    agent_timeout_sec=request.agent_timeout_sec,
+                    grader_timeout_sec=request.grader_timeout_sec,
+                    grade=request.grade,
+                )
+            )
+        result = outcome.result
+    except asyncio.CancelledError:
+        state.registry.finish(entry, cancelled_result(state), secrets=secrets)
+        raise
+    except Exception as exc:
+        # The backend broke its contract (user failures are results, not exceptions).
+        message = redact_text(describe(exc, phase="the execution backend"), secrets=secrets)
+        logger.error("rollout %s: %s", entry.rollout_id, message)
+        result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
+    try:
+        await _save(state, entry, outcome, result)
+    finally:
+        state.registry.finish(entry, result, secrets=secrets)
+
+
+async def _save(
+    state: ServerState, entry: Entry, outcome: ExecutionOutcome | None, result: ExecutionResult
+) -> None:
+    """Write ``trajectory.json`` and ``diagnostics.json``; best-effort, never raises."""
+    saved = outcome.result_to_save if outcome is not None else result
+    request = entry.request
+    secrets = secrets_of(entry)
+    if saved.sample is not None:
+        await save_trajectory(
+            rollout_id=entry.rollout_id,
+            sample=saved.sample,
+            request_label=request.label,
+            request_metadata=request.metadata,
+            request_extra_fields=request.extra_fields,
+            report=await _report(state, entry),
+            artifact_root=state.artifact_root,
+            secrets=secrets,
+        )
+    diagnostics = saved.extra_fields or result.extra_fields
+    if diagnostics:
+        await save_diagnostics(
+            rollout_id=entry.rollout_id,
+            diagnostics=diagnostics,
+            artifact_root=state.artifact_root,
+            secrets=secrets,
+        )
+
+
+async def _report(state: ServerState, entry: Entry) -> TrajectoryReport | None:
+    request = entry.request
+    try:
+        if state.report_provider is not None:
+            return await state.report_provider(request)
+        url = (request.extra_fields or {}).get(REPORT_URL_FIELD)
+        if isinstance(url, str) and url:
+            return await _fetch_report(state, url, request.llm_api_key)
+    except Exception as exc:
+        logger.warning(
+            "rollout %s: no per-call metrics for its trajectory (%s)",
+            entry.rollout_id,
+            redact_text(describe(exc, phase="the report source"), secrets=secrets_of(entry)),
+        )
+    return None
+
+
+async def _fetch_report(state: ServerState, url: str, key: str | None) -> TrajectoryReport | None:
+    aiohttp = import_optional("aiohttp", extra="server", feature="The rollout server")
+    if state.http_session is None:
+        state.http_session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=_REPORT_TIMEOUT_SEC)
+        )
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with state.http_session.get(url, headers=headers, allow_redirects=False) as response:
+        if response.status == 404:
+            return None
+        response.raise_for_status()
+        return TrajectoryReport.model_validate(await response.json())

@@ -1,0 +1,144 @@
+"""The server's rollouts: leases, status, final results, retention and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Iterable
+
+from osmosis_ai.rollout.backend.base import CancelDisposition, ExecutionResult
+from osmosis_ai.rollout.context import RolloutProgress
+from osmosis_ai.rollout.server._results import encode_final
+from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.types import RolloutInitRequest
+
+__all__ = ["Entry", "Registry"]
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class Entry:
+    """One admitted rollout, from admission until its retention ends."""
+
+    __slots__ = (
+        "delivered",
+        "disposition",
+        "finished_at",
+        "lease_deadline",
+        "lease_digest",
+        "progress",
+        "reported",
+        "request",
+        "result_body",
+        "rollout_id",
+        "task",
+    )
+
+    def __init__(self, request: RolloutInitRequest, lease_digest: bytes, deadline: float) -> None:
+        self.rollout_id = request.rollout_id
+        self.request = request
+        self.lease_digest = lease_digest
+        self.lease_deadline = deadline
+        self.progress = RolloutProgress()
+        self.task: asyncio.Task[None] | None = None
+        self.result_body: bytes | None = None
+        self.finished_at: float | None = None
+        self.disposition: CancelDisposition | None = None
+        self.delivered = False
+        # The status the lease holder last received: a poll returns at once when it differs.
+        self.reported = RolloutStatus.QUEUED
+
+    @property
+    def finished(self) -> bool:
+        """Whether the final result is published."""
+        return self.result_body is not None
+
+    def holds_lease(self, token: str) -> bool:
+        """Constant-time check of a presented lease token (only its digest is stored)."""
+        return hmac.compare_digest(_digest(token), self.lease_digest)
+
+
+class Registry:
+    """All rollouts the server knows, keyed by id.
+
+    Ids stay reserved until ``retention_sec`` after the result was published *and* the
+    execution task has ended, so a late duplicate admission is refused rather than mixed up.
+    """
+
+    def __init__(self, *, lease_timeout_sec: float, retention_sec: float) -> None:
+        self.lease_timeout_sec = lease_timeout_sec
+        self.retention_sec = retention_sec
+        self._entries: dict[str, Entry] = {}
+        self.active = 0
+
+    def __contains__(self, rollout_id: str) -> bool:
+        return rollout_id in self._entries
+
+    def get(self, rollout_id: str) -> Entry | None:
+        """The entry of ``rollout_id``, if retained."""
+        return self._entries.get(rollout_id)
+
+    def admit(self, request: RolloutInitRequest) -> tuple[Entry, str]:
+        """Register ``request``; returns its entry and the new lease token."""
+        token = secrets.token_urlsafe(32)
+        entry = Entry(request, _digest(token), time.monotonic() + self.lease_timeout_sec)
+        self._entries[request.rollout_id] = entry
+        self.active += 1
+        return entry, token
+
+    def renew(self, entry: Entry) -> None:
+        """Extend the lease of an unfinished rollout from now."""
+        entry.lease_deadline = time.monotonic() + self.lease_timeout_sec
+
+    def finish(self, entry: Entry, result: ExecutionResult, *, secrets: tuple[str, ...]) -> bool:
+        """Publish ``entry``'s final result; the first publication wins. Returns whether it won."""
+        if entry.finished:
+            return False
+        entry.result_body = encode_final(entry.rollout_id, result, secrets=secrets)
+        entry.finished_at = time.monotonic()
+        self.active -= 1
+        entry.progress.set_status(result.status)
+        return True
+
+    def unfinished(self) -> list[Entry]:
+        """Rollouts without a final result."""
+        return [entry for entry in self._entries.values() if not entry.finished]
+
+    def select(self, ids: list[str] | None, prefix: str | None, everything: bool) -> Iterable[str]:
+        """Ids chosen by a cancel request (unknown ids included, to answer ``not_found``)."""
+        if ids is not None:
+            return ids
+        if prefix is not None:
+            return [rollout_id for rollout_id in self._entries if rollout_id.startswith(prefix)]
+        assert everything
+        return list(self._entries)
+
+    def undelivered(self) -> int:
+        """Finished rollouts whose final result no poller has collected yet."""
+        return sum(1 for e in self._entries.values() if e.finished and not e.delivered)
+
+    def expired_leases(self, now: float) -> list[Entry]:
+        """Unfinished rollouts whose lease deadline has passed."""
+        return [e for e in self._entries.values() if not e.finished and e.lease_deadline <= now]
+
+    def drop_retained(self, now: float) -> int:
+        """Forget finished rollouts past retention whose task has ended; returns how many."""
+        stale = [
+            rollout_id
+            for rollout_id, entry in self._entries.items()
+            if entry.finished_at is not None
+            and now - entry.finished_at >= self.retention_sec
+            and (entry.task is None or entry.task.done())
+        ]
+        for rollout_id in stale:
+            del self._entries[rollout_id]
+        return len(stale)
+
+    def status_of(self, entry: Entry) -> RolloutStatus:
+        """The status a poller sees."""
+        return entry.progress.status

@@ -1,0 +1,338 @@
+"""``create_rollout_server``: the HTTP face of an execution backend (polling-lease protocol)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.server._drain import Drainer
+from osmosis_ai.rollout.server._execution import (
+    cancelled_result,
+    lease_expired_result,
+    run_rollout,
+    secrets_of,
+)
+from osmosis_ai.rollout.server._http import (
+    BearerAuth,
+    BodyError,
+    json_response,
+    raw_json_response,
+    read_json,
+)
+from osmosis_ai.rollout.server._registry import Entry, Registry
+from osmosis_ai.rollout.server._results import encode_status, failure
+from osmosis_ai.rollout.server._state import ReportProvider, ServerState
+from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
+from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.types import (
+    POLLING_LEASE_HEADER,
+    CancelRolloutsRequest,
+    RolloutInitRequest,
+)
+
+__all__ = [
+    "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
+    "DEFAULT_RESULT_RETENTION_SEC",
+    "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
+    "create_rollout_server",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
+DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
+DEFAULT_RESULT_RETENTION_SEC = 900.0
+DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
+INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
+_RETRY_AFTER_SEC = "1"
+_PROCESS_ID = uuid.uuid4().hex
+
+Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.rollout
+    return state
+
+
+def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
+    # Never echo the input: it may hold the rollout's key.
+    return [
+        {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+        for error in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+
+
+async def admit_rollout(request: Request) -> Response:
+    """``POST /rollout``: validate, admit, start executing, answer 202 with a lease."""
+    state = _state(request)
+    try:
+        init = RolloutInitRequest.model_validate(await read_json(request))
+    except BodyError as exc:
+        return json_response({"detail": exc.detail}, exc.status)
+    except ValidationError as exc:
+        return json_response({"detail": _validation_detail(exc)}, 422)
+    # No await from here to the task's creation: admission is atomic on the event loop.
+    if not state.accepting:
+        return json_response({"detail": "rollout server is shutting down"}, 503)
+    if not state.backend.has_capacity():
+        return json_response(
+            {"detail": "rollout queue is full; retry later"},
+            429,
+            {"Retry-After": _RETRY_AFTER_SEC},
+        )
+    if init.rollout_id in state.registry:
+        return json_response({"detail": "rollout_id is already registered"}, 409)
+    entry, token = state.registry.admit(init)
+    task = asyncio.get_running_loop().create_task(
+        tracked(run_rollout(state, entry), state.monitor, entry.rollout_id),
+        name=f"rollout-{entry.rollout_id}",
+    )
+    entry.task = task
+    state.tasks.add(task)
+    task.add_done_callback(lambda done: _task_ended(state, entry, done))
+    return json_response(
+        {
+            "rollout_id": entry.rollout_id,
+            "status": RolloutStatus.QUEUED.value,
+            "polling_lease_token": token,
+            "result_wait_timeout_sec": state.result_wait_timeout_sec,
+            "polling_lease_timeout_sec": state.registry.lease_timeout_sec,
+        },
+        202,
+    )
+
+
+def _task_ended(state: ServerState, entry: Entry, task: asyncio.Task[None]) -> None:
+    state.tasks.discard(task)
+    if entry.finished:
+        return
+    # The task ended without publishing: cancelled before it started, or crashed.
+    if task.cancelled():
+        result = cancelled_result(state)
+    else:
+        logger.error("rollout %s: task crashed: %r", entry.rollout_id, task.exception())
+        result = failure("rollout task crashed", RolloutErrorCategory.INTERNAL_ERROR)
+    state.registry.finish(entry, result, secrets=secrets_of(entry))
+
+
+def _expire(state: ServerState, entry: Entry) -> None:
+    """Finish an unfinished rollout as ``lease_expired`` and stop its execution."""
+    if not state.registry.finish(entry, lease_expired_result(state), secrets=secrets_of(entry)):
+        return
+    logger.warning("rollout %s: polling lease expired; cancelling it", entry.rollout_id)
+    _cancel_execution(state, entry)
+
+
+def _cancel_execution(state: ServerState, entry: Entry) -> str:
+    """Ask the backend, else cancel the server's own task; returns the backend's word."""
+    answer = state.backend.cancel_rollouts(ids=[entry.rollout_id]).get(entry.rollout_id)
+    if answer in (None, "not_found") and entry.task is not None:
+        entry.task.cancel()
+    return answer or "not_found"
+
+
+async def poll_result(request: Request) -> Response:
+    """``GET /rollout/{rollout_id}/result``: long poll under the polling lease."""
+    state = _state(request)
+    token = request.headers.get(POLLING_LEASE_HEADER)
+    if not token:
+        return json_response(
+            {"detail": f"missing {POLLING_LEASE_HEADER} header; send the polling_lease_token"},
+            422,
+        )
+    entry = state.registry.get(request.path_params["rollout_id"])
+    if entry is None:
+        return json_response({"detail": "unknown rollout_id"}, 404)
+    if not entry.holds_lease(token):
+        return json_response({"detail": "invalid polling lease"}, 403)
+    if not entry.finished:
+        if entry.lease_deadline <= time.monotonic():
+            _expire(state, entry)
+        else:
+            state.registry.renew(entry)
+            if entry.progress.status == entry.reported:
+                await entry.progress.wait_for_change(state.result_wait_timeout_sec)
+    if entry.result_body is not None:
+        entry.delivered = True
+        return raw_json_response(entry.result_body)
+    entry.reported = entry.progress.status
+    return raw_json_response(encode_status(entry.rollout_id, entry.reported))
+
+
+async def cancel_rollouts(request: Request) -> Response:
+    """``POST /rollout/cancel``: cancel by ids, prefix or all; answer a disposition per id."""
+    state = _state(request)
+    try:
+        selector = CancelRolloutsRequest.model_validate(await read_json(request))
+    except BodyError as exc:
+        return json_response({"detail": exc.detail}, exc.status)
+    except ValidationError as exc:
+        return json_response({"detail": _validation_detail(exc)}, 422)
+    dispositions: dict[str, str] = {}
+    for rollout_id in state.registry.select(selector.ids, selector.prefix, selector.all):
+        entry = state.registry.get(rollout_id)
+        if entry is None or entry.finished:
+            dispositions[rollout_id] = entry.disposition or "not_found" if entry else "not_found"
+            continue
+        if entry.disposition is None:
+            queued = entry.progress.status == RolloutStatus.QUEUED
+            answer = _cancel_execution(state, entry)
+            if answer not in ("cancelled_queued", "cancelled_running"):
+                answer = "cancelled_queued" if queued else "cancelled_running"
+            entry.disposition = answer  # type: ignore[assignment]
+        dispositions[rollout_id] = entry.disposition or "not_found"
+    return json_response({"dispositions": dispositions})
+
+
+async def health(request: Request) -> Response:
+    """``GET /health``: backend capacity, identity, lifecycle and event-loop lag."""
+    return json_response(_state(request).health())
+
+
+async def _sweep(state: ServerState, interval_sec: float) -> None:
+    """Expire leases and drop results past retention, forever."""
+    while True:
+        await asyncio.sleep(interval_sec)
+        now = time.monotonic()
+        for entry in state.registry.expired_leases(now):
+            _expire(state, entry)
+        state.registry.drop_retained(now)
+
+
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[Any]:
+    state: ServerState = app.state.rollout
+    user = state.user_lifespan(app) if state.user_lifespan else contextlib.nullcontext()
+    async with user as user_state:
+        drainer = Drainer(state)
+        drainer.install()
+        state.monitor.start()
+        interval = min(1.0, state.registry.lease_timeout_sec / 4)
+        sweeper = asyncio.get_running_loop().create_task(_sweep(state, interval))
+        try:
+            yield user_state
+        finally:
+            # Draining happens inside the user's lifespan, so their resources still exist.
+            await drainer.drain(deliver=False)
+            try:
+                await state.backend.shutdown()
+            finally:
+                sweeper.cancel()
+                await state.monitor.stop()
+                drainer.uninstall()
+                if state.http_session is not None:
+                    await state.http_session.close()
+
+
+def _positive(name: str, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds above 0, got {value!r}")
+    return value
+
+
+def create_rollout_server(
+    *,
+    backend: ExecutionBackend,
+    lifespan: Lifespan | None = None,
+    configure_logging: bool = True,
+    result_wait_timeout_sec: float = DEFAULT_RESULT_WAIT_TIMEOUT_SEC,
+    polling_lease_timeout_sec: float = DEFAULT_POLLING_LEASE_TIMEOUT_SEC,
+    result_retention_sec: float = DEFAULT_RESULT_RETENTION_SEC,
+    api_key: str | None = None,
+    drain_timeout_sec: float = DEFAULT_DRAIN_TIMEOUT_SEC,
+    artifact_root: Path | str | None = None,
+    report_provider: ReportProvider | None = None,
+    block_threshold_sec: float = 0.5,
+) -> ASGIApp:
+    """An ASGI app serving ``backend`` over the polling-lease rollout protocol.
+
+    Endpoints: ``POST /rollout`` (202 with a lease; 409 for a retained id; 429 with
+    ``Retry-After`` when the backend has no capacity; 503 while shutting down; 422 for an
+    invalid body), ``GET /rollout/{id}/result`` (long poll with the
+    ``X-Osmosis-Rollout-Lease`` header), ``POST /rollout/cancel`` and ``GET /health``.
+
+    Every admitted rollout ends with exactly one published result, retained for
+    ``result_retention_sec``: its execution task is created before the 202 is sent, the
+    result is published after ``trajectory.json``/``diagnostics.json`` were saved, a lease
+    not renewed for ``polling_lease_timeout_sec`` cancels it as ``lease_expired``, and a
+    crash outside the handler becomes ``internal_error``. On SIGTERM the server stops
+    admitting, gives in-flight rollouts ``drain_timeout_sec``, cancels the rest (they
+    report ``cancelled``), lets pollers collect results, then exits; then
+    ``backend.shutdown()`` runs, then the user's ``lifespan`` exits.
+
+    Args:
+        backend: What runs the rollouts (e.g. ``LocalBackend``).
+        lifespan: The user's lifespan (an async context manager factory taking the app);
+            draining happens inside it.
+        configure_logging: Set up INFO logging when the root logger has no handler.
+        result_wait_timeout_sec: Longest a result poll waits.
+        polling_lease_timeout_sec: Lease duration; must exceed the wait timeout.
+        result_retention_sec: How long final results stay available.
+        api_key: When set, every route requires ``Authorization: Bearer <api_key>``.
+        drain_timeout_sec: Grace given to in-flight rollouts at shutdown.
+        artifact_root: Root of per-rollout files; defaults to
+            ``$_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`` or ``~/.osmosis``.
+        report_provider: Async callable giving per-call metrics for a finished rollout's
+            trajectory; by default the URL in ``extra_fields["trajectory_report_url"]``.
+        block_threshold_sec: A rollout step holding the event loop longer is logged.
+
+    Raises:
+        ValueError: A timeout is not a positive finite number, the lease does not outlive
+            the wait, or ``api_key`` is blank.
+    """
+    _positive("result_wait_timeout_sec", result_wait_timeout_sec)
+    _positive("polling_lease_timeout_sec", polling_lease_timeout_sec)
+    if polling_lease_timeout_sec <= result_wait_timeout_sec:
+        raise ValueError("polling_lease_timeout_sec must exceed result_wait_timeout_sec")
+    if not math.isfinite(result_retention_sec) or result_retention_sec < 0:
+        raise ValueError("result_retention_sec must be a finite number of seconds >= 0")
+    if api_key is not None and not api_key.strip():
+        raise ValueError("api_key must be a non-empty string, or None for no authentication")
+    if configure_logging and not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    state = ServerState(
+        backend=backend,
+        registry=Registry(
+            lease_timeout_sec=polling_lease_timeout_sec, retention_sec=result_retention_sec
+        ),
+        monitor=LoopMonitor(block_threshold_sec=block_threshold_sec),
+        result_wait_timeout_sec=result_wait_timeout_sec,
+        api_key=api_key,
+        instance_id=os.environ.get(INSTANCE_ID_ENV) or str(os.getpid()),
+        process_id=_PROCESS_ID,
+        artifact_root=Path(artifact_root).expanduser() if artifact_root else None,
+        report_provider=report_provider,
+        drain_timeout_sec=drain_timeout_sec,
+        user_lifespan=lifespan,
+    )
+    app = Starlette(
+        routes=[
+            Route("/rollout", admit_rollout, methods=["POST"]),
+            Route("/rollout/cancel", cancel_rollouts, methods=["POST"]),
+            Route("/rollout/{rollout_id}/result", poll_result, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ],
+        lifespan=_lifespan,
+    )
+    app.state.rollout = state
+    return BearerAuth(app, api_key) if api_key else app

@@ -1,0 +1,71 @@
+"""Rollout-server fixtures: real uvicorn servers on 127.0.0.1 ephemeral ports."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from osmosis_ai._serving import running_server
+from osmosis_ai.rollout import LocalBackend
+from osmosis_ai.rollout.client import RolloutClient
+from osmosis_ai.rollout.server import create_rollout_server
+from tests.rollout.server.workflows import Answer, ExactMatch
+
+PROMPT = [{"role": "user", "content": "What is 6*7?"}]
+CHAT_URL = "http://127.0.0.1:9/v1/rollouts/unused"
+
+
+class Server:
+    """A running rollout server with a protocol client and a raw HTTP client."""
+
+    def __init__(self, base_url: str, client: RolloutClient, http: httpx.AsyncClient, app: Any):
+        self.base_url = base_url
+        self.client = client
+        self.http = http
+        self.app = app
+
+    @property
+    def state(self) -> Any:
+        app = self.app
+        while not hasattr(app, "state"):
+            app = app.app  # unwrap the auth middleware
+        return app.state.rollout
+
+    async def admit(self, rollout_id: str, **fields: Any) -> httpx.Response:
+        body = {
+            "rollout_id": rollout_id,
+            "initial_messages": PROMPT,
+            "chat_completions_url": CHAT_URL,
+            "label": "42",
+            **fields,
+        }
+        return await self.http.post("/rollout", json=body)
+
+
+ServeFactory = Callable[..., contextlib.AbstractAsyncContextManager[Server]]
+
+
+@pytest.fixture
+def serve() -> ServeFactory:
+    """``async with serve(backend=..., **server_kwargs) as server``."""
+
+    @contextlib.asynccontextmanager
+    async def start(backend: Any = None, **kwargs: Any) -> AsyncIterator[Server]:
+        api_key = kwargs.get("api_key")
+        kwargs.setdefault("configure_logging", False)
+        app = create_rollout_server(
+            backend=backend or LocalBackend(workflow=Answer, grader=ExactMatch), **kwargs
+        )
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with (
+            running_server(app) as running,
+            RolloutClient(url=running.base_url, api_key=api_key) as client,
+            httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=60) as http,
+        ):
+            yield Server(running.base_url, client, http, app)
+
+    return start

@@ -1,0 +1,99 @@
+"""trajectory.json and diagnostics.json are written at the server boundary, before publishing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    LocalBackend,
+    RolloutStatus,
+    get_rollout_context,
+)
+from osmosis_ai.testing import ChatStub
+from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory
+from tests.rollout.server.workflows import Behaviours, ExactMatch
+
+
+class CallsTheModelTwice(AgentWorkflow):
+    """A raw-HTTP workflow: two chat calls through the rollout's endpoint."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        context = get_rollout_context()
+        assert context is not None
+        messages = list(ctx.prompt)
+        headers = {"Authorization": f"Bearer {context.api_key}"}
+        async with httpx.AsyncClient() as http:
+            for _ in range(2):
+                response = await http.post(
+                    f"{context.chat_completions_url}/chat/completions",
+                    json={"model": "policy", "messages": messages},
+                    headers=headers,
+                )
+                messages.append(response.json()["choices"][0]["message"])
+        return messages
+
+
+async def test_trajectory_exists_when_the_result_is_published(
+    serve: ServeFactory, artifact_root: Path
+) -> None:
+    async with serve() as server:
+        handle = await server.client.run_rollout(
+            PROMPT, CHAT_URL, "saved", label="42", extra_fields={"row_index": 3}
+        )
+        result = await handle
+        trajectory = json.loads((artifact_root / "saved" / "trajectory.json").read_text())
+    assert result.status is RolloutStatus.SUCCESS
+    assert trajectory["session_id"] == "saved"
+    assert trajectory["extra"]["osmosis"]["reward"] == 1.0
+    assert trajectory["extra"]["osmosis"]["request_extra_fields"] == {"row_index": 3}
+    assert [step["source"] for step in trajectory["steps"]] == ["user", "agent"]
+
+
+async def test_failures_write_diagnostics_without_the_key(
+    serve: ServeFactory, artifact_root: Path
+) -> None:
+    async with serve(LocalBackend(workflow=Behaviours)) as server:
+        handle = await server.client.run_rollout(
+            PROMPT, CHAT_URL, "broken", metadata={"do": "leak"}, llm_api_key="sk-diag-5521"
+        )
+        await handle
+    diagnostics = (artifact_root / "broken" / "diagnostics.json").read_text()
+    assert json.loads(diagnostics)["phase"] == "workflow"
+    assert "RuntimeError" in diagnostics and "sk-diag-5521" not in diagnostics
+    assert not (artifact_root / "broken" / "trajectory.json").exists()
+
+
+async def test_gateway_per_call_token_data_lands_in_the_trajectory(
+    serve: ServeFactory, artifact_root: Path
+) -> None:
+    async with ChatStub() as stub:
+        policy = OpenAICompatiblePolicy(stub.base_url, token_data=True)
+        async with Gateway(policy) as gateway:
+            backend = LocalBackend(workflow=CallsTheModelTwice, grader=ExactMatch)
+            async with serve(backend) as server:
+                handle = await server.client.run_rollout(
+                    PROMPT,
+                    gateway.chat_completions_url("calls"),
+                    "calls",
+                    llm_api_key=gateway.token,
+                    label="42",
+                    extra_fields={"trajectory_report_url": gateway.trajectory_report_url("calls")},
+                )
+                result = await handle
+    assert result.status is RolloutStatus.SUCCESS
+    assert result.sample is not None and result.sample.reward == 0.0  # the stub echoes
+    trajectory = json.loads((artifact_root / "calls" / "trajectory.json").read_text())
+    agent_steps = [step for step in trajectory["steps"] if step["source"] == "agent"]
+    assert len(agent_steps) == 2
+    for step in agent_steps:
+        assert step["metrics"]["prompt_token_ids"] == list(range(7))
+        assert step["metrics"]["completion_token_ids"] == [100, 101, 102, 103]
+        assert step["llm_call_count"] == 1
+    assert gateway.token not in (artifact_root / "calls" / "trajectory.json").read_text()

@@ -1,0 +1,73 @@
+"""Workflows and graders the server tests run (importable by child processes too)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    ConcurrencyConfig,
+    Grader,
+    GraderContext,
+    LocalBackend,
+    get_rollout_context,
+)
+
+
+class Answer(AgentWorkflow):
+    """Answers "42" after the delay given in metadata (default none)."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        delay = (ctx.metadata or {}).get("delay", 0)
+        if delay:
+            await asyncio.sleep(delay)
+        return [*ctx.prompt, {"role": "assistant", "content": "42"}]
+
+
+class ExactMatch(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        ctx.set_reward(1.0 if ctx.sample.messages[-1]["content"] == ctx.label else 0.0)
+
+
+class SlowGrader(ExactMatch):
+    async def grade(self, ctx: GraderContext) -> None:
+        await asyncio.sleep(float((ctx.metadata or {}).get("grade_delay", 0.3)))
+        await super().grade(ctx)
+
+
+class Behaviours(AgentWorkflow):
+    """Does what ``metadata["do"]`` says: raise, hang, block, leak the key."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        what = (ctx.metadata or {}).get("do")
+        if what == "raise":
+            raise RuntimeError("the tool exploded")
+        if what == "hang":
+            await asyncio.sleep(3600)
+        if what == "block":
+            time.sleep(float((ctx.metadata or {}).get("seconds", 2)))  # noqa: ASYNC251 -- on purpose
+        if what == "leak":
+            context = get_rollout_context()
+            assert context is not None
+            raise RuntimeError(f"upstream rejected key {context.api_key}")
+        return [*ctx.prompt, {"role": "assistant", "content": "42"}]
+
+
+class QueueingBackend(LocalBackend):
+    """Admits everything and queues beyond its cap (like a backend with its own queue)."""
+
+    def has_capacity(self) -> bool:
+        return True
+
+
+class OneAtATime(AgentWorkflowConfig):
+    name: str = "one-at-a-time"
+    concurrency: ConcurrencyConfig = ConcurrencyConfig(max_concurrent=1)
+
+
+one_at_a_time = OneAtATime()

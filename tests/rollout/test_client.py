@@ -1,0 +1,176 @@
+"""RolloutClient against scripted rollout servers (real HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from osmosis_ai._serving import running_server
+from osmosis_ai.errors import RolloutAdmissionTimeoutError, RolloutProtocolError
+from osmosis_ai.rollout import RolloutStatus
+from osmosis_ai.rollout.client import RolloutClient, _retry_after
+
+LEASE = {
+    "rollout_id": "r1",
+    "status": "queued",
+    "polling_lease_token": "lease-token",
+    "result_wait_timeout_sec": 1.0,
+    "polling_lease_timeout_sec": 5.0,
+}
+DONE = {
+    "rollout_id": "r1",
+    "status": "success",
+    "sample": None,
+    "err_message": None,
+    "err_category": None,
+}
+RUNNING = {**DONE, "status": "running"}
+
+
+class Scripted:
+    """A fake rollout server answering from queues of (status, body, headers)."""
+
+    def __init__(self) -> None:
+        self.admissions: deque[tuple[int, Any, dict[str, str]]] = deque()
+        self.polls: deque[tuple[int, Any, dict[str, str]]] = deque()
+        self.seen: list[dict[str, Any]] = []
+        self.app = Starlette(
+            routes=[
+                Route("/rollout", self.admit, methods=["POST"]),
+                Route("/rollout/{rollout_id}/result", self.poll, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+            ]
+        )
+        self.health_answers: deque[dict[str, Any]] = deque()
+
+    @staticmethod
+    def _answer(item: tuple[int, Any, dict[str, str]]) -> Response:
+        status, body, headers = item
+        return Response(json.dumps(body), status, headers, media_type="application/json")
+
+    async def admit(self, request: Request) -> Response:
+        self.seen.append({"body": await request.json(), "headers": dict(request.headers)})
+        return self._answer(self.admissions.popleft())
+
+    async def poll(self, request: Request) -> Response:
+        self.seen.append({"headers": dict(request.headers)})
+        return self._answer(self.polls.popleft())
+
+    async def health(self, request: Request) -> Response:
+        return self._answer((200, self.health_answers.popleft(), {}))
+
+
+@pytest_asyncio.fixture
+async def scripted() -> AsyncIterator[tuple[Scripted, RolloutClient]]:
+    server = Scripted()
+    async with (
+        running_server(server.app) as running,
+        RolloutClient(url=running.base_url, api_key="server-key") as client,
+    ):
+        yield server, client
+
+
+async def test_429_is_retried_after_retry_after_then_polled_to_completion(
+    scripted: tuple[Scripted, RolloutClient],
+) -> None:
+    server, client = scripted
+    server.admissions.extend([(429, {"detail": "full"}, {"Retry-After": "0.05"}), (202, LEASE, {})])
+    server.polls.extend([(200, RUNNING, {}), (503, {}, {}), (502, {}, {}), (200, DONE, {})])
+    handle = await client.run_rollout([], "http://x", "r1", llm_api_key="k")
+    result = await handle
+    assert result.status is RolloutStatus.SUCCESS and handle.done()
+    assert server.seen[0]["body"]["llm_api_key"] == "k"
+    assert server.seen[0]["headers"]["authorization"] == "Bearer server-key"
+    polls = [s for s in server.seen if "body" not in s]
+    assert {p["headers"]["x-osmosis-rollout-lease"] for p in polls} == {"lease-token"}
+    assert len(polls) == 4
+
+
+async def test_other_admission_statuses_are_protocol_errors(
+    scripted: tuple[Scripted, RolloutClient],
+) -> None:
+    server, client = scripted
+    server.admissions.append((500, {"detail": "boom"}, {}))
+    with pytest.raises(RolloutProtocolError) as info:
+        await client.run_rollout([], "http://x", "r1")
+    assert info.value.status_code == 500 and "boom" in str(info.value)
+
+
+async def test_lease_for_another_id_is_refused(scripted: tuple[Scripted, RolloutClient]) -> None:
+    server, client = scripted
+    server.admissions.append((202, {**LEASE, "rollout_id": "other"}, {}))
+    with pytest.raises(RolloutProtocolError, match="instead of"):
+        await client.run_rollout([], "http://x", "r1")
+
+
+async def test_admission_timeout(scripted: tuple[Scripted, RolloutClient]) -> None:
+    server, client = scripted
+    server.admissions.extend([(429, {}, {"Retry-After": "0.2"})] * 20)
+    client.admission_timeout_sec = 0.5
+    with pytest.raises(RolloutAdmissionTimeoutError) as info:
+        await client.run_rollout([], "http://x", "r1")
+    assert isinstance(info.value, TimeoutError)
+
+
+async def test_unexpected_poll_status_fails_the_handle(
+    scripted: tuple[Scripted, RolloutClient],
+) -> None:
+    server, client = scripted
+    server.admissions.append((202, LEASE, {}))
+    server.polls.append((403, {"detail": "invalid polling lease"}, {}))
+    handle = await client.run_rollout([], "http://x", "r1")
+    with pytest.raises(RolloutProtocolError, match="invalid polling lease"):
+        await handle
+
+
+async def test_retries_stop_at_the_lease_deadline(scripted: tuple[Scripted, RolloutClient]) -> None:
+    server, client = scripted
+    server.admissions.append((202, {**LEASE, "polling_lease_timeout_sec": 1.2}, {}))
+    server.polls.extend([(503, {}, {})] * 50)
+    handle = await client.run_rollout([], "http://x", "r1")
+    with pytest.raises(RolloutProtocolError, match="polling lease ran out"):
+        await handle
+
+
+async def test_wait_idle_detects_a_restart(scripted: tuple[Scripted, RolloutClient]) -> None:
+    server, client = scripted
+    busy = {"process_id": "p1", "lifecycle": {"accepting_rollouts": True, "active_rollouts": 2}}
+    server.health_answers.extend([busy, {**busy, "process_id": "p2"}])
+    with pytest.raises(RolloutProtocolError, match="restarted"):
+        await client.wait_idle(timeout_sec=5, poll_interval_sec=0.01, process_id="p1")
+
+
+async def test_unreachable_server_is_a_protocol_error_without_status() -> None:
+    from osmosis_ai._serving import bind_socket
+
+    probe = bind_socket()
+    port = probe.getsockname()[1]
+    probe.close()
+    async with RolloutClient(url=f"http://127.0.0.1:{port}") as client:
+        with pytest.raises(RolloutProtocolError) as info:
+            await client.health()
+    assert info.value.status_code is None
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [(None, 1.0), ("2", 2.0), ("garbage", 1.0), ("inf", 1.0), ("0", 0.05), ("1000", 60.0)],
+)
+def test_retry_after_is_parsed_and_clamped(header: str | None, seconds: float) -> None:
+    assert _retry_after(header) == seconds
+
+
+def test_constructor_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        RolloutClient(url="http://x", api_key=" ")
+    with pytest.raises(ValueError):
+        RolloutClient(url="http://x", admission_timeout_sec=float("inf"))
