@@ -28,3 +28,4 @@ check:
 bench: install-dev
 	$(BIN)/python benchmarks/core.py
 	$(BIN)/python benchmarks/gateway.py
+	$(BIN)/python benchmarks/server.py

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import os
 from abc import ABC, abstractmethod
@@ -71,12 +70,15 @@ class RolloutProgress:
     """The observable status of one rollout: ``queued`` → ``running`` → ``grading`` → terminal.
 
     No-op changes and any change after a terminal status are ignored, so a late report
-    cannot resurrect a finished rollout.
+    cannot resurrect a finished rollout. Waiting costs one future per waiter and nothing
+    otherwise: a server holds one of these per in-flight rollout.
     """
+
+    __slots__ = ("_status", "_waiters")
 
     def __init__(self, status: RolloutStatus = RolloutStatus.QUEUED) -> None:
         self._status = status
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] | None = None
 
     @property
     def status(self) -> RolloutStatus:
@@ -89,24 +91,40 @@ class RolloutProgress:
         return self._status in TERMINAL_STATUSES
 
     def set_status(self, status: RolloutStatus) -> bool:
-        """Move to ``status``; returns whether anything changed."""
+        """Move to ``status`` and wake every waiter; returns whether anything changed."""
         if status == self._status or self.terminal:
             return False
         self._status = status
-        # Wake every current waiter, then start a fresh event for the next change.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            _wake(waiter)
         return True
 
     async def wait_for_change(self, max_wait_sec: float) -> RolloutStatus:
         """Wait up to ``max_wait_sec`` seconds for a status change; return the status then."""
-        if not self.terminal:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), max_wait_sec)
+        if self.terminal:
+            return self._status
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        timer = loop.call_later(max_wait_sec, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
         return self._status
 
 
-@dataclass(eq=False)
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+@dataclass(eq=False, slots=True)
 class RolloutContext:
     """The ambient state of one rollout, installed by the execution backend.
 
@@ -187,7 +205,7 @@ class RolloutContext:
             self.progress.set_status(status)
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentWorkflowContext(Generic[TConfig]):
     """What ``AgentWorkflow.run()`` receives for one dataset row.
 
@@ -207,7 +225,7 @@ class AgentWorkflowContext(Generic[TConfig]):
     """Per-rollout directory for files; ``None`` when none could be provisioned."""
 
 
-@dataclass
+@dataclass(slots=True)
 class GraderContext:
     """What ``Grader.grade()`` receives: the workflow's sample and the row's label."""
 

@@ -284,8 +284,16 @@ async def _within(
     queued_sec: float,
 ) -> T:
     """Run ``body`` under a deadline that also catches blocked loops and swallowed cancels."""
+    started = time.monotonic()
     try:
-        return await _deadline(body, budget, phase, limit, queued_sec)
+        if budget is None:
+            return await body()
+        async with asyncio.timeout(budget) as deadline:
+            value = await body()
+    except TimeoutError:
+        if budget is not None and deadline.expired():
+            raise _PhaseDeadline(phase, limit, queued_sec) from None
+        raise  # a TimeoutError of the user's own keeps its message
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is None or task.cancelling():
@@ -295,25 +303,6 @@ async def _within(
             f"{phase} raised CancelledError although the rollout was not cancelled "
             "(an awaited task or future inside it was cancelled)"
         ) from None
-
-
-async def _deadline(
-    body: Callable[[], Awaitable[T]],
-    budget: float | None,
-    phase: str,
-    limit: float | None,
-    queued_sec: float,
-) -> T:
-    if budget is None:
-        return await body()
-    started = time.monotonic()
-    try:
-        async with asyncio.timeout(budget) as deadline:
-            value = await body()
-    except TimeoutError:
-        if deadline.expired():
-            raise _PhaseDeadline(phase, limit, queued_sec) from None
-        raise  # a TimeoutError of the user's own keeps its message
     # The body returned although the deadline fired (it swallowed the cancellation), or it
     # never yielded to the loop so the timer could not fire: the deadline was still missed.
     if deadline.expired() or time.monotonic() - started > budget:

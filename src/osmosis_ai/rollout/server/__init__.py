@@ -1,9 +1,9 @@
-"""The rollout server: ``create_rollout_server(backend=...)`` returns its ASGI app."""
+"""The rollout server: ``create_rollout_server(backend=...)`` returns its ASGI app.
 
-from osmosis_ai._extras import import_optional
+Serve the app with any ASGI server, e.g. ``uvicorn.run(app, port=8000)``
+(``pip install 'osmosis-ai[server]'``).
+"""
 
-import_optional("starlette", extra="server", feature="The rollout server")
-
-from osmosis_ai.rollout.server.app import create_rollout_server  # noqa: E402
+from osmosis_ai.rollout.server.app import create_rollout_server
 
 __all__ = ["create_rollout_server"]

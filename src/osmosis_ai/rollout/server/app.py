@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.server._drain import Drainer
@@ -30,11 +27,13 @@ from osmosis_ai.rollout.server._execution import (
     secrets_of,
 )
 from osmosis_ai.rollout.server._http import (
-    BearerAuth,
+    Answer,
     BodyError,
-    json_response,
-    raw_json_response,
-    read_json,
+    HttpRequest,
+    Receive,
+    Scope,
+    Send,
+    json_answer,
 )
 from osmosis_ai.rollout.server._registry import Entry, Registry
 from osmosis_ai.rollout.server._results import encode_status, failure
@@ -51,6 +50,7 @@ __all__ = [
     "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
     "DEFAULT_RESULT_RETENTION_SEC",
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
+    "RolloutServerApp",
     "create_rollout_server",
 ]
 
@@ -63,13 +63,11 @@ DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
+_LEASE_HEADER = POLLING_LEASE_HEADER.lower().encode()
+_RESULT_PREFIX = "/rollout/"
+_RESULT_SUFFIX = "/result"
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
-
-
-def _state(request: Request) -> ServerState:
-    state: ServerState = request.app.state.rollout
-    return state
 
 
 def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
@@ -80,35 +78,33 @@ def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
-async def admit_rollout(request: Request) -> Response:
+async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
     """``POST /rollout``: validate, admit, start executing, answer 202 with a lease."""
-    state = _state(request)
     try:
-        init = RolloutInitRequest.model_validate(await read_json(request))
+        init = RolloutInitRequest.model_validate(await request.json())
     except BodyError as exc:
-        return json_response({"detail": exc.detail}, exc.status)
+        return json_answer({"detail": exc.detail}, exc.status)
     except ValidationError as exc:
-        return json_response({"detail": _validation_detail(exc)}, 422)
+        return json_answer({"detail": _validation_detail(exc)}, 422)
     # No await from here to the task's creation: admission is atomic on the event loop.
     if not state.accepting:
-        return json_response({"detail": "rollout server is shutting down"}, 503)
+        return json_answer({"detail": "rollout server is shutting down"}, 503)
     if not state.backend.has_capacity():
-        return json_response(
+        return json_answer(
             {"detail": "rollout queue is full; retry later"},
             429,
             {"Retry-After": _RETRY_AFTER_SEC},
         )
     if init.rollout_id in state.registry:
-        return json_response({"detail": "rollout_id is already registered"}, 409)
+        return json_answer({"detail": "rollout_id is already registered"}, 409)
     entry, token = state.registry.admit(init)
     task = asyncio.get_running_loop().create_task(
-        tracked(run_rollout(state, entry), state.monitor, entry.rollout_id),
-        name=f"rollout-{entry.rollout_id}",
+        tracked(run_rollout(state, entry), state.monitor, entry.rollout_id)
     )
     entry.task = task
     state.tasks.add(task)
-    task.add_done_callback(lambda done: _task_ended(state, entry, done))
-    return json_response(
+    task.add_done_callback(partial(_task_ended, state, entry))
+    return json_answer(
         {
             "rollout_id": entry.rollout_id,
             "status": RolloutStatus.QUEUED.value,
@@ -149,20 +145,19 @@ def _cancel_execution(state: ServerState, entry: Entry) -> str:
     return answer or "not_found"
 
 
-async def poll_result(request: Request) -> Response:
+async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str) -> Answer:
     """``GET /rollout/{rollout_id}/result``: long poll under the polling lease."""
-    state = _state(request)
-    token = request.headers.get(POLLING_LEASE_HEADER)
+    token = request.header(_LEASE_HEADER)
     if not token:
-        return json_response(
+        return json_answer(
             {"detail": f"missing {POLLING_LEASE_HEADER} header; send the polling_lease_token"},
             422,
         )
-    entry = state.registry.get(request.path_params["rollout_id"])
+    entry = state.registry.get(rollout_id)
     if entry is None:
-        return json_response({"detail": "unknown rollout_id"}, 404)
+        return json_answer({"detail": "unknown rollout_id"}, 404)
     if not entry.holds_lease(token):
-        return json_response({"detail": "invalid polling lease"}, 403)
+        return json_answer({"detail": "invalid polling lease"}, 403)
     if not entry.finished:
         if entry.lease_deadline <= time.monotonic():
             _expire(state, entry)
@@ -172,39 +167,38 @@ async def poll_result(request: Request) -> Response:
                 await entry.progress.wait_for_change(state.result_wait_timeout_sec)
     if entry.result_body is not None:
         entry.delivered = True
-        return raw_json_response(entry.result_body)
+        return Answer(entry.result_body)
     entry.reported = entry.progress.status
-    return raw_json_response(encode_status(entry.rollout_id, entry.reported))
+    return Answer(encode_status(entry.rollout_id, entry.reported))
 
 
-async def cancel_rollouts(request: Request) -> Response:
+async def cancel_rollouts(state: ServerState, request: HttpRequest) -> Answer:
     """``POST /rollout/cancel``: cancel by ids, prefix or all; answer a disposition per id."""
-    state = _state(request)
     try:
-        selector = CancelRolloutsRequest.model_validate(await read_json(request))
+        selector = CancelRolloutsRequest.model_validate(await request.json())
     except BodyError as exc:
-        return json_response({"detail": exc.detail}, exc.status)
+        return json_answer({"detail": exc.detail}, exc.status)
     except ValidationError as exc:
-        return json_response({"detail": _validation_detail(exc)}, 422)
+        return json_answer({"detail": _validation_detail(exc)}, 422)
     dispositions: dict[str, str] = {}
     for rollout_id in state.registry.select(selector.ids, selector.prefix, selector.all):
         entry = state.registry.get(rollout_id)
-        if entry is None or entry.finished:
-            dispositions[rollout_id] = entry.disposition or "not_found" if entry else "not_found"
+        if entry is None:
+            dispositions[rollout_id] = "not_found"
             continue
-        if entry.disposition is None:
+        if entry.disposition is None and not entry.finished:
             queued = entry.progress.status == RolloutStatus.QUEUED
             answer = _cancel_execution(state, entry)
             if answer not in ("cancelled_queued", "cancelled_running"):
                 answer = "cancelled_queued" if queued else "cancelled_running"
             entry.disposition = answer  # type: ignore[assignment]
         dispositions[rollout_id] = entry.disposition or "not_found"
-    return json_response({"dispositions": dispositions})
+    return json_answer({"dispositions": dispositions})
 
 
-async def health(request: Request) -> Response:
+async def health(state: ServerState, request: HttpRequest) -> Answer:
     """``GET /health``: backend capacity, identity, lifecycle and event-loop lag."""
-    return json_response(_state(request).health())
+    return json_answer(state.health())
 
 
 async def _sweep(state: ServerState, interval_sec: float) -> None:
@@ -218,19 +212,19 @@ async def _sweep(state: ServerState, interval_sec: float) -> None:
 
 
 @asynccontextmanager
-async def _lifespan(app: Starlette) -> AsyncIterator[Any]:
-    state: ServerState = app.state.rollout
+async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
+    """The server's lifetime, inside the user's lifespan so their resources outlive draining."""
+    state = app.state.rollout
     user = state.user_lifespan(app) if state.user_lifespan else contextlib.nullcontext()
-    async with user as user_state:
+    async with user:
         drainer = Drainer(state)
         drainer.install()
         state.monitor.start()
         interval = min(1.0, state.registry.lease_timeout_sec / 4)
         sweeper = asyncio.get_running_loop().create_task(_sweep(state, interval))
         try:
-            yield user_state
+            yield
         finally:
-            # Draining happens inside the user's lifespan, so their resources still exist.
             await drainer.drain(deliver=False)
             try:
                 await state.backend.shutdown()
@@ -240,6 +234,76 @@ async def _lifespan(app: Starlette) -> AsyncIterator[Any]:
                 drainer.uninstall()
                 if state.http_session is not None:
                     await state.http_session.close()
+
+
+Handler = Callable[[ServerState, HttpRequest], Awaitable[Answer]]
+_ROUTES: dict[str, dict[str, Handler]] = {
+    "/rollout": {"POST": admit_rollout},
+    "/rollout/cancel": {"POST": cancel_rollouts},
+    "/health": {"GET": health},
+}
+
+
+class _AppState:
+    """``app.state``: where the server keeps its `ServerState` (``app.state.rollout``)."""
+
+    def __init__(self, rollout: ServerState) -> None:
+        self.rollout = rollout
+
+
+class RolloutServerApp:
+    """The rollout server's ASGI application (returned by `create_rollout_server`)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = _AppState(state)
+        self._auth = f"Bearer {state.api_key}".encode() if state.api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            answer = await self._dispatch(HttpRequest(scope, receive))
+            await answer.send(send)
+
+    async def _dispatch(self, request: HttpRequest) -> Answer:
+        state = self.state.rollout
+        if self._auth is not None:
+            presented = request.header(b"authorization") or ""
+            if not hmac.compare_digest(presented.encode("latin-1"), self._auth):
+                return json_answer({"detail": "unauthorized"}, 401)
+        path = request.path
+        methods = _ROUTES.get(path)
+        if methods is not None:
+            handler = methods.get(request.method)
+            if handler is None:
+                return json_answer({"detail": "Method Not Allowed"}, 405)
+            return await handler(state, request)
+        if path.startswith(_RESULT_PREFIX) and path.endswith(_RESULT_SUFFIX):
+            rollout_id = path[len(_RESULT_PREFIX) : -len(_RESULT_SUFFIX)]
+            if rollout_id and "/" not in rollout_id:
+                if request.method != "GET":
+                    return json_answer({"detail": "Method Not Allowed"}, 405)
+                return await poll_result(state, request, rollout_id)
+        return json_answer({"detail": "Not Found"}, 404)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        running = _running(self)
+        try:
+            await running.__aenter__()
+        except Exception as exc:
+            logger.exception("rollout server startup failed")
+            await send({"type": "lifespan.startup.failed", "message": type(exc).__name__})
+            return
+        await send({"type": "lifespan.startup.complete"})
+        await receive()  # lifespan.shutdown
+        try:
+            await running.__aexit__(None, None, None)
+        except Exception as exc:
+            logger.exception("rollout server shutdown failed")
+            await send({"type": "lifespan.shutdown.failed", "message": type(exc).__name__})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
 
 
 def _positive(name: str, value: float) -> float:
@@ -261,7 +325,7 @@ def create_rollout_server(
     artifact_root: Path | str | None = None,
     report_provider: ReportProvider | None = None,
     block_threshold_sec: float = 0.5,
-) -> ASGIApp:
+) -> RolloutServerApp:
     """An ASGI app serving ``backend`` over the polling-lease rollout protocol.
 
     Endpoints: ``POST /rollout`` (202 with a lease; 409 for a retained id; 429 with
@@ -325,14 +389,4 @@ def create_rollout_server(
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
     )
-    app = Starlette(
-        routes=[
-            Route("/rollout", admit_rollout, methods=["POST"]),
-            Route("/rollout/cancel", cancel_rollouts, methods=["POST"]),
-            Route("/rollout/{rollout_id}/result", poll_result, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-        ],
-        lifespan=_lifespan,
-    )
-    app.state.rollout = state
-    return BearerAuth(app, api_key) if api_key else app
+    return RolloutServerApp(state)
