@@ -7,11 +7,12 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from osmosis_ai._extras import import_optional
 
-__all__ = ["RunningServer", "bind_socket", "running_server"]
+__all__ = ["RunningServer", "ServedApp", "bind_socket", "running_server"]
 
 _STARTUP_TIMEOUT_SEC = 60.0
 
@@ -88,3 +89,37 @@ async def running_server(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         sock.close()
+
+
+class ServedApp:
+    """Base of objects that serve an ASGI ``app`` while used as an async context manager."""
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._server: RunningServer | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    @property
+    def served_url(self) -> str:
+        """``http://host:port`` while serving."""
+        if self._server is None:
+            name = type(self).__name__
+            raise RuntimeError(f"{name} is not running; use it as 'async with {name}(...)'")
+        return self._server.base_url
+
+    async def __aenter__(self) -> Self:
+        self._server = await self._stack.enter_async_context(
+            running_server(self.app, host=self.host, port=self.port)
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+        self._server = None

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 from collections.abc import Iterable
-from types import TracebackType
 from urllib.parse import quote
 
-from osmosis_ai._serving import RunningServer, running_server
+from osmosis_ai._serving import ServedApp
 from osmosis_ai.gateway.app import create_gateway_app
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecords
@@ -16,7 +14,7 @@ from osmosis_ai.gateway.records import CallRecords
 __all__ = ["Gateway"]
 
 
-class Gateway:
+class Gateway(ServedApp):
     """Runs the gateway for ``policy`` on ``host:port`` (port 0 picks a free one).
 
     Use it as an async context manager; inside, ``base_url`` is the gateway's address and
@@ -43,20 +41,13 @@ class Gateway:
         self.policy = policy
         self.token = token or _new_token()
         self.records = records if records is not None else CallRecords()
-        self.app = create_gateway_app(
-            policy, token=self.token, records=self.records, secrets=secrets
-        )
-        self.host = host
-        self.port = port
-        self._server: RunningServer | None = None
-        self._stack = contextlib.AsyncExitStack()
+        app = create_gateway_app(policy, token=self.token, records=self.records, secrets=secrets)
+        super().__init__(app, host=host, port=port)
 
     @property
     def base_url(self) -> str:
         """``http://host:port`` of the running gateway."""
-        if self._server is None:
-            raise RuntimeError("the gateway is not running; use it as 'async with Gateway(...)'")
-        return self._server.base_url
+        return self.served_url
 
     def chat_completions_url(self, rollout_id: str) -> str:
         """The OpenAI base URL of one rollout (clients append ``/chat/completions``)."""
@@ -65,21 +56,6 @@ class Gateway:
     def trajectory_report_url(self, rollout_id: str) -> str:
         """Where a rollout server fetches the rollout's per-call metrics (same bearer)."""
         return f"{self.chat_completions_url(rollout_id)}/trajectory-report"
-
-    async def __aenter__(self) -> Gateway:
-        self._server = await self._stack.enter_async_context(
-            running_server(self.app, host=self.host, port=self.port)
-        )
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stack.aclose()
-        self._server = None
 
 
 def _new_token() -> str:

@@ -8,17 +8,15 @@ queue is empty it echoes the last user message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai._serving import RunningServer, running_server
+from osmosis_ai._serving import ServedApp
 
 __all__ = ["ChatStub", "StubFailure", "StubReply"]
 
@@ -48,7 +46,7 @@ class StubFailure:
 Behaviour = StubReply | StubFailure
 
 
-class ChatStub:
+class ChatStub(ServedApp):
     """A scripted OpenAI-compatible server at ``base_url`` (``http://127.0.0.1:<port>/v1``).
 
     Attributes:
@@ -59,12 +57,12 @@ class ChatStub:
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self._script: deque[Behaviour] = deque()
-        self._server: RunningServer | None = None
-        self._stack = contextlib.AsyncExitStack()
         starlette = import_optional("starlette.applications", extra="server", feature="ChatStub")
         routing = import_optional("starlette.routing", extra="server", feature="ChatStub")
-        self.app = starlette.Starlette(
-            routes=[routing.Route("/v1/chat/completions", self._handle, methods=["POST"])]
+        super().__init__(
+            starlette.Starlette(
+                routes=[routing.Route("/v1/chat/completions", self._handle, methods=["POST"])]
+            )
         )
 
     def push(self, *behaviours: Behaviour) -> None:
@@ -74,22 +72,7 @@ class ChatStub:
     @property
     def base_url(self) -> str:
         """The OpenAI base URL of the running stub."""
-        if self._server is None:
-            raise RuntimeError("the stub is not running; use 'async with ChatStub()'")
-        return f"{self._server.base_url}/v1"
-
-    async def __aenter__(self) -> ChatStub:
-        self._server = await self._stack.enter_async_context(running_server(self.app))
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stack.aclose()
-        self._server = None
+        return f"{self.served_url}/v1"
 
     def _next(self, body: dict[str, Any]) -> Behaviour:
         if self._script:

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.server._drain import Drainer
@@ -68,6 +68,7 @@ _RESULT_PREFIX = "/rollout/"
 _RESULT_SUFFIX = "/result"
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
+M = TypeVar("M", bound=BaseModel)
 
 
 def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
@@ -78,14 +79,21 @@ def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
-async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
-    """``POST /rollout``: validate, admit, start executing, answer 202 with a lease."""
+async def _body(request: HttpRequest, model: type[M]) -> M | Answer:
+    """The body validated as ``model``, or the 4xx answer explaining why it is not one."""
     try:
-        init = RolloutInitRequest.model_validate(await request.json())
+        return model.model_validate(await request.json())
     except BodyError as exc:
         return json_answer({"detail": exc.detail}, exc.status)
     except ValidationError as exc:
         return json_answer({"detail": _validation_detail(exc)}, 422)
+
+
+async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
+    """``POST /rollout``: validate, admit, start executing, answer 202 with a lease."""
+    init = await _body(request, RolloutInitRequest)
+    if isinstance(init, Answer):
+        return init
     # No await from here to the task's creation: admission is atomic on the event loop.
     if not state.accepting:
         return json_answer({"detail": "rollout server is shutting down"}, 503)
@@ -174,12 +182,9 @@ async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str)
 
 async def cancel_rollouts(state: ServerState, request: HttpRequest) -> Answer:
     """``POST /rollout/cancel``: cancel by ids, prefix or all; answer a disposition per id."""
-    try:
-        selector = CancelRolloutsRequest.model_validate(await request.json())
-    except BodyError as exc:
-        return json_answer({"detail": exc.detail}, exc.status)
-    except ValidationError as exc:
-        return json_answer({"detail": _validation_detail(exc)}, 422)
+    selector = await _body(request, CancelRolloutsRequest)
+    if isinstance(selector, Answer):
+        return selector
     dispositions: dict[str, str] = {}
     for rollout_id in state.registry.select(selector.ids, selector.prefix, selector.all):
         entry = state.registry.get(rollout_id)
