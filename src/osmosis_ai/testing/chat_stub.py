@@ -53,8 +53,10 @@ class ChatStub(ServedApp):
         requests: Every request received, as ``{"body": ..., "headers": ...}``.
     """
 
-    def __init__(self, *, model: str = "stub-model") -> None:
+    def __init__(self, *, model: str = "stub-model", delay_sec: float = 0.0) -> None:
         self.model = model
+        self.delay_sec = delay_sec
+        """Delay of the default (echo) answer; change it at any time."""
         self.requests: list[dict[str, Any]] = []
         self._script: deque[Behaviour] = deque()
         starlette = import_optional("starlette.applications", extra="server", feature="ChatStub")
@@ -85,7 +87,7 @@ class ChatStub(ServedApp):
             ),
             "",
         )
-        return StubReply(content=f"echo: {last}")
+        return StubReply(content=f"echo: {last}", delay_sec=self.delay_sec)
 
     async def _handle(self, request: Any) -> Any:
         responses = import_optional("starlette.responses", extra="server", feature="ChatStub")

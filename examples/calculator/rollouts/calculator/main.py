@@ -1,0 +1,140 @@
+"""Calculator rollout: the model answers arithmetic questions, with a calculator tool.
+
+The workflow talks to the rollout's OpenAI-compatible endpoint with plain HTTP, so it runs
+unchanged under local evaluation and under training. The grader compares the last number of
+the final answer with the dataset's ground truth.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import os
+import re
+from typing import Any
+
+import httpx
+
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    Grader,
+    GraderContext,
+    LocalBackend,
+    get_rollout_context,
+)
+from osmosis_ai.rollout.server import create_rollout_server
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression such as 17*23 or (4+5)/3.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def calculate(expression: str) -> str:
+    """Evaluate +, -, *, / and parentheses over numbers; anything else is an error string."""
+
+    def evaluate(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return evaluate(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.operand))
+        raise ValueError("only numbers and + - * / ( ) are allowed")
+
+    try:
+        value = evaluate(ast.parse(expression.strip(), mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError) as exc:
+        return f"error: {exc}"
+    return str(int(value)) if value.is_integer() else f"{value:.6g}"
+
+
+class CalculatorConfig(AgentWorkflowConfig):
+    name: str = "calculator"
+    max_turns: int = 3
+    temperature: float = 0.0
+    max_tokens: int = 96
+
+
+class CalculatorWorkflow(AgentWorkflow[CalculatorConfig]):
+    async def run(self, ctx: AgentWorkflowContext[CalculatorConfig]) -> list[dict[str, Any]]:
+        config = ctx.config or CalculatorConfig()
+        rollout = get_rollout_context()
+        assert rollout is not None, "run() is called inside a rollout context"
+        messages = list(ctx.prompt)
+        headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
+        async with httpx.AsyncClient(timeout=300) as http:
+            for _ in range(config.max_turns):
+                response = await http.post(
+                    f"{rollout.chat_completions_url}/chat/completions",
+                    json={
+                        "model": "policy",
+                        "messages": messages,
+                        "tools": [CALCULATOR],
+                        "temperature": config.temperature,
+                        "max_tokens": config.max_tokens,
+                    },
+                    headers=headers,
+                )
+                response.raise_for_status()
+                message = response.json()["choices"][0]["message"]
+                messages.append(message)
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    break
+                for call in calls:
+                    arguments = json.loads(call["function"]["arguments"] or "{}")
+                    result = calculate(str(arguments.get("expression", "")))
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        return messages
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+class ExactAnswer(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        final = next(
+            (
+                m.get("content") or ""
+                for m in reversed(ctx.sample.messages)
+                if m.get("role") == "assistant"
+            ),
+            "",
+        )
+        numbers = _NUMBER.findall(final)
+        ctx.set_reward(1.0 if numbers and float(numbers[-1]) == float(ctx.label or "nan") else 0.0)
+
+
+calculator_config = CalculatorConfig()
+backend = LocalBackend(
+    workflow=CalculatorWorkflow, workflow_config=calculator_config, grader=ExactAnswer
+)
+app = create_rollout_server(backend=backend)
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000")))

@@ -1,0 +1,159 @@
+"""``osmosis eval run``: evaluate a rollout over a dataset, locally, resumably."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._logging import configure_logging
+
+__all__ = ["eval_app"]
+
+eval_app = typer.Typer(help="Evaluate rollouts locally.", no_args_is_help=True)
+
+
+def _render_results(outcome: Any, console: Any) -> None:
+    from rich.table import Table
+
+    summary = outcome.metrics.get("summary", {})
+    table = Table(title=f"osmosis eval — {outcome.run_name}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("work items", f"{summary.get('total_samples', 0)} of {outcome.total}")
+    table.add_row("passed", str(summary.get("passed", 0)))
+    table.add_row("failed", str(summary.get("failed", 0)))
+    table.add_row("skipped", str(summary.get("skipped", 0)))
+    table.add_row(
+        "pass rate", f"{summary.get('pass_rate', 0):.1%} (reward ≥ {summary.get('pass_threshold')})"
+    )
+    stats = summary.get("reward_stats")
+    if stats:
+        table.add_row(
+            "reward mean / median / std",
+            f"{stats['mean']:.3f} / {stats['median']:.3f} / {stats['std']:.3f}",
+        )
+        table.add_row("reward min / max", f"{stats['min']:.3f} / {stats['max']:.3f}")
+    for point in summary.get("pass_at_k") or []:
+        table.add_row(f"pass@{point['k']}", f"{point['value']:.3f}")
+    table.add_row("tokens", f"{summary.get('tokens_used', 0):,}")
+    console.print(table)
+    for row in outcome.failed_rows[:20]:
+        console.print(
+            f"  row {row['row_index']} run {row['run_index']}: error_type={row['error_type']} "
+            f"-> {row['rollout_dir']}"
+        )
+    console.print(f"results in {outcome.run_dir}")
+
+
+@eval_app.command("run")
+def run_command(
+    config: Path = typer.Argument(..., help="Eval config, e.g. configs/eval/calculator.toml."),
+    name: str | None = typer.Option(None, "--name", help="Run name; re-running a name resumes it."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output root."),
+    dataset_file: Path | None = typer.Option(
+        None, "--dataset-file", help="Dataset to use instead."
+    ),
+    rows: str | None = typer.Option(None, "--rows", help="Source rows, e.g. 3,7,10-20."),
+    n: int | None = typer.Option(None, "--n", min=1, help="Runs per row (overrides the config)."),
+    max_in_flight: int | None = typer.Option(None, "--max-in-flight", min=1, help="Concurrency."),
+    fresh: bool = typer.Option(False, "--fresh", help="Archive earlier results and start over."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run failed items too."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before paid model calls."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+    verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
+) -> None:
+    """Run the rollout over the dataset against the model, then print the results table."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from osmosis_ai.errors import OsmosisError
+    from osmosis_ai.eval.runner import EvalOptions, run_eval
+
+    if verbose:
+        configure_logging()
+    console = Console(stderr=as_json, soft_wrap=True)
+    options = EvalOptions(
+        config_path=config,
+        name=name,
+        output=output,
+        dataset_file=dataset_file,
+        rows=rows,
+        n=n,
+        max_in_flight=max_in_flight,
+        fresh=fresh,
+        retry_failed=retry_failed,
+    )
+    del yes  # local runs ask nothing; kept for compatibility with the reference CLI
+    interactive = console.is_terminal and not as_json
+    counts = {"passed": 0, "failed": 0}
+    started = time.monotonic()
+    progress = Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not interactive,
+    )
+    task_id = progress.add_task("rollouts", total=None, stats="")
+
+    def on_item(record: Any, done: int, total: int) -> None:
+        if record.status == "failed":
+            counts["failed"] += 1
+        elif record.reward is not None and record.reward >= 1.0:
+            counts["passed"] += 1
+        rate = done / max(time.monotonic() - started, 1e-9)
+        stats = f"pass {counts['passed']} · failed {counts['failed']} · {rate:.1f}/s"
+        if interactive:
+            progress.update(task_id, completed=done, total=total, stats=stats)
+        elif not as_json:
+            console.print(
+                f"[{done}/{total}] row {record.row_index} run {record.run_index}: "
+                f"{record.status} reward={record.reward} {record.error_type or ''}".rstrip()
+            )
+
+    def on_message(text: str) -> None:
+        if not as_json:
+            console.print(f"→ {text}")
+
+    try:
+        with progress:
+            outcome = run(run_eval(options, on_item=on_item, on_message=on_message))
+    except KeyboardInterrupt:
+        console.print("interrupted: in-flight items stay pending; run the same command to resume")
+        raise typer.Exit(130) from None
+    except OsmosisError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        payload = {
+            "run_name": outcome.run_name,
+            "output_path": str(outcome.run_dir),
+            "total_work_items": outcome.total,
+            "dispatched": outcome.dispatched,
+            "resumed": outcome.resumed,
+            "complete": outcome.complete,
+            "halted": outcome.halted,
+            "metrics": outcome.metrics,
+            "failed_rows": outcome.failed_rows,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        _render_results(outcome, console)
+        if outcome.halted:
+            console.print(f"[yellow]stopped early:[/yellow] {outcome.halted}; re-run to resume")
+    if not outcome.complete:
+        raise typer.Exit(1)

@@ -1,0 +1,48 @@
+"""``osmosis rollout init`` and ``osmosis rollout validate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["rollout_app"]
+
+rollout_app = typer.Typer(help="Create and check rollouts.", no_args_is_help=True)
+
+
+@rollout_app.command("init")
+def init_command(
+    name: str = typer.Argument(..., help="Rollout name (rollouts/<name>/)."),
+    workspace: Path = typer.Option(Path("."), "--workspace", help="Workspace root."),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing scaffold files."),
+) -> None:
+    """Scaffold a runnable rollout, its eval config and a 10-row dataset."""
+    from osmosis_ai.errors import OsmosisError
+    from osmosis_ai.eval.scaffold import scaffold_rollout
+
+    try:
+        written = scaffold_rollout(workspace, name, force=force)
+    except OsmosisError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"next: osmosis eval run {workspace / 'configs' / 'eval' / (name + '.toml')}")
+
+
+@rollout_app.command("validate")
+def validate_command(
+    rollout_dir: Path = typer.Argument(..., help="The rollout directory (rollouts/<name>)."),
+    entrypoint: str = typer.Option("main.py", "--entrypoint", help="Entry point file."),
+) -> None:
+    """Import the entry point once and report import-time errors."""
+    from osmosis_ai.eval.scaffold import validate_entrypoint
+
+    ok, output = validate_entrypoint(rollout_dir, entrypoint)
+    if output:
+        typer.echo(output, err=not ok)
+    if not ok:
+        typer.echo(f"invalid: importing {rollout_dir / entrypoint} failed", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {rollout_dir / entrypoint} imports cleanly")

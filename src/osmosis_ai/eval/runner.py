@@ -1,0 +1,387 @@
+"""``run_eval``: the controller role for a dataset, over the real protocol, resumable.
+
+It starts the model gateway in this process and the user's rollout server as a child
+process, drives one rollout per (row, run) with ``RolloutClient``, journals every received
+result durably before counting it, and rebuilds the run's projections from the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai.errors import ConfigError, RolloutProtocolError
+from osmosis_ai.eval.config import EvalConfig, load_eval_config
+from osmosis_ai.eval.datasets import Dataset, DatasetItem, load_dataset
+from osmosis_ai.eval.journal import Journal, JournalRecord, pending_items
+from osmosis_ai.eval.projections import write_projections
+from osmosis_ai.eval.run_dir import canonical_digest, open_run_dir, run_lock, run_log, source_digest
+from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
+from osmosis_ai.gateway import Gateway, build_policy, preflight
+from osmosis_ai.rollout.client import RolloutClient
+from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.trajectory.redact import Redactor
+
+__all__ = ["EvalOptions", "EvalOutcome", "run_eval"]
+
+_ROLLOUT_PROTOCOL = "0.4"
+_ITEM_SLACK_SEC = 60.0
+_DEFAULT_CONCURRENCY = 4
+
+Item = tuple[int, int]  # (row_index, run_index)
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What ``osmosis eval run`` was asked to do."""
+
+    config_path: Path
+    name: str | None = None
+    output: Path | None = None
+    dataset_file: Path | None = None
+    rows: str | None = None
+    n: int | None = None
+    max_in_flight: int | None = None
+    fresh: bool = False
+    retry_failed: bool = False
+    policy_api_key: str | None = None
+
+
+@dataclass
+class EvalOutcome:
+    """How a run ended."""
+
+    run_name: str
+    run_dir: Path
+    total: int
+    resumed: int
+    dispatched: int = 0
+    complete: bool = False
+    halted: str | None = None
+    """Why dispatching stopped early (remaining items stay pending), if it did."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    failed_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Called once per finished item: (record, done_count, total_count).
+ItemCallback = Callable[[JournalRecord, int, int], None]
+
+
+def _inputs(config: EvalConfig, dataset: Dataset, n: int) -> dict[str, Any]:
+    return {
+        "model_path": config.experiment.model_path,
+        "dataset": {
+            "sha256": dataset.sha256,
+            "selected_source_rows": dataset.selected_source_rows,
+        },
+        "n": n,
+        "rollout": {
+            "name": config.experiment.rollout,
+            "entrypoint": config.experiment.entrypoint,
+            "source_digest": source_digest(config.rollout_dir),
+        },
+        "env": dict(sorted(config.env.items())),
+        "secret_names": sorted(config.secrets),
+        "timeouts": {
+            "agent_timeout_sec": config.evaluation.agent_timeout_sec,
+            "grader_timeout_sec": config.evaluation.grader_timeout_sec,
+        },
+        "versions": {
+            "rollout_protocol": _ROLLOUT_PROTOCOL,
+            "dataset_normalization": 1,
+            "state_schema": 1,
+        },
+    }
+
+
+def _secret_values(config: EvalConfig) -> dict[str, str]:
+    missing = [name for name in config.secrets if not os.environ.get(name)]
+    if missing:
+        raise ConfigError(
+            f"[secrets] requires {', '.join(missing)}; set them in the environment first"
+        )
+    return {name: os.environ[name] for name in config.secrets}
+
+
+async def run_eval(
+    options: EvalOptions,
+    *,
+    on_item: ItemCallback | None = None,
+    on_message: Callable[[str], None] | None = None,
+) -> EvalOutcome:
+    """Run (or resume) an evaluation; returns how it ended.
+
+    Items already journaled are not run again. A dead rollout server, an unreachable model
+    or a fatal model preflight stops dispatching and leaves the remaining items pending;
+    Ctrl-C (cancellation) does the same, then re-raises.
+
+    Raises:
+        ConfigError: Bad config, dataset, rows, secrets, or a run with other inputs.
+        RunLockedError: Another runner holds the run.
+    """
+    say = on_message or (lambda text: None)
+    config = load_eval_config(options.config_path)
+    dataset = load_dataset(
+        options.dataset_file or config.experiment.dataset,
+        rows=options.rows,
+        limit=config.evaluation.limit,
+    )
+    n = options.n or config.evaluation.n
+    inputs = _inputs(config, dataset, n)
+    run_name = options.name or f"{options.config_path.stem}-{canonical_digest(inputs)[:8]}"
+    output_root = (options.output or config.workspace / ".osmosis" / "evals").resolve()
+    run_dir = output_root / run_name
+    with run_lock(output_root, run_name):
+        manifest = open_run_dir(run_dir, inputs, fresh=options.fresh)
+        journal = Journal(run_dir / "events.jsonl")
+        journal.open()
+        records = journal.replay()
+        items = [(item.row_index, run) for item in dataset.items for run in range(n)]
+        pending = pending_items(items, records, retry_failed=options.retry_failed)
+        resumed = {key for key in records if key not in pending}
+        outcome = EvalOutcome(run_name, run_dir, total=len(items), resumed=len(resumed))
+        secrets = _secret_values(config)
+        say(f"run {run_name}: {len(items)} work items, {len(pending)} to run, output {run_dir}")
+        try:
+            if pending:
+                await _dispatch(
+                    config,
+                    dataset,
+                    pending,
+                    records,
+                    journal,
+                    secrets,
+                    options,
+                    outcome,
+                    on_item,
+                    say,
+                )
+        finally:
+            finished = await asyncio.to_thread(
+                write_projections,
+                run_dir,
+                manifest=manifest,
+                records=journal.replay(),
+                items=items,
+                dataset=dataset,
+                resumed_keys=resumed,
+                pass_threshold=config.evaluation.pass_threshold,
+                model_name=config.experiment.model_path,
+                rollout_name=config.experiment.rollout,
+            )
+            outcome.metrics = finished.metrics
+            outcome.failed_rows = finished.failed_rows
+            outcome.complete = finished.complete
+    return outcome
+
+
+async def _dispatch(
+    config: EvalConfig,
+    dataset: Dataset,
+    pending: list[Item],
+    records: dict[Item, JournalRecord],
+    journal: Journal,
+    secrets: dict[str, str],
+    options: EvalOptions,
+    outcome: EvalOutcome,
+    on_item: ItemCallback | None,
+    say: Callable[[str], None],
+) -> None:
+    by_row = {item.row_index: item for item in dataset.items}
+    policy = build_policy(config.experiment.model_path, api_key=options.policy_api_key)
+    async with Gateway(policy, secrets=secrets.values()) as gateway:
+        redactor = Redactor((gateway.token, *secrets.values(), *policy.secrets()))
+        with run_log(outcome.run_dir / "logs.txt", redactor) as log:
+            say(f"checking model {config.experiment.model_path}")
+            check = await preflight(policy)
+            log.info("model preflight: %s", check.message, extra={"step": "preflight"})
+            if check.fatal:
+                outcome.halted = f"model preflight failed: {check.message}"
+                return
+            server = RolloutServerProcess(
+                rollout_dir=config.rollout_dir,
+                entrypoint=config.experiment.entrypoint,
+                env={**config.env, **secrets},
+                artifact_root=outcome.run_dir / "rollout_trials",
+                log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
+            )
+            say(f"starting rollout server ({config.experiment.entrypoint})")
+            try:
+                try:
+                    url = await server.start()
+                except RolloutServerError as exc:
+                    outcome.halted = str(exc)
+                    return
+                async with RolloutClient(url=url) as client:
+                    capacity = (await client.health()).get("concurrency", {}).get("max_concurrent")
+                    concurrency = (
+                        options.max_in_flight
+                        or config.evaluation.batch_size
+                        or capacity
+                        or _DEFAULT_CONCURRENCY
+                    )
+                    if capacity:
+                        concurrency = min(concurrency, capacity)
+                    say(f"running {len(pending)} work items, up to {concurrency} in flight")
+                    await _work(
+                        client,
+                        gateway,
+                        server,
+                        config,
+                        by_row,
+                        pending,
+                        journal,
+                        outcome,
+                        concurrency,
+                        len(records),
+                        on_item,
+                        log,
+                    )
+            finally:
+                await server.stop()
+
+
+async def _work(
+    client: RolloutClient,
+    gateway: Gateway,
+    server: RolloutServerProcess,
+    config: EvalConfig,
+    by_row: dict[int, DatasetItem],
+    pending: list[Item],
+    journal: Journal,
+    outcome: EvalOutcome,
+    concurrency: int,
+    already_done: int,
+    on_item: ItemCallback | None,
+    log: logging.Logger,
+) -> None:
+    queue: asyncio.Queue[Item] = asyncio.Queue()
+    for item in pending:
+        queue.put_nowait(item)
+    done = already_done
+    agent = config.evaluation.agent_timeout_sec
+    grader = config.evaluation.grader_timeout_sec
+    item_deadline = max(agent or 0, 0) + max(grader or 0, 0) + _ITEM_SLACK_SEC
+
+    async def run_item(row_index: int, run_index: int) -> JournalRecord | None:
+        item = by_row[row_index]
+        rollout_id = uuid.uuid4().hex
+        started = time.monotonic()
+        try:
+            handle = await client.run_rollout(
+                item.prompt,
+                gateway.chat_completions_url(rollout_id),
+                rollout_id,
+                llm_api_key=gateway.token,
+                label=item.label,
+                metadata=item.metadata,
+                agent_timeout_sec=agent,
+                grader_timeout_sec=grader,
+                extra_fields={
+                    "row_index": row_index,
+                    "run_index": run_index,
+                    "trajectory_report_url": gateway.trajectory_report_url(rollout_id),
+                },
+            )
+        except RolloutProtocolError as exc:
+            if exc.status_code is not None and 400 <= exc.status_code < 500:
+                return _record(
+                    item,
+                    run_index,
+                    rollout_id,
+                    started,
+                    "failed",
+                    error_type="rollout_protocol_error",
+                )
+            raise
+        try:
+            async with asyncio.timeout(item_deadline):
+                result = await handle
+        except TimeoutError:
+            with contextlib.suppress(RolloutProtocolError):
+                await handle.cancel()
+            return _record(item, run_index, rollout_id, started, "failed", error_type="timeout")
+        calls = gateway.records.calls(rollout_id)
+        gateway.records.release(rollout_id)
+        tokens = sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls)
+        if result.status is not RolloutStatus.SUCCESS:
+            error = (result.err_category.value if result.err_category else None) or "rollout_failed"
+            return _record(
+                item, run_index, rollout_id, started, "failed", tokens=tokens, error_type=error
+            )
+        sample = result.sample
+        if sample is not None and sample.remove_sample:
+            return _record(item, run_index, rollout_id, started, "skipped", tokens=tokens)
+        reward = sample.reward if sample is not None else None
+        return _record(
+            item, run_index, rollout_id, started, "success", tokens=tokens, reward=reward
+        )
+
+    async def worker() -> None:
+        nonlocal done
+        while not queue.empty():
+            row_index, run_index = queue.get_nowait()
+            record = await run_item(row_index, run_index)
+            if record is None:
+                continue
+            await journal.append_async(record)  # durable before it counts
+            outcome.dispatched += 1
+            done += 1
+            log.info(
+                "row %d run %d: %s", row_index, run_index, record.status, extra={"step": "rollout"}
+            )
+            if on_item is not None:
+                on_item(record, done, outcome.total)
+
+    workers = {asyncio.create_task(worker()) for _ in range(min(concurrency, len(pending)))}
+    server_exit = asyncio.create_task(server.wait())
+    try:
+        remaining = set(workers)
+        while remaining and outcome.halted is None:
+            finished, _ = await asyncio.wait(
+                {*remaining, server_exit}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if server_exit in finished:
+                outcome.halted = f"the rollout server exited with status {server_exit.result()}"
+            for task in finished - {server_exit}:
+                remaining.discard(task)
+                if task.exception() is not None and outcome.halted is None:
+                    outcome.halted = f"dispatch stopped: {task.exception()}"
+        if outcome.halted:
+            log.error("%s", outcome.halted, extra={"step": "dispatch"})
+    finally:
+        for task in [*workers, server_exit]:
+            task.cancel()
+        await asyncio.gather(*workers, server_exit, return_exceptions=True)
+
+
+def _record(
+    item: DatasetItem,
+    run_index: int,
+    rollout_id: str,
+    started: float,
+    status: str,
+    *,
+    tokens: int | None = None,
+    reward: float | None = None,
+    error_type: str | None = None,
+) -> JournalRecord:
+    return JournalRecord(
+        row_index=item.row_index,
+        run_index=run_index,
+        rollout_id=rollout_id,
+        status=status,  # type: ignore[arg-type]
+        source_row_index=item.source_row_index,
+        reward=reward,
+        tokens=tokens,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+        error_type=error_type,
+    )

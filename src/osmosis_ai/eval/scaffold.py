@@ -1,0 +1,139 @@
+"""``osmosis rollout init``/``validate``: a runnable rollout skeleton, and an import check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.rollout._ids import ensure_single_path_segment
+
+__all__ = ["scaffold_rollout", "validate_entrypoint"]
+
+_MAIN = '''"""{name}: one chat call per row; the grader checks the answer contains the label."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    Grader,
+    GraderContext,
+    LocalBackend,
+    get_rollout_context,
+)
+from osmosis_ai.rollout.server import create_rollout_server
+
+
+class {cls}Workflow(AgentWorkflow):
+    async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        # Every LLM call goes to the rollout's own endpoint: that is what gets trained.
+        async with httpx.AsyncClient(timeout=300) as http:
+            response = await http.post(
+                f"{{rollout.chat_completions_url}}/chat/completions",
+                json={{"model": "policy", "messages": ctx.prompt, "max_tokens": 64}},
+                headers={{"Authorization": f"Bearer {{rollout.api_key}}"}},
+            )
+        response.raise_for_status()
+        return [*ctx.prompt, response.json()["choices"][0]["message"]]
+
+
+class {cls}Grader(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        answer = ctx.sample.messages[-1].get("content") or ""
+        ctx.set_reward(1.0 if (ctx.label or "").lower() in answer.lower() else 0.0)
+
+
+backend = LocalBackend(workflow={cls}Workflow, grader={cls}Grader)
+app = create_rollout_server(backend=backend)
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000")))
+'''
+
+_CONFIG = """# Local evaluation: osmosis eval run configs/eval/{name}.toml
+[experiment]
+rollout = "{name}"
+entrypoint = "main.py"
+model_path = "embedded"          # or openai:<base_url>[:<model>], or a LiteLLM id provider/model
+dataset = "data/{name}.jsonl"
+
+[evaluation]
+n = 1
+pass_threshold = 1.0
+agent_workflow_timeout_s = 300
+grader_timeout_s = 30
+"""
+
+_CAPITALS = [
+    ("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),
+    ("Germany", "Berlin"), ("Egypt", "Cairo"), ("Canada", "Ottawa"), ("Peru", "Lima"),
+    ("Kenya", "Nairobi"), ("Norway", "Oslo"),
+]  # fmt: skip
+
+
+def scaffold_rollout(workspace: Path, name: str, *, force: bool = False) -> list[Path]:
+    """Write a runnable rollout ``name`` into ``workspace``; returns the files written.
+
+    Raises:
+        ConfigError: ``name`` is not a simple identifier-like segment, or files exist
+            (without ``force``).
+    """
+    ensure_single_path_segment(name, label="rollout name")
+    if not name.replace("-", "_").isidentifier():
+        raise ConfigError(f"rollout name {name!r} must be letters, digits, '_' or '-'")
+    cls = "".join(part.capitalize() for part in name.replace("-", "_").split("_"))
+    rows = [
+        {"user_prompt": f"What is the capital of {country}?", "ground_truth": capital}
+        for country, capital in _CAPITALS
+    ]
+    files = {
+        workspace / "rollouts" / name / "main.py": _MAIN.format(name=name, cls=cls),
+        workspace / "configs" / "eval" / f"{name}.toml": _CONFIG.format(name=name),
+        workspace / "data" / f"{name}.jsonl": "".join(json.dumps(row) + "\n" for row in rows),
+    }
+    existing = [path for path in files if path.exists()]
+    if existing and not force:
+        raise ConfigError(
+            f"{existing[0]} already exists; pass --force to overwrite the scaffold files"
+        )
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(files)
+
+
+def validate_entrypoint(rollout_dir: Path, entrypoint: str = "main.py") -> tuple[bool, str]:
+    """Import the entry point once, in a fresh process, as a rollout host would.
+
+    The module runs under a name other than ``__main__``, so its server does not start.
+    Returns whether the import succeeded, and its output (the traceback on failure).
+    """
+    rollout_dir = rollout_dir.resolve()
+    path = rollout_dir / entrypoint
+    if not path.is_file():
+        return False, f"{path} does not exist"
+    code = (
+        "import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+        "runpy.run_path(sys.argv[2], run_name='osmosis_validate')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(rollout_dir), str(path)],
+        cwd=rollout_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result.returncode == 0, (result.stdout + result.stderr).strip()

@@ -1,0 +1,170 @@
+"""The user's rollout server as a child process: started, health-checked, owned, stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import aiohttp
+
+from osmosis_ai._serving import bind_socket
+from osmosis_ai.errors import OsmosisError
+
+__all__ = ["RolloutServerError", "RolloutServerProcess"]
+
+_HEALTH_INTERVAL_SEC = 0.2
+_STOP_GRACE_SEC = 10.0
+_TAIL_LINES = 30
+
+
+class RolloutServerError(OsmosisError):
+    """The rollout server did not start, is not ours, or died."""
+
+
+class RolloutServerProcess:
+    """Runs the rollout's entry point in its directory, as its own process group.
+
+    The child is started through `osmosis_ai.eval._bootstrap`, which ends it when the
+    runner dies.
+
+    The child gets ``_OSMOSIS_ROLLOUT_PORT`` (a free port), ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``
+    and a fresh ``_OSMOSIS_ROLLOUT_INSTANCE_ID``; the server counts as up only when its
+    ``/health`` reports that instance id, so a foreign process on the port is never used.
+    Its output goes line by line to ``log`` (which redacts).
+    """
+
+    def __init__(
+        self,
+        *,
+        rollout_dir: Path,
+        entrypoint: str,
+        env: Mapping[str, str],
+        artifact_root: Path,
+        log: Callable[[str], None],
+    ) -> None:
+        self.rollout_dir = rollout_dir
+        self.entrypoint = entrypoint
+        self.env = dict(env)
+        self.artifact_root = artifact_root
+        self.log = log
+        self.instance_id = uuid.uuid4().hex
+        self.url = ""
+        self._process: asyncio.subprocess.Process | None = None
+        self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs."""
+        return self._process.pid if self._process else None
+
+    async def start(self, *, timeout_sec: float = 90.0) -> str:
+        """Start the child and wait until it is healthy; returns its base URL.
+
+        Raises:
+            RolloutServerError: The child exited, or was not healthy in time.
+        """
+        probe = bind_socket()
+        port = probe.getsockname()[1]
+        probe.close()
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
+            **self.env,
+            "_OSMOSIS_ROLLOUT_PORT": str(port),
+            "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(self.artifact_root),
+            "_OSMOSIS_ROLLOUT_INSTANCE_ID": self.instance_id,
+            "PYTHONUNBUFFERED": "1",
+        }
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "osmosis_ai.eval._bootstrap",
+            self.entrypoint,
+            cwd=self.rollout_dir,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._pump = asyncio.get_running_loop().create_task(self._read_output())
+        self.url = f"http://127.0.0.1:{port}"
+        await self._wait_healthy(timeout_sec)
+        return self.url
+
+    async def _read_output(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        async for raw in self._process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self._tail.append(line)
+            self.log(line)
+
+    def _failure(self, why: str) -> RolloutServerError:
+        tail = "\n".join(self._tail)
+        return RolloutServerError(f"{why}; last output of {self.entrypoint}:\n{tail}".rstrip())
+
+    async def _wait_healthy(self, timeout_sec: float) -> None:
+        deadline = time.monotonic() + timeout_sec
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while time.monotonic() < deadline:
+                if self.exited:
+                    await self._drain_output()
+                    raise self._failure(
+                        f"the rollout server exited with status {self.returncode} while starting"
+                    )
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                    async with http.get(f"{self.url}/health") as response:
+                        if response.status == 200:
+                            body = await response.json()
+                            if body.get("instance_id") != self.instance_id:
+                                raise RolloutServerError(
+                                    f"another process answers on {self.url}; refusing to use it"
+                                )
+                            return
+                await asyncio.sleep(_HEALTH_INTERVAL_SEC)
+        raise self._failure(f"the rollout server was not healthy within {timeout_sec:g}s")
+
+    async def _drain_output(self) -> None:
+        if self._pump is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._pump), 2)
+
+    @property
+    def exited(self) -> bool:
+        """Whether the child has exited."""
+        return self._process is not None and self._process.returncode is not None
+
+    @property
+    def returncode(self) -> int | None:
+        """The child's exit status, once it exited."""
+        return self._process.returncode if self._process else None
+
+    async def wait(self) -> int:
+        """Wait for the child to exit (used to notice a crash during a run)."""
+        assert self._process is not None
+        return await self._process.wait()
+
+    async def stop(self, *, grace_sec: float = _STOP_GRACE_SEC) -> None:
+        """SIGTERM the child's process group, then SIGKILL after ``grace_sec``."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            await self._drain_output()
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace_sec)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        await self._drain_output()

@@ -1,0 +1,79 @@
+"""Eval fixtures: a copy of the probe workspace wired to a real stub model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+
+from osmosis_ai.testing import ChatStub
+
+WORKSPACE = Path(__file__).resolve().parent / "workspace"
+OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Workspace:
+    root: Path
+    config: Path
+    dataset: Path
+    stub: ChatStub
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        self.dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    def write_config(self, *, evaluation: str = "", model: str | None = None) -> None:
+        model = model or f"openai:{self.stub.base_url}:stub-model"
+        self.config.write_text(
+            "[experiment]\n"
+            'rollout = "probe"\nentrypoint = "main.py"\n'
+            f'model_path = "{model}"\ndataset = "data/rows.jsonl"\n'
+            f"[evaluation]\nagent_workflow_timeout_s = 30\ngrader_timeout_s = 10\n{evaluation}\n"
+        )
+
+    async def run(self, *args: str, limit_sec: float = 120) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            OSMOSIS, "eval", "run", str(self.config), *args,
+            cwd=self.root,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        async with asyncio.timeout(limit_sec):
+            out, _ = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, out.decode()
+
+    def run_dirs(self) -> list[Path]:
+        evals = self.root / ".osmosis" / "evals"
+        return sorted(p for p in evals.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def rows(count: int, **extra: Any) -> list[dict[str, Any]]:
+    """Rows whose answer the stub echoes back (so they pass)."""
+    return [
+        {"user_prompt": f"say token{index}", "ground_truth": f"token{index}", **extra}
+        for index in range(count)
+    ]
+
+
+@pytest_asyncio.fixture
+async def workspace(tmp_path: Path) -> AsyncIterator[Workspace]:
+    root = tmp_path / "ws"
+    shutil.copytree(WORKSPACE, root)
+    (root / "configs" / "eval").mkdir(parents=True)
+    (root / "data").mkdir()
+    async with ChatStub() as stub:
+        ws = Workspace(
+            root, root / "configs" / "eval" / "probe.toml", root / "data" / "rows.jsonl", stub
+        )
+        ws.write_config()
+        ws.write_rows(rows(4))
+        yield ws

@@ -1,0 +1,212 @@
+"""``osmosis eval run`` end to end: real CLI process, rollout server, gateway, stub model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from osmosis_ai.eval.run_dir import run_lock
+from tests.eval.conftest import OSMOSIS, Workspace, rows
+
+
+def _processes_in(root: Path) -> list[int]:
+    """Live processes whose working directory is inside ``root`` (leaked servers)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if Path(proc / "cwd").resolve().is_relative_to(root):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+async def _no_processes_in(root: Path) -> None:
+    async with asyncio.timeout(15):
+        while _processes_in(root):  # noqa: ASYNC110 -- another process's exit
+            await asyncio.sleep(0.05)
+
+
+def _index(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run_dir / "index.jsonl").read_text().splitlines()]
+
+
+async def test_run_writes_every_output_and_the_results_table(workspace: Workspace) -> None:
+    code, out = await workspace.run()
+    assert code == 0, out
+    assert "pass rate" in out and "100.0%" in out
+    (run_dir,) = workspace.run_dirs()
+    for name in ("manifest.json", "events.jsonl", "logs.txt", "index.jsonl", "summary.jsonl",
+                 "progress.json", "metrics.json"):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    index = _index(run_dir)
+    assert [(r["row_index"], r["run_index"], r["status"], r["reward"]) for r in index] == [
+        (i, 0, "success", 1.0) for i in range(4)
+    ]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["eval_run"]["status"] == "finished"
+    assert metrics["summary"]["pass_rate"] == 1.0 and metrics["summary"]["tokens_used"] == 40
+    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
+    assert trajectory["steps"][-1]["metrics"]["prompt_tokens"] == 7  # from the gateway's records
+    assert (run_dir / "events.jsonl").stat().st_mode & 0o777 == 0o600
+    assert all((run_dir / "rollout_trials" / str(r["rollout_id"])).is_dir() for r in index)
+
+
+async def test_rerun_resumes_and_runs_nothing(workspace: Workspace) -> None:
+    assert (await workspace.run())[0] == 0
+    requests = len(workspace.stub.requests)
+    code, out = await workspace.run("--json")
+    payload = json.loads(out[out.index("{") :])
+    assert code == 0 and payload["dispatched"] == 0 and payload["resumed"] == 4
+    assert len(workspace.stub.requests) == requests
+    assert all(r.get("resumed") for r in _index(Path(payload["output_path"])))
+
+
+async def test_grader_crash_and_removed_sample(workspace: Workspace) -> None:
+    workspace.write_rows(
+        [*rows(1), *rows(1, metadata={"do": "crash_grader"}), *rows(1, metadata={"do": "remove"})]
+    )
+    code, out = await workspace.run()
+    assert code == 0, out
+    (run_dir,) = workspace.run_dirs()
+    index = _index(run_dir)
+    assert [r["status"] for r in index] == ["success", "failed", "skipped"]
+    assert index[1]["error_type"] == "agent_error" and "reward" not in index[2]
+    assert "error_type=agent_error" in out
+
+
+async def test_changed_inputs_are_refused_by_name_and_fresh_archives(workspace: Workspace) -> None:
+    assert (await workspace.run("--name", "mine"))[0] == 0
+    workspace.write_rows(rows(5))
+    code, out = await workspace.run("--name", "mine")
+    assert code == 2 and "changed: dataset" in out and "--fresh" in out
+    code, out = await workspace.run("--name", "mine", "--fresh")
+    assert code == 0, out
+    names = [p.name for p in workspace.run_dirs()]
+    assert "mine" in names and any(name.startswith("mine.archive-") for name in names)
+    assert len(_index(workspace.root / ".osmosis" / "evals" / "mine")) == 5
+
+
+async def test_retry_failed_reruns_only_failures(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(2), *rows(1, metadata={"do": "crash_grader"})])
+    assert (await workspace.run("--name", "r"))[0] == 0
+    code, out = await workspace.run("--name", "r", "--retry-failed", "--json")
+    payload = json.loads(out[out.index("{") :])
+    assert code == 0 and payload["dispatched"] == 1 and payload["resumed"] == 2
+
+
+async def test_second_runner_is_refused(workspace: Workspace) -> None:
+    with run_lock(workspace.root / ".osmosis" / "evals", "busy"):
+        code, out = await workspace.run("--name", "busy")
+    assert code == 2 and "already holds run 'busy'" in out
+
+
+async def test_dead_rollout_server_halts_with_work_pending(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(2), *rows(1, metadata={"do": "kill_server"}), *rows(3)])
+    workspace.write_config(evaluation="batch_size = 1")
+    code, out = await workspace.run("--name", "dead")
+    assert code == 1 and "rollout server exited with status 3" in out
+    run_dir = workspace.root / ".osmosis" / "evals" / "dead"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["eval_run"]["status"] == "incomplete"
+    assert len(_index(run_dir)) == 2  # the rest stays pending, not failed
+
+
+async def test_bad_dataset_row_is_reported_with_file_row_and_column(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(1), {"user_prompt": "no answer"}])
+    code, out = await workspace.run()
+    assert code == 2
+    assert "rows.jsonl" in out and "row 1" in out and "ground_truth" in out
+
+
+@pytest.mark.parametrize("trial", range(10))
+async def test_kill_9_never_loses_or_duplicates_a_record(workspace: Workspace, trial: int) -> None:
+    workspace.write_rows(rows(12))
+    workspace.write_config(evaluation="batch_size = 2")
+    workspace.stub.delay_sec = 0.25
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "eval", "run", str(workspace.config), "--name", "k",
+        cwd=workspace.root,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    run_dir = workspace.root / ".osmosis" / "evals" / "k"
+    journal = run_dir / "events.jsonl"
+    wanted = random.Random(trial).randint(0, 8)  # records journaled before the kill
+    async with asyncio.timeout(60):
+        while not journal.exists() or journal.read_text().count("\n") < wanted:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    await asyncio.sleep(random.Random(trial).uniform(0, 0.25))
+    process.kill()  # SIGKILL: no cleanup of any kind
+    await process.wait()
+    await _no_processes_in(workspace.root)  # its rollout server follows it
+    before = journal.read_text()
+    workspace.stub.delay_sec = 0
+    code, out = await workspace.run("--name", "k")
+    assert code == 0, out
+    index = _index(run_dir)
+    assert [(r["row_index"], r["run_index"]) for r in index] == [(i, 0) for i in range(12)]
+    lines = before.splitlines()
+    if before and not before.endswith("\n"):
+        lines = lines[:-1]  # a partial last line was never acknowledged
+    final = {r["row_index"]: r["rollout_id"] for r in index}
+    for record in map(json.loads, lines):  # a journaled result is never run again
+        assert final[record["row_index"]] == record["rollout_id"]
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    assert len({r["row_index"] for r in records}) == len(records) == 12  # no duplicates
+
+
+async def test_ctrl_c_leaves_in_flight_work_pending_and_stops_the_server(
+    workspace: Workspace,
+) -> None:
+    import signal
+
+    workspace.write_rows(rows(8))
+    workspace.write_config(evaluation="batch_size = 2")
+    workspace.stub.delay_sec = 0.5
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "eval", "run", str(workspace.config), "--name", "c",
+        cwd=workspace.root,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    journal = workspace.root / ".osmosis" / "evals" / "c" / "events.jsonl"
+    async with asyncio.timeout(60):
+        while not journal.exists() or journal.read_text().count("\n") < 2:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    async with asyncio.timeout(60):
+        out, _ = await process.communicate()
+    assert process.returncode == 130, out.decode()
+    assert b"pending" in out
+    assert not _processes_in(workspace.root)
+    run_dir = journal.parent
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["eval_run"]["status"] == "incomplete"
+    done = _index(run_dir)
+    assert 2 <= len(done) < 8 and all(r["status"] == "success" for r in done)
+    workspace.stub.delay_sec = 0
+    code, _ = await workspace.run("--name", "c")
+    assert code == 0 and len(_index(run_dir)) == 8
+
+
+async def test_configured_secrets_never_reach_the_log(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = "canary-7f3e"  # short on purpose: configured secrets are scrubbed at any length
+    monkeypatch.setenv("PROBE_SECRET", canary)
+    workspace.write_rows(rows(1, metadata={"do": "print_secret"}))
+    workspace.write_config(evaluation='[secrets]\nrequired = ["PROBE_SECRET"]')
+    code, out = await workspace.run("--name", "s")
+    assert code == 0, out
+    run_dir = workspace.root / ".osmosis" / "evals" / "s"
+    log = (run_dir / "logs.txt").read_text()
+    assert "the secret is [REDACTED]" in log
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert canary not in path.read_text(errors="replace"), path

@@ -1,0 +1,69 @@
+"""``osmosis rollout init``/``validate`` and the bundled example, on the embedded model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval.scaffold import scaffold_rollout, validate_entrypoint
+from tests.eval.conftest import OSMOSIS, ROOT
+
+
+def test_init_writes_a_rollout_that_validates(tmp_path: Path) -> None:
+    written = scaffold_rollout(tmp_path, "capitals")
+    assert {p.relative_to(tmp_path).as_posix() for p in written} == {
+        "rollouts/capitals/main.py",
+        "configs/eval/capitals.toml",
+        "data/capitals.jsonl",
+    }
+    assert len((tmp_path / "data" / "capitals.jsonl").read_text().splitlines()) == 10
+    ok, output = validate_entrypoint(tmp_path / "rollouts" / "capitals")
+    assert ok, output
+    with pytest.raises(ConfigError, match="--force"):
+        scaffold_rollout(tmp_path, "capitals")
+    scaffold_rollout(tmp_path, "capitals", force=True)
+    with pytest.raises(ConfigError):
+        scaffold_rollout(tmp_path, "bad name!")
+
+
+def test_validate_reports_import_time_errors(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("import osmosis_no_such_module\n")
+    ok, output = validate_entrypoint(tmp_path)
+    assert not ok and "ModuleNotFoundError" in output
+    result = subprocess.run(
+        [OSMOSIS, "rollout", "validate", str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "invalid" in result.stderr
+
+
+async def test_example_runs_on_the_embedded_model(tmp_path: Path) -> None:
+    workspace = tmp_path / "calculator"
+    shutil.copytree(ROOT / "examples" / "calculator", workspace)
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "eval", "run", "configs/eval/calculator.toml", "--rows", "0-1", "--json",
+        cwd=workspace,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(180):
+        out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    payload = json.loads(out)
+    assert payload["complete"] and payload["dispatched"] == 2
+    summary = payload["metrics"]["summary"]
+    assert summary["total_samples"] == 2 and summary["graded"] == 2
+    assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
+    run_dir = Path(payload["output_path"])
+    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
+    agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
+    assert agent and all(
+        len(step["metrics"]["completion_token_ids"]) == step["metrics"]["completion_tokens"]
+        for step in agent
+    )
+    assert any(step.get("tool_calls") for step in agent)
