@@ -33,8 +33,9 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def write_parquet(path: Path, rows: list[dict[str, Any]], *, row_group_size: int = 5) -> Path:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
     return path
 
@@ -186,7 +187,6 @@ def test_parquet_bad_row_error_names_file_row_and_column(tmp_path):
 
 
 def test_garbage_parquet_file_is_a_config_error(tmp_path):
-    pytest.importorskip("pyarrow")
     path = tmp_path / "rows.parquet"
     path.write_bytes(b"not parquet at all")
     with pytest.raises(ConfigError, match="not a readable Parquet file"):
