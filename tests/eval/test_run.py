@@ -210,3 +210,18 @@ async def test_configured_secrets_never_reach_the_log(
     for path in run_dir.rglob("*"):
         if path.is_file():
             assert canary not in path.read_text(errors="replace"), path
+
+
+async def test_pass_at_k_over_two_runs_matches_the_hand_computation(workspace: Workspace) -> None:
+    # Two rows the stub answers right, one it answers wrong, two runs each:
+    # pass@1 = mean(2/2, 2/2, 0/2) = 2/3 and pass@2 = mean(1, 1, 0) = 2/3.
+    workspace.write_rows([*rows(2), {"user_prompt": "say nothing", "ground_truth": "absent"}])
+    code, out = await workspace.run("--n", "2", "--name", "k2")
+    assert code == 0, out
+    assert "Runs per row" in out and "pass@2" in out
+    summary = json.loads((workspace.root / ".osmosis/evals/k2/metrics.json").read_text())["summary"]
+    assert summary["n_runs"] == 2 and summary["total_samples"] == 6
+    assert summary["pass_at_k"] == [
+        {"k": 1, "value": pytest.approx(2 / 3)},
+        {"k": 2, "value": pytest.approx(2 / 3)},
+    ]

@@ -125,13 +125,25 @@ def run_command(
                 f"{record.status} reward={record.reward} {record.error_type or ''}".rstrip()
             )
 
+    def on_plan(plan: dict[str, str]) -> None:
+        if as_json:
+            return
+        from rich.table import Table
+
+        table = Table(show_header=False, box=None)
+        for key, value in plan.items():
+            table.add_row(f"[bold]{key}[/bold]", value)
+        console.print(table)
+
     def on_message(text: str) -> None:
         if not as_json:
             console.print(f"→ {text}")
 
     try:
         with progress:
-            outcome = run(run_eval(options, on_item=on_item, on_message=on_message))
+            outcome = run(
+                run_eval(options, on_item=on_item, on_message=on_message, on_plan=on_plan)
+            )
     except KeyboardInterrupt:
         console.print("interrupted: in-flight items stay pending; run the same command to resume")
         raise typer.Exit(130) from None

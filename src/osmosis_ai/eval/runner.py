@@ -116,6 +116,7 @@ async def run_eval(
     *,
     on_item: ItemCallback | None = None,
     on_message: Callable[[str], None] | None = None,
+    on_plan: Callable[[dict[str, str]], None] | None = None,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation; returns how it ended.
 
@@ -149,7 +150,19 @@ async def run_eval(
         resumed = {key for key in records if key not in pending}
         outcome = EvalOutcome(run_name, run_dir, total=len(items), resumed=len(resumed))
         secrets = _secret_values(config)
-        say(f"run {run_name}: {len(items)} work items, {len(pending)} to run, output {run_dir}")
+        if on_plan is not None:
+            on_plan(
+                {
+                    "Rollout": f"{config.experiment.rollout} ({config.experiment.entrypoint})",
+                    "Model": config.experiment.model_path,
+                    "Dataset": f"{dataset.path.name} ({dataset.path})",
+                    "Rows": f"{len(dataset.items)} of {dataset.total_rows}",
+                    "Runs per row": str(n),
+                    "Work items": f"{len(items)} ({len(pending)} to run, {len(resumed)} done)",
+                    "Output": str(run_dir),
+                }
+            )
+        say(f"run {run_name}: {len(pending)} of {len(items)} work items to run")
         try:
             if pending:
                 await _dispatch(
