@@ -111,6 +111,36 @@ def _secret_values(config: EvalConfig) -> dict[str, str]:
     return {name: os.environ[name] for name in config.secrets}
 
 
+@dataclass
+class _Prepared:
+    config: EvalConfig
+    dataset: Dataset
+    n: int
+    inputs: dict[str, Any]
+    run_name: str
+    output_root: Path
+
+
+def _prepare(options: EvalOptions) -> _Prepared:
+    """Everything that reads files before a run (in a worker thread)."""
+    config = load_eval_config(options.config_path)
+    dataset = load_dataset(
+        options.dataset_file or config.experiment.dataset,
+        rows=options.rows,
+        limit=config.evaluation.limit,
+    )
+    n = options.n or config.evaluation.n
+    inputs = _inputs(config, dataset, n)
+    return _Prepared(
+        config=config,
+        dataset=dataset,
+        n=n,
+        inputs=inputs,
+        run_name=options.name or f"{options.config_path.stem}-{canonical_digest(inputs)[:8]}",
+        output_root=(options.output or config.workspace / ".osmosis" / "evals").resolve(),
+    )
+
+
 async def run_eval(
     options: EvalOptions,
     *,
@@ -129,22 +159,17 @@ async def run_eval(
         RunLockedError: Another runner holds the run.
     """
     say = on_message or (lambda text: None)
-    config = load_eval_config(options.config_path)
-    dataset = load_dataset(
-        options.dataset_file or config.experiment.dataset,
-        rows=options.rows,
-        limit=config.evaluation.limit,
-    )
-    n = options.n or config.evaluation.n
-    inputs = _inputs(config, dataset, n)
-    run_name = options.name or f"{options.config_path.stem}-{canonical_digest(inputs)[:8]}"
-    output_root = (options.output or config.workspace / ".osmosis" / "evals").resolve()
-    run_dir = output_root / run_name
-    with run_lock(output_root, run_name):
-        manifest = open_run_dir(run_dir, inputs, fresh=options.fresh)
+    prepared = await asyncio.to_thread(_prepare, options)
+    config, dataset, n = prepared.config, prepared.dataset, prepared.n
+    run_name = prepared.run_name
+    run_dir = prepared.output_root / run_name
+    with contextlib.ExitStack() as held:
+        await asyncio.to_thread(held.enter_context, run_lock(prepared.output_root, run_name))
+        manifest = await asyncio.to_thread(
+            open_run_dir, run_dir, prepared.inputs, fresh=options.fresh
+        )
         journal = Journal(run_dir / "events.jsonl")
-        journal.open()
-        records = journal.replay()
+        records = await asyncio.to_thread(_open_journal, journal)
         items = [(item.row_index, run) for item in dataset.items for run in range(n)]
         pending = pending_items(items, records, retry_failed=options.retry_failed)
         resumed = {key for key in records if key not in pending}
@@ -178,22 +203,30 @@ async def run_eval(
                     say,
                 )
         finally:
-            finished = await asyncio.to_thread(
-                write_projections,
-                run_dir,
-                manifest=manifest,
-                records=journal.replay(),
-                items=items,
-                dataset=dataset,
-                resumed_keys=resumed,
-                pass_threshold=config.evaluation.pass_threshold,
-                model_name=config.experiment.model_path,
-                rollout_name=config.experiment.rollout,
-            )
+
+            def project() -> Any:
+                return write_projections(
+                    run_dir,
+                    manifest=manifest,
+                    records=journal.replay(),
+                    items=items,
+                    dataset=dataset,
+                    resumed_keys=resumed,
+                    pass_threshold=config.evaluation.pass_threshold,
+                    model_name=config.experiment.model_path,
+                    rollout_name=config.experiment.rollout,
+                )
+
+            finished = await asyncio.to_thread(project)
             outcome.metrics = finished.metrics
             outcome.failed_rows = finished.failed_rows
             outcome.complete = finished.complete
     return outcome
+
+
+def _open_journal(journal: Journal) -> dict[Item, JournalRecord]:
+    journal.open()
+    return journal.replay()
 
 
 async def _dispatch(
