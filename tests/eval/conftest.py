@@ -39,13 +39,17 @@ class Workspace:
             f"[evaluation]\nagent_workflow_timeout_s = 30\ngrader_timeout_s = 10\n{evaluation}\n"
         )
 
-    async def run(self, *args: str, limit_sec: float = 120) -> tuple[int, str]:
-        process = await asyncio.create_subprocess_exec(
+    async def start(self, *args: str) -> asyncio.subprocess.Process:
+        """``osmosis eval run <config> *args`` as a child process, output piped."""
+        return await asyncio.create_subprocess_exec(
             OSMOSIS, "eval", "run", str(self.config), *args,
             cwd=self.root,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
+
+    async def run(self, *args: str, limit_sec: float = 120) -> tuple[int, str]:
+        process = await self.start(*args)
         async with asyncio.timeout(limit_sec):
             out, _ = await process.communicate()
         assert process.returncode is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from osmosis_ai.eval.run_dir import run_lock
-from tests.eval.conftest import OSMOSIS, Workspace, rows
+from tests.eval.conftest import Workspace, rows
 
 
 def _processes_in(root: Path) -> list[int]:
@@ -129,12 +129,7 @@ async def test_kill_9_never_loses_or_duplicates_a_record(workspace: Workspace, t
     workspace.write_rows(rows(12))
     workspace.write_config(evaluation="batch_size = 2")
     workspace.stub.delay_sec = 0.25
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", str(workspace.config), "--name", "k",
-        cwd=workspace.root,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    process = await workspace.start("--name", "k")
     run_dir = workspace.root / ".osmosis" / "evals" / "k"
     journal = run_dir / "events.jsonl"
     wanted = random.Random(trial).randint(0, 8)  # records journaled before the kill
@@ -169,12 +164,7 @@ async def test_ctrl_c_leaves_in_flight_work_pending_and_stops_the_server(
     workspace.write_rows(rows(8))
     workspace.write_config(evaluation="batch_size = 2")
     workspace.stub.delay_sec = 0.5
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", str(workspace.config), "--name", "c",
-        cwd=workspace.root,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+    process = await workspace.start("--name", "c")
     journal = workspace.root / ".osmosis" / "evals" / "c" / "events.jsonl"
     async with asyncio.timeout(60):
         while not journal.exists() or journal.read_text().count("\n") < 2:  # noqa: ASYNC110
