@@ -215,3 +215,16 @@ async def test_pass_at_k_over_two_runs_matches_the_hand_computation(workspace: W
         {"k": 1, "value": pytest.approx(2 / 3)},
         {"k": 2, "value": pytest.approx(2 / 3)},
     ]
+
+
+async def test_policy_key_reaches_the_model_and_nothing_else(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OSMOSIS_POLICY_API_KEY", "sk-policy-31f4")
+    workspace.write_rows(rows(1))
+    code, out = await workspace.run("--name", "p")
+    assert code == 0, out
+    assert workspace.stub.requests[-1]["headers"]["authorization"] == "Bearer sk-policy-31f4"
+    for path in (workspace.root / ".osmosis" / "evals" / "p").rglob("*"):
+        if path.is_file():
+            assert "sk-policy-31f4" not in path.read_text(errors="replace"), path

@@ -64,7 +64,13 @@ def run_command(
     max_in_flight: int | None = typer.Option(None, "--max-in-flight", min=1, help="Concurrency."),
     fresh: bool = typer.Option(False, "--fresh", help="Archive earlier results and start over."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Re-run failed items too."),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before paid model calls."),
+    policy_api_key: str | None = typer.Option(
+        None,
+        "--policy-api-key",
+        envvar="OSMOSIS_POLICY_API_KEY",
+        help="Key for an openai-compatible model_path (LiteLLM reads its usual variables).",
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
 ) -> None:
@@ -94,6 +100,7 @@ def run_command(
         max_in_flight=max_in_flight,
         fresh=fresh,
         retry_failed=retry_failed,
+        policy_api_key=policy_api_key,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
     interactive = console.is_terminal and not as_json
