@@ -228,3 +228,11 @@ async def test_policy_key_reaches_the_model_and_nothing_else(
     for path in (workspace.root / ".osmosis" / "evals" / "p").rglob("*"):
         if path.is_file():
             assert "sk-policy-31f4" not in path.read_text(errors="replace"), path
+
+
+async def test_long_server_output_lines_do_not_stall_the_server(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(1, metadata={"do": "print_long"}), *rows(2)])
+    code, out = await workspace.run("--name", "long")
+    assert code == 0, out
+    log = (workspace.root / ".osmosis" / "evals" / "long" / "logs.txt").read_text()
+    assert "[line truncated]" in log and "line 1999" in log

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
+import pytest
 
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
@@ -253,3 +256,30 @@ async def test_trajectory_report_endpoint_serves_recorded_calls(
     report = response.json()
     assert len(report["samples"]["r1"]["llm_call_metrics"]) == 2
     assert report["samples"]["r1"]["llm_call_metrics"][0]["prompt_tokens"] == 7
+
+
+class _BrokenPolicy(OpenAICompatiblePolicy):
+    async def complete(self, request: object) -> dict[str, object]:
+        raise RuntimeError(f"bug near key {PROVIDER_KEY}")
+
+    async def stream(self, request: object):
+        yield {"choices": [{"index": 0, "delta": {"content": "a"}}]}
+        raise RuntimeError(f"bug near key {PROVIDER_KEY}")
+
+
+async def test_unexpected_policy_failures_are_opaque_500s_and_never_logged_raw(
+    stub: ChatStub, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = _BrokenPolicy(stub.base_url, api_key=PROVIDER_KEY)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+            plain = await http.post(CHAT, json=chat())
+            streamed = await http.post(CHAT, json=chat(stream=True))
+            calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
+    assert plain.status_code == 500 and plain.json()["error"]["type"] == "internal_error"
+    events = sse_events(streamed.text)
+    assert events[-1] == "[DONE]" and events[-2]["error"]["type"] == "internal_error"
+    assert [call["status"] for call in calls] == ["error", "error"]
+    assert calls[1]["error"] == "bug near key [REDACTED]"  # not "the caller disconnected"
+    assert PROVIDER_KEY not in caplog.text and PROVIDER_KEY not in json.dumps(calls)

@@ -121,3 +121,13 @@ def test_set_status_without_progress_is_a_noop() -> None:
 def test_set_reward_without_sample_raises() -> None:
     with pytest.raises(GradingError, match="no sample"):
         GraderContext(label="1", sample=None).set_reward(1.0)
+
+
+def test_terminal_statuses_cannot_be_reported_by_user_code() -> None:
+    progress = RolloutProgress()
+    context = RolloutContext(progress=progress)
+    for status in (RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED):
+        with pytest.raises(ConfigError, match="published by the rollout server"):
+            context.set_status(status)
+    context.set_status(RolloutStatus.GRADING)
+    assert progress.status == RolloutStatus.GRADING

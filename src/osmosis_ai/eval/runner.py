@@ -258,6 +258,7 @@ async def _dispatch(
                 env={**config.env, **secrets},
                 artifact_root=outcome.run_dir / "rollout_trials",
                 log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
+                redact=redactor.text,
             )
             say(f"starting rollout server ({config.experiment.entrypoint})")
             try:
@@ -293,6 +294,8 @@ async def _dispatch(
                     )
             finally:
                 await server.stop()
+                if outcome.halted:
+                    outcome.halted = redactor.text(outcome.halted)
 
 
 async def _work(

@@ -21,8 +21,11 @@ from osmosis_ai.errors import OsmosisError
 __all__ = ["RolloutServerError", "RolloutServerProcess"]
 
 _HEALTH_INTERVAL_SEC = 0.2
-_STOP_GRACE_SEC = 10.0
+# Longer than the server's own drain (10 s), cancel grace (10 s) and delivery grace (5 s).
+_STOP_GRACE_SEC = 30.0
 _TAIL_LINES = 30
+_READ_CHUNK = 65536
+_MAX_LINE = 65536
 
 
 class RolloutServerError(OsmosisError):
@@ -38,7 +41,8 @@ class RolloutServerProcess:
     The child gets ``_OSMOSIS_ROLLOUT_PORT`` (a free port), ``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``
     and a fresh ``_OSMOSIS_ROLLOUT_INSTANCE_ID``; the server counts as up only when its
     ``/health`` reports that instance id, so a foreign process on the port is never used.
-    Its output goes line by line to ``log`` (which redacts).
+    Its output goes line by line, through ``redact``, to ``log`` and to the tail quoted in
+    errors.
     """
 
     def __init__(
@@ -49,12 +53,14 @@ class RolloutServerProcess:
         env: Mapping[str, str],
         artifact_root: Path,
         log: Callable[[str], None],
+        redact: Callable[[str], str] = str,
     ) -> None:
         self.rollout_dir = rollout_dir
         self.entrypoint = entrypoint
         self.env = dict(env)
         self.artifact_root = artifact_root
         self.log = log
+        self.redact = redact
         self.instance_id = uuid.uuid4().hex
         self.url = ""
         self._process: asyncio.subprocess.Process | None = None
@@ -101,11 +107,24 @@ class RolloutServerProcess:
         return self.url
 
     async def _read_output(self) -> None:
+        # Read chunks, not lines: a line longer than the stream's limit would otherwise end
+        # the reader, the pipe would fill, and the child would block on its next print.
         assert self._process is not None and self._process.stdout is not None
-        async for raw in self._process.stdout:
-            line = raw.decode("utf-8", "replace").rstrip()
-            self._tail.append(line)
-            self.log(line)
+        pending = b""
+        while chunk := await self._process.stdout.read(_READ_CHUNK):
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _MAX_LINE:
+                lines.append(pending[:_MAX_LINE] + b" [line truncated]")
+                pending = b""
+            for raw in lines:
+                self._emit(raw)
+        if pending:
+            self._emit(pending)
+
+    def _emit(self, raw: bytes) -> None:
+        line = self.redact(raw.decode("utf-8", "replace").rstrip())
+        self._tail.append(line)
+        self.log(line)
 
     def _failure(self, why: str) -> RolloutServerError:
         tail = "\n".join(self._tail)
@@ -125,7 +144,10 @@ class RolloutServerProcess:
                     async with http.get(f"{self.url}/health") as response:
                         if response.status == 200:
                             body = await response.json()
-                            if body.get("instance_id") != self.instance_id:
+                            if (
+                                not isinstance(body, dict)
+                                or body.get("instance_id") != self.instance_id
+                            ):
                                 raise RolloutServerError(
                                     f"another process answers on {self.url}; refusing to use it"
                                 )
@@ -154,11 +176,22 @@ class RolloutServerProcess:
         return await self._process.wait()
 
     async def stop(self, *, grace_sec: float = _STOP_GRACE_SEC) -> None:
-        """SIGTERM the child's process group, then SIGKILL after ``grace_sec``."""
+        """Cancel its rollouts, SIGTERM its process group, SIGKILL after ``grace_sec``.
+
+        Cancelling first lets the server publish ``cancelled`` results and save files at
+        once instead of waiting out its drain period.
+        """
         process = self._process
         if process is None or process.returncode is not None:
             await self._drain_output()
             return
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            timeout = aiohttp.ClientTimeout(total=5)
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.post(f"{self.url}/rollout/cancel", json={"all": True}),
+            ):
+                pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

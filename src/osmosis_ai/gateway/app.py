@@ -123,6 +123,16 @@ async def _read_json(request: Request) -> object:
         raise ChatRequestError("request body is nested too deeply") from exc
 
 
+def _as_gateway_error(exc: Exception) -> GatewayError:
+    """``exc`` as an answerable error; anything unexpected becomes an opaque 500.
+
+    Re-raising the original would let the server log its unredacted traceback.
+    """
+    if isinstance(exc, GatewayError):
+        return exc
+    return GatewayError("internal gateway error", status_code=500, error_type="internal_error")
+
+
 def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
@@ -171,7 +181,7 @@ async def chat_completions(request: Request) -> Response:
         response = await state.policy.complete(chat)
     except Exception as exc:
         call.finish(error=exc)
-        raise
+        raise _as_gateway_error(exc) from None
     call.finish(data=call_data_from_response(response))
     strip_for_caller(response, chat)
     return JSONResponse(response)
@@ -184,7 +194,7 @@ async def _stream(state: GatewayState, chat: ChatRequest, call: _Call) -> Respon
         first = await anext(chunks, None)
     except Exception as exc:
         call.finish(error=exc)
-        raise
+        raise _as_gateway_error(exc) from None
     accumulator = StreamAccumulator()
 
     async def body() -> AsyncIterator[bytes]:
@@ -197,9 +207,10 @@ async def _stream(state: GatewayState, chat: ChatRequest, call: _Call) -> Respon
                     yield _sse(visible)
                 chunk = await anext(chunks, None)
             error = None
-        except GatewayError as exc:
+        except Exception as exc:
             error = exc
-            yield _sse(_error_body(state.error_message(exc), exc.error_type))
+            answer = _as_gateway_error(exc)
+            yield _sse(_error_body(state.error_message(answer), answer.error_type))
         finally:
             with anyio.CancelScope(shield=True):  # cleanup must finish even if cancelled
                 await chunks.aclose()  # type: ignore[attr-defined]

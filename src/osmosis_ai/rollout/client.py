@@ -15,6 +15,7 @@ import asyncio
 import json
 import math
 import time
+import weakref
 from collections.abc import Generator
 from types import TracebackType
 from typing import Any
@@ -140,7 +141,14 @@ class RolloutHandle:
                     raise
                 status, body = 0, b""  # transport failure: retried below
             if status == 200:
-                result = RolloutResultResponse.model_validate_json(body)
+                try:
+                    result = RolloutResultResponse.model_validate_json(body)
+                except ValueError as exc:
+                    raise RolloutProtocolError(
+                        f"GET /rollout/{self.rollout_id}/result returned an invalid result",
+                        status_code=status,
+                        rollout_id=self.rollout_id,
+                    ) from exc
                 if result.rollout_id != self.rollout_id:
                     raise RolloutProtocolError(
                         f"result for {result.rollout_id!r} returned for {self.rollout_id!r}",
@@ -207,9 +215,20 @@ class RolloutClient:
         self._own_session = session is None
         self._session = session
         self.max_connections = max_connections
+        self._closed = False
+        self._handles: weakref.WeakSet[RolloutHandle] = weakref.WeakSet()
 
     async def aclose(self) -> None:
-        """Close the client's own session (a session passed in is left open)."""
+        """Stop every handle's polling, then close the client's own session.
+
+        A session passed in is left open. Rollouts still running on the server are not
+        cancelled; their leases expire.
+        """
+        self._closed = True
+        polling = [handle._task for handle in self._handles if not handle._task.done()]
+        for task in polling:
+            task.cancel()
+        await asyncio.gather(*polling, return_exceptions=True)
         if self._own_session and self._session is not None:
             await self._session.close()
             self._session = None
@@ -235,6 +254,8 @@ class RolloutClient:
         timeout_sec: float | None = None,
     ) -> tuple[int, bytes, Any]:
         aiohttp = self._aiohttp
+        if self._closed:
+            raise RolloutProtocolError(f"{method} {path}: the RolloutClient is closed")
         if self._session is None:  # opened lazily: aiohttp wants a running event loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_connections)
@@ -250,7 +271,8 @@ class RolloutClient:
                 allow_redirects=False,
             ) as response:
                 return response.status, await response.read(), response.headers
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+            # RuntimeError: a session someone else closed under us.
             raise RolloutProtocolError(
                 f"{method} {path} failed: {type(exc).__name__}", status_code=None
             ) from exc
@@ -262,7 +284,10 @@ class RolloutClient:
             RolloutProtocolError: Not a 200 with a JSON object.
         """
         status, body, _ = await self._request("GET", "/health", timeout_sec=30)
-        data = json.loads(body) if status == 200 else None
+        try:
+            data = json.loads(body) if status == 200 else None
+        except ValueError:
+            data = None
         if not isinstance(data, dict):
             raise RolloutProtocolError(
                 f"GET /health returned {status}: {_detail(body)}", status_code=status
@@ -375,7 +400,9 @@ class RolloutClient:
                 status_code=202,
                 rollout_id=rollout_id,
             )
-        return RolloutHandle(self, lease, started)
+        handle = RolloutHandle(self, lease, started)
+        self._handles.add(handle)
+        return handle
 
     async def _get_result(self, rollout_id: str, lease: RolloutInitResponse) -> tuple[int, bytes]:
         status, body, _ = await self._request(
@@ -401,5 +428,10 @@ class RolloutClient:
                 status_code=status,
                 rollout_id=rollout_id,
             )
-        disposition: str = json.loads(body)["dispositions"].get(rollout_id, "not_found")
-        return disposition
+        try:
+            disposition = json.loads(body)["dispositions"].get(rollout_id, "not_found")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RolloutProtocolError(
+                "POST /rollout/cancel returned an invalid body", status_code=status
+            ) from exc
+        return str(disposition)

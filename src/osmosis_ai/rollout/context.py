@@ -200,7 +200,17 @@ class RolloutContext:
         return await self.sample_source.get_sample()
 
     def set_status(self, status: RolloutStatus) -> None:
-        """Report a status change to the server observing this rollout, if any."""
+        """Report ``running`` or ``grading`` to the server observing this rollout, if any.
+
+        Raises:
+            ConfigError: ``status`` is terminal; the server publishes terminal statuses
+                together with the result, so pollers never see one without it.
+        """
+        if status in TERMINAL_STATUSES:
+            raise ConfigError(
+                f"set_status({status.value!r}): terminal statuses are published by the "
+                "rollout server with the result; return from run() instead"
+            )
         if self.progress is not None:
             self.progress.set_status(status)
 

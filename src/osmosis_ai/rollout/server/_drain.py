@@ -88,20 +88,18 @@ class Drainer:
         """
         state = self.state
         state.accepting = False
-        if state.registry.active:
+        if state.tasks:
             logger.info(
-                "waiting up to %gs for %d rollout(s)",
-                state.drain_timeout_sec,
-                state.registry.active,
+                "waiting up to %gs for %d rollout(s)", state.drain_timeout_sec, len(state.tasks)
             )
-            await _until(lambda: state.registry.active == 0, state.drain_timeout_sec)
-        unfinished = [entry.task for entry in state.registry.unfinished() if entry.task]
-        if unfinished:
-            logger.warning("cancelling %d rollout(s) still running", len(unfinished))
+            await _until(lambda: not state.tasks, state.drain_timeout_sec)
+        running = [task for task in state.tasks if not task.done()]
+        if running:
+            logger.warning("cancelling %d rollout(s) still running", len(running))
             state.draining = True
-            for task in unfinished:
+            for task in running:
                 task.cancel()
-            await asyncio.wait(unfinished, timeout=_CANCEL_GRACE_SEC)
+            await asyncio.wait(running, timeout=_CANCEL_GRACE_SEC)
         if deliver:
             await _until(lambda: state.registry.undelivered() == 0, _DELIVERY_GRACE_SEC)
 

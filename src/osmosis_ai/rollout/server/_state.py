@@ -50,7 +50,8 @@ class ServerState:
         payload["process_id"] = self.process_id
         payload["lifecycle"] = {
             "accepting_rollouts": self.accepting,
-            "active_rollouts": self.registry.active,
+            # Live executions, including ones still unwinding after their result was published.
+            "active_rollouts": len(self.tasks),
         }
         payload["event_loop"] = self.monitor.health()
         return payload

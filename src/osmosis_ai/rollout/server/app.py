@@ -147,7 +147,11 @@ def _expire(state: ServerState, entry: Entry) -> None:
 
 def _cancel_execution(state: ServerState, entry: Entry) -> str:
     """Ask the backend, else cancel the server's own task; returns the backend's word."""
-    answer = state.backend.cancel_rollouts(ids=[entry.rollout_id]).get(entry.rollout_id)
+    try:
+        answer = state.backend.cancel_rollouts(ids=[entry.rollout_id]).get(entry.rollout_id)
+    except Exception:
+        logger.exception("rollout %s: backend.cancel_rollouts failed", entry.rollout_id)
+        answer = None
     if answer in (None, "not_found") and entry.task is not None:
         entry.task.cancel()
     return answer or "not_found"
@@ -210,10 +214,13 @@ async def _sweep(state: ServerState, interval_sec: float) -> None:
     """Expire leases and drop results past retention, forever."""
     while True:
         await asyncio.sleep(interval_sec)
-        now = time.monotonic()
-        for entry in state.registry.expired_leases(now):
-            _expire(state, entry)
-        state.registry.drop_retained(now)
+        try:
+            now = time.monotonic()
+            for entry in state.registry.expired_leases(now):
+                _expire(state, entry)
+            state.registry.drop_retained(now)
+        except Exception:  # one bad sweep must not end lease expiry for good
+            logger.exception("rollout server sweep failed")
 
 
 @asynccontextmanager
@@ -235,6 +242,7 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
                 await state.backend.shutdown()
             finally:
                 sweeper.cancel()
+                await asyncio.gather(sweeper, return_exceptions=True)
                 await state.monitor.stop()
                 drainer.uninstall()
                 if state.http_session is not None:

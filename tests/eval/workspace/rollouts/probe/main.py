@@ -23,6 +23,10 @@ class Probe(AgentWorkflow):
         what = (ctx.metadata or {}).get("do")
         if what == "kill_server":
             os._exit(3)
+        if what == "print_long":
+            print("x" * 300_000, flush=True)  # longer than any line buffer
+            for index in range(2000):
+                print(f"line {index}", flush=True)
         if what == "print_secret":
             print(f"the secret is {os.environ['PROBE_SECRET']}", flush=True)
         rollout = get_rollout_context()
