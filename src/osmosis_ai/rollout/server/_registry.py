@@ -74,7 +74,6 @@ class Registry:
         self.lease_timeout_sec = lease_timeout_sec
         self.retention_sec = retention_sec
         self._entries: dict[str, Entry] = {}
-        self.active = 0
 
     def __contains__(self, rollout_id: str) -> bool:
         return rollout_id in self._entries
@@ -88,7 +87,6 @@ class Registry:
         token = secrets.token_urlsafe(32)
         entry = Entry(request, _digest(token), time.monotonic() + self.lease_timeout_sec)
         self._entries[request.rollout_id] = entry
-        self.active += 1
         return entry, token
 
     def renew(self, entry: Entry) -> None:
@@ -101,13 +99,8 @@ class Registry:
             return False
         entry.result_body = encode_final(entry.rollout_id, result, secrets=secrets)
         entry.finished_at = time.monotonic()
-        self.active -= 1
         entry.progress.set_status(result.status)
         return True
-
-    def unfinished(self) -> list[Entry]:
-        """Rollouts without a final result."""
-        return [entry for entry in self._entries.values() if not entry.finished]
 
     def select(self, ids: list[str] | None, prefix: str | None, everything: bool) -> Iterable[str]:
         """Ids chosen by a cancel request (unknown ids included, to answer ``not_found``)."""
@@ -138,7 +131,3 @@ class Registry:
         for rollout_id in stale:
             del self._entries[rollout_id]
         return len(stale)
-
-    def status_of(self, entry: Entry) -> RolloutStatus:
-        """The status a poller sees."""
-        return entry.progress.status
