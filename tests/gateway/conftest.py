@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import httpx
 import pytest_asyncio
 
-from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
+from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy, Policy
 from osmosis_ai.testing import ChatStub
 
 PROVIDER_KEY = "sk-provider-7f3a9c1e5d"
@@ -26,6 +27,17 @@ async def gateway(stub: ChatStub) -> AsyncIterator[Gateway]:
     policy = OpenAICompatiblePolicy(stub.base_url, api_key=PROVIDER_KEY, timeout_sec=5)
     async with Gateway(policy) as running:
         yield running
+
+
+@contextlib.asynccontextmanager
+async def serving(policy: Policy) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """A running gateway for ``policy`` and a client that sends its token."""
+    async with Gateway(policy) as running:
+        headers = {"Authorization": f"Bearer {running.token}"}
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers=headers, timeout=30
+        ) as http:
+            yield running, http
 
 
 @pytest_asyncio.fixture

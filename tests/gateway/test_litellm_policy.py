@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from osmosis_ai.gateway import Gateway, LiteLLMPolicy
+from osmosis_ai.gateway import LiteLLMPolicy
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
-from tests.gateway.conftest import chat, sse_events
+from tests.gateway.conftest import chat, serving, sse_events
 
 CHAT = "/v1/rollouts/r1/chat/completions"
 
@@ -22,13 +21,11 @@ async def test_completion_and_streaming_through_litellm() -> None:
         policy = LiteLLMPolicy(
             "openai/stub-model", api_key="sk-litellm-123", api_base=stub.base_url
         )
-        async with Gateway(policy) as gateway:
-            headers = {"Authorization": f"Bearer {gateway.token}"}
-            async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-                stub.push(StubReply(content="hello there"))
-                answer = (await http.post(CHAT, json=chat("hi", temperature=0.5))).json()
-                stub.push(StubReply(content="one two"))
-                streamed = (await http.post(CHAT, json=chat("hi", stream=True))).text
+        async with serving(policy) as (gateway, http):
+            stub.push(StubReply(content="hello there"))
+            answer = (await http.post(CHAT, json=chat("hi", temperature=0.5))).json()
+            stub.push(StubReply(content="one two"))
+            streamed = (await http.post(CHAT, json=chat("hi", stream=True))).text
     assert answer["choices"][0]["message"]["content"] == "hello there"
     assert stub.requests[0]["body"]["model"] == "stub-model"
     assert stub.requests[0]["body"]["temperature"] == 0.5
@@ -43,10 +40,8 @@ async def test_provider_errors_keep_their_status_and_hide_the_key() -> None:
         policy = LiteLLMPolicy(
             "openai/stub-model", api_key="sk-litellm-123", api_base=stub.base_url
         )
-        async with Gateway(policy) as gateway:
-            headers = {"Authorization": f"Bearer {gateway.token}"}
-            async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-                stub.push(*[StubFailure(401, "key sk-litellm-123 is invalid")] * 5)
-                response = await http.post(CHAT, json=chat())
+        async with serving(policy) as (gateway, http):
+            stub.push(*[StubFailure(401, "key sk-litellm-123 is invalid")] * 5)
+            response = await http.post(CHAT, json=chat())
     assert response.status_code == 401
     assert "sk-litellm-123" not in response.text

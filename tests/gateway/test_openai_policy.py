@@ -9,7 +9,7 @@ import pytest
 
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
-from tests.gateway.conftest import PROVIDER_KEY, chat, sse_events
+from tests.gateway.conftest import PROVIDER_KEY, chat, serving, sse_events
 
 CHAT = "/v1/rollouts/r1/chat/completions"
 TOOLS = [
@@ -103,17 +103,15 @@ async def test_token_data_is_requested_and_recorded_but_only_returned_when_asked
     stub: ChatStub,
 ) -> None:
     policy = OpenAICompatiblePolicy(stub.base_url, token_data=True)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            stub.push(StubReply(content="a b c"))
-            answer = (await http.post(CHAT, json=chat("x"))).json()
-            assert "prompt_token_ids" not in answer
-            assert "logprobs" not in answer["choices"][0]
-            stub.push(StubReply(content="a b c"))
-            streamed = (await http.post(CHAT, json=chat("x", stream=True))).text
-            assert "token_ids" not in streamed and "logprob" not in streamed
-            calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
+    async with serving(policy) as (gateway, http):
+        stub.push(StubReply(content="a b c"))
+        answer = (await http.post(CHAT, json=chat("x"))).json()
+        assert "prompt_token_ids" not in answer
+        assert "logprobs" not in answer["choices"][0]
+        stub.push(StubReply(content="a b c"))
+        streamed = (await http.post(CHAT, json=chat("x", stream=True))).text
+        assert "token_ids" not in streamed and "logprob" not in streamed
+        calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
     assert stub.requests[0]["body"]["logprobs"] is True
     assert stub.requests[0]["body"]["return_token_ids"] is True
     for call in calls:
@@ -157,11 +155,9 @@ async def test_upstream_error_while_streaming_keeps_its_status(
 async def test_upstream_timeout_becomes_504(stub: ChatStub) -> None:
     stub.push(StubReply(content="late", delay_sec=2))
     policy = OpenAICompatiblePolicy(stub.base_url, timeout_sec=0.2)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            response = await http.post(CHAT, json=chat())
-            assert (await http.get("/health")).status_code == 200
+    async with serving(policy) as (gateway, http):
+        response = await http.post(CHAT, json=chat())
+        assert (await http.get("/health")).status_code == 200
     assert response.status_code == 504
     assert "timed out" in response.json()["error"]["message"]
 
@@ -173,10 +169,8 @@ async def test_unreachable_upstream_becomes_502() -> None:
     port = unused.getsockname()[1]
     unused.close()
     policy = OpenAICompatiblePolicy(f"http://127.0.0.1:{port}/v1", timeout_sec=2)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            response = await http.post(CHAT, json=chat())
+    async with serving(policy) as (gateway, http):
+        response = await http.post(CHAT, json=chat())
     assert response.status_code == 502
     assert "unreachable" in response.json()["error"]["message"]
 
@@ -227,21 +221,17 @@ async def test_models_and_health(client: httpx.AsyncClient) -> None:
 
 
 async def test_upstream_without_a_model_needs_one_in_the_request(stub: ChatStub) -> None:
-    async with Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            body = chat()
-            del body["model"]
-            response = await http.post(CHAT, json=body)
+    async with serving(OpenAICompatiblePolicy(stub.base_url)) as (gateway, http):
+        body = chat()
+        del body["model"]
+        response = await http.post(CHAT, json=body)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "model"
 
 
 async def test_configured_model_overrides_the_callers(stub: ChatStub) -> None:
-    async with Gateway(OpenAICompatiblePolicy(stub.base_url, model="served")) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            await http.post(CHAT, json=chat())
+    async with serving(OpenAICompatiblePolicy(stub.base_url, model="served")) as (gateway, http):
+        await http.post(CHAT, json=chat())
     assert stub.requests[-1]["body"]["model"] == "served"
 
 
@@ -271,12 +261,10 @@ async def test_unexpected_policy_failures_are_opaque_500s_and_never_logged_raw(
     stub: ChatStub, caplog: pytest.LogCaptureFixture
 ) -> None:
     policy = _BrokenPolicy(stub.base_url, api_key=PROVIDER_KEY)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
-            plain = await http.post(CHAT, json=chat())
-            streamed = await http.post(CHAT, json=chat(stream=True))
-            calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
+    async with serving(policy) as (gateway, http):
+        plain = await http.post(CHAT, json=chat())
+        streamed = await http.post(CHAT, json=chat(stream=True))
+        calls = (await http.get("/v1/rollouts/r1/calls")).json()["calls"]
     assert plain.status_code == 500 and plain.json()["error"]["type"] == "internal_error"
     events = sse_events(streamed.text)
     assert events[-1] == "[DONE]" and events[-2]["error"]["type"] == "internal_error"
