@@ -23,7 +23,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "gateway": (("xllamacpp", "xllamacpp"),),
     "litellm": (("litellm", "litellm"),),
     "strands": (("strands-agents", "strands"), ("openai", "openai")),
-    "openai-agents": (("openai-agents", "agents"),),
+    "openai-agents": (("openai-agents", "agents"), ("openai", "openai")),
     "eval": (("rich", "rich"), ("pyarrow", "pyarrow")),
     "ray": (("ray", "ray"),),
     "harbor": (("harbor", "harbor"),),

@@ -212,6 +212,26 @@ async def test_streaming_concatenates_to_the_non_streamed_answer(
     assert len(streamed_call.completion_token_ids) == 24
 
 
+async def test_streamed_answer_records_the_token_that_ended_the_turn(
+    http: httpx.AsyncClient, embedded: Gateway
+) -> None:
+    body = {"messages": _ask("Say hi."), "max_tokens": 200, "temperature": 0, "seed": 1}
+    whole = await _chat(http, "eos", **body)
+    await http.post(
+        "/v1/rollouts/eos/chat/completions",
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    plain, streamed = embedded.records.calls("eos")
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    assert streamed.finish_reason == "stop"
+    assert streamed.completion_token_ids == plain.completion_token_ids
+    assert streamed.usage is not None
+    assert len(streamed.completion_token_ids or ()) == streamed.usage["completion_tokens"]
+    assert streamed.logprobs is not None and len(streamed.logprobs) == len(
+        streamed.completion_token_ids or ()
+    )
+
+
 async def test_streamed_tool_call_arrives_as_tool_call_chunks(http: httpx.AsyncClient) -> None:
     response = await http.post(
         "/v1/rollouts/stream-tool/chat/completions",

@@ -235,6 +235,15 @@ async def test_configured_model_overrides_the_callers(stub: ChatStub) -> None:
     assert stub.requests[-1]["body"]["model"] == "served"
 
 
+async def test_gateway_sampling_replaces_the_callers(stub: ChatStub) -> None:
+    sampling = {"temperature": 0.0, "max_tokens": 5, "seed": 3}
+    async with serving(OpenAICompatiblePolicy(stub.base_url), sampling=sampling) as (_, http):
+        await http.post(CHAT, json=chat(temperature=1.5, max_completion_tokens=4096, top_p=0.5))
+    sent = stub.requests[-1]["body"]
+    assert {k: sent[k] for k in sampling} == sampling
+    assert sent["top_p"] == 0.5 and "max_completion_tokens" not in sent
+
+
 async def test_trajectory_report_endpoint_serves_recorded_calls(
     client: httpx.AsyncClient, gateway: Gateway
 ) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from osmosis_ai.errors import ChatRequestError
-from osmosis_ai.gateway.request import messages_sha256, parse_chat_request
+from osmosis_ai.errors import ChatRequestError, ConfigError
+from osmosis_ai.gateway.request import check_sampling, messages_sha256, parse_chat_request
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -65,3 +65,17 @@ def test_messages_hash_is_canonical() -> None:
         [{"content": "hi", "role": "user"}]
     )
     assert messages_sha256(MESSAGES) != messages_sha256([{"role": "user", "content": "ho"}])
+
+
+@pytest.mark.parametrize(
+    ("sampling", "named"),
+    [
+        ({"stream": True}, "cannot set stream"),
+        ({"api_key": "x"}, "cannot set api_key"),
+        ({"temperature": 9}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_gateway_sampling_is_checked_up_front(sampling: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        check_sampling(sampling)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -15,6 +17,7 @@ from osmosis_ai.rollout import (
     SampleSource,
     get_rollout_context,
 )
+from osmosis_ai.rollout import context as context_module
 from osmosis_ai.rollout.context import RolloutProgress
 
 
@@ -131,3 +134,36 @@ def test_terminal_statuses_cannot_be_reported_by_user_code() -> None:
             context.set_status(status)
     context.set_status(RolloutStatus.GRADING)
     assert progress.status == RolloutStatus.GRADING
+
+
+async def test_cleanups_run_newest_first_and_a_failing_one_does_not_stop_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+
+    def cleanup(name: str, fail: bool = False) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            ran.append(name)
+            if fail:
+                raise OSError("sk-never-logged")
+
+        return run
+
+    rollout_ctx = RolloutContext(rollout_id="r1")
+    rollout_ctx.add_cleanup(cleanup("first"))
+    rollout_ctx.add_cleanup(cleanup("broken", fail=True))
+    rollout_ctx.add_cleanup(cleanup("last"))
+    with caplog.at_level(logging.WARNING):
+        await rollout_ctx.run_cleanups()
+    assert ran == ["last", "broken", "first"]
+    assert "OSError" in caplog.text and "sk-never-logged" not in caplog.text
+    await rollout_ctx.run_cleanups()  # each cleanup runs once
+    assert ran == ["last", "broken", "first"]
+
+
+async def test_cleanups_that_hang_are_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(context_module, "CLEANUP_TIMEOUT_SEC", 0.05)
+    rollout_ctx = RolloutContext(rollout_id="r1")
+    rollout_ctx.add_cleanup(lambda: asyncio.sleep(60))
+    async with asyncio.timeout(5):
+        await rollout_ctx.run_cleanups()

@@ -6,7 +6,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from osmosis_ai.gateway.records import CallRecord, CallRecords
 from osmosis_ai.gateway.request import (
     MAX_BODY_BYTES,
     ChatRequest,
+    check_sampling,
     messages_sha256,
     parse_chat_request,
 )
@@ -49,6 +50,7 @@ class GatewayState:
     token: str
     records: CallRecords
     redactor: Redactor
+    sampling: dict[str, Any]
 
     def error_message(self, exc: BaseException) -> str:
         """``exc``'s message, redacted and capped for an answer or a log line."""
@@ -173,7 +175,7 @@ async def chat_completions(request: Request) -> Response:
     state = _state(request)
     _authorize(request, state)
     rollout_id = _rollout_id(request)
-    chat = parse_chat_request(await _read_json(request))
+    chat = parse_chat_request(await _read_json(request), sampling=state.sampling)
     call = _Call(state, rollout_id, chat)
     if chat.stream:
         return await _stream(state, chat, call)
@@ -310,6 +312,7 @@ def create_gateway_app(
     token: str,
     records: CallRecords | None = None,
     secrets: Iterable[str] = (),
+    sampling: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The gateway ASGI app serving ``policy``.
 
@@ -321,6 +324,11 @@ def create_gateway_app(
         records: Where call records go; a fresh bounded store by default.
         secrets: Extra values redacted from every answer and log line, besides the token
             and the policy's own keys.
+        sampling: Sampling fields imposed on every call, replacing the caller's (see
+            ``check_sampling``).
+
+    Raises:
+        ConfigError: An unknown or invalid sampling field.
     """
     if not token:
         raise ValueError("the gateway token must be a non-empty string")
@@ -329,6 +337,7 @@ def create_gateway_app(
         token=token,
         records=records if records is not None else CallRecords(),
         redactor=Redactor((token, *policy.secrets(), *secrets)),
+        sampling=check_sampling(sampling or {}),
     )
 
     app = Starlette(

@@ -5,12 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from osmosis_ai.errors import ChatRequestError
+from osmosis_ai.errors import ChatRequestError, ConfigError
 
-__all__ = ["MAX_BODY_BYTES", "ChatRequest", "messages_sha256", "parse_chat_request"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "SAMPLING_FIELDS",
+    "ChatRequest",
+    "check_sampling",
+    "messages_sha256",
+    "parse_chat_request",
+]
 
 #: Largest request body the gateway reads.
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -32,6 +40,14 @@ _DENIED_PREFIXES = (
 )  # fmt: skip
 
 _TOOL_CHOICE_MODES = frozenset({"none", "auto", "required"})
+
+#: Fields a gateway may impose on every call (``Gateway(sampling=...)``).
+SAMPLING_FIELDS = frozenset(
+    {
+        "temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "stop",
+        "presence_penalty", "frequency_penalty", "repetition_penalty",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +173,31 @@ def _check_positive_int(body: dict[str, Any], field: str) -> None:
         raise ChatRequestError(f"'{field}' must be a positive integer", param=field)
 
 
-def parse_chat_request(payload: object) -> ChatRequest:
+def check_sampling(sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate sampling fields a gateway imposes on every call; return them as a dict.
+
+    Raises:
+        ConfigError: A field outside ``SAMPLING_FIELDS``, or a value a request could not
+            carry either (the message names the field).
+    """
+    unknown = sorted(set(sampling) - SAMPLING_FIELDS)
+    if unknown:
+        accepted = ", ".join(sorted(SAMPLING_FIELDS))
+        raise ConfigError(f"sampling cannot set {', '.join(unknown)}; it takes {accepted}")
+    try:
+        parse_chat_request({"messages": [{"role": "user", "content": "."}], **sampling})
+    except ChatRequestError as exc:
+        raise ConfigError(f"sampling: {exc}") from None
+    return dict(sampling)
+
+
+def parse_chat_request(
+    payload: object, *, sampling: Mapping[str, Any] | None = None
+) -> ChatRequest:
     """Validate a decoded request body and return what the policy receives.
+
+    ``sampling`` (checked by ``check_sampling``) replaces the request's own values: in
+    training the trainer, not the agent, decides how the policy samples.
 
     Raises:
         ChatRequestError: The body is not a chat-completions request, asks for ``n`` other
@@ -173,6 +212,10 @@ def parse_chat_request(payload: object) -> ChatRequest:
         if not isinstance(extra_body, dict):
             raise ChatRequestError("'extra_body' must be an object", param="extra_body")
         body.update(extra_body)
+    if sampling:
+        if "max_tokens" in sampling:
+            body.pop("max_completion_tokens", None)
+        body.update(sampling)
     for field in body:
         if not isinstance(field, str) or _denied(field):
             raise ChatRequestError(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 from osmosis_ai._serving import ServedApp
@@ -19,7 +20,8 @@ class Gateway(ServedApp):
 
     Use it as an async context manager; inside, ``base_url`` is the gateway's address and
     ``chat_completions_url(rollout_id)`` the URL a rollout is given. The bearer ``token`` is
-    random per gateway unless one is passed.
+    random per gateway unless one is passed. ``sampling`` fields (e.g. ``{"temperature": 0}``)
+    replace the callers' own on every call, as a trainer imposes its sampling on rollouts.
 
     Example:
         ```python
@@ -35,13 +37,16 @@ class Gateway(ServedApp):
         token: str | None = None,
         records: CallRecords | None = None,
         secrets: Iterable[str] = (),
+        sampling: Mapping[str, Any] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.policy = policy
         self.token = token or _new_token()
         self.records = records if records is not None else CallRecords()
-        app = create_gateway_app(policy, token=self.token, records=self.records, secrets=secrets)
+        app = create_gateway_app(
+            policy, token=self.token, records=self.records, secrets=secrets, sampling=sampling
+        )
         super().__init__(app, host=host, port=port)
 
     @property

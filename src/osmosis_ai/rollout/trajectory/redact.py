@@ -56,6 +56,7 @@ _AUTH_SCHEME_ANY_CASE = re.compile(_AUTH_SCHEME_SOURCE, re.IGNORECASE)
 # identifier follows the separator, so each candidate costs one pass over its identifier and the
 # whole scan stays linear (a forward pattern has to retry inside long identifiers). The optional
 # quote between identifier and separator catches `"password": "x"` and `{'api_key': 'x'}`.
+# Exception names are no assignments: `MaxTokensReachedError: Model stopped` keeps its text.
 _ASSIGNMENT_WORDS = (
     "api_key",
     "api-key",
@@ -68,7 +69,7 @@ _ASSIGNMENT_WORDS = (
 )
 _ASSIGNMENT_HINTS = ("api", "authorization", "password", "credential", "secret", "token")
 _ASSIGNMENT_HEAD_REVERSED_SOURCE = (
-    r"[=:][ \t]*+[\"']?+(?=[\w-]*?(?:"
+    r"[=:][ \t]*+[\"']?+(?!noitpecxe|rorre)(?=[\w-]*?(?:"
     + "|".join(re.escape(word[::-1]) for word in _ASSIGNMENT_WORDS)
     + r"))[\w-]++"
 )

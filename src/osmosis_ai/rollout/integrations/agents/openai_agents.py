@@ -1,0 +1,241 @@
+"""OpenAI Agents SDK integration: ``OsmosisAgent``, ``OsmosisRolloutModel`` and a session.
+
+Construct both inside ``AgentWorkflow.run()``::
+
+    agent = OsmosisAgent(
+        name="assistant",
+        instructions="Answer the user's request clearly.",
+        model=OsmosisRolloutModel(),
+        model_settings=ModelSettings(temperature=1.0),
+    )
+    session = OsmosisMemorySession()
+    await Runner.run(agent, ctx.prompt, session=session)
+
+The placeholder becomes an ``OpenAIChatCompletionsModel`` on the rollout's OpenAI-compatible
+endpoint (``Runner.run`` and ``Runner.run_streamed`` both work), and the session registers the
+conversation as the rollout's sample source, so ``run()`` can return ``None``.
+
+The SDK's default trace export (to OpenAI's servers) is switched off the first time an agent is
+bound to a rollout: prompts of a training run should not leave the machine unasked. Opt in by
+setting ``OPENAI_AGENTS_DISABLE_TRACING=false`` in the environment, which is then respected.
+Requires the ``openai-agents`` extra.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Generic
+
+from osmosis_ai._extras import import_optional
+
+import_optional("agents", extra="openai-agents", feature="The OpenAI Agents integration")
+
+from agents import Agent, set_tracing_disabled  # noqa: E402
+from agents.memory.session import SessionABC  # noqa: E402
+from agents.models.chatcmpl_converter import Converter  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # noqa: E402
+from agents.run_context import TContext  # noqa: E402
+
+from osmosis_ai.rollout.context import RolloutContext, SampleSource, get_rollout_context  # noqa: E402
+from osmosis_ai.rollout.integrations.agents._binding import (  # noqa: E402
+    ROLLOUT_MODEL_NAME,
+    preview_sample,
+    require_rollout_context,
+    rollout_client,
+)
+from osmosis_ai.rollout.sample import RolloutSample  # noqa: E402
+
+__all__ = ["OsmosisAgent", "OsmosisMemorySession", "OsmosisRolloutModel", "SessionSampleSource"]
+
+logger = logging.getLogger(__name__)
+
+_TRACING_ENV = "OPENAI_AGENTS_DISABLE_TRACING"
+_tracing_decided = False
+
+
+class OsmosisRolloutModel(Model):
+    """Placeholder for the rollout's policy model; ``OsmosisAgent`` binds it.
+
+    Sampling parameters belong in the agent's ``ModelSettings``.
+    """
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise _unbound()
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise _unbound()
+
+
+def _unbound() -> RuntimeError:
+    return RuntimeError(
+        "OsmosisRolloutModel is a placeholder: pass it as model= to an OsmosisAgent constructed "
+        "inside AgentWorkflow.run() (a plain agents.Agent does not bind it)"
+    )
+
+
+class OsmosisAgent(Agent[TContext], Generic[TContext]):
+    """An ``agents.Agent`` whose model is bound to the active rollout.
+
+    ``model=OsmosisRolloutModel()`` requires an active rollout context. Inside a rollout an
+    agent with no model is bound the same way (the SDK's default would call OpenAI directly,
+    bypassing the policy being trained); any other model passes through untouched. Several
+    agents (handoffs, agents as tools) may share one rollout: the sample comes from the
+    ``OsmosisMemorySession`` given to ``Runner.run``.
+
+    Raises:
+        RuntimeError: A placeholder model outside an active rollout context.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # type: ignore[no-untyped-call]
+        placeholder = isinstance(self.model, OsmosisRolloutModel)
+        if placeholder or (self.model is None and get_rollout_context() is not None):
+            rollout_ctx = require_rollout_context("OsmosisRolloutModel")
+            self.model = OpenAIChatCompletionsModel(
+                model=ROLLOUT_MODEL_NAME, openai_client=rollout_client(rollout_ctx)
+            )
+            _disable_default_trace_export()
+
+
+def _disable_default_trace_export() -> None:
+    global _tracing_decided
+    if _tracing_decided:
+        return
+    _tracing_decided = True
+    if _TRACING_ENV in os.environ:
+        return  # the user decided; their value is what the SDK reads
+    set_tracing_disabled(True)
+    logger.info(
+        "OpenAI Agents SDK tracing disabled for rollouts (set %s=false to keep it)", _TRACING_ENV
+    )
+
+
+class OsmosisMemorySession(SessionABC):
+    """An in-memory session that records the conversation as the rollout's sample.
+
+    Created inside ``run()`` it registers itself as the rollout's one sample source and
+    refuses to be used by a different rollout later (create one per ``run()``). Created
+    outside any rollout it is a plain in-memory session.
+
+    Attributes:
+        items: The conversation, in the SDK's Responses-API item shape.
+
+    Raises:
+        ConfigError: This rollout already has a sample source.
+    """
+
+    def __init__(self, session_id: str | None = None) -> None:
+        self.session_id = session_id or uuid.uuid4().hex
+        self.items: list[Any] = []
+        self._rollout_ctx: RolloutContext | None = get_rollout_context()
+        if self._rollout_ctx is not None:
+            self._rollout_ctx.set_sample_source(SessionSampleSource(self))
+
+    def _check_rollout(self) -> None:
+        active = get_rollout_context()
+        if self._rollout_ctx is None or active is None or active is self._rollout_ctx:
+            return
+        raise RuntimeError(
+            f"this OsmosisMemorySession belongs to rollout {self._rollout_ctx.rollout_id!r} "
+            f"and cannot record rollout {active.rollout_id!r}; create a new "
+            "OsmosisMemorySession inside each run()"
+        )
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The latest ``limit`` items (all when ``None``), oldest first."""
+        self._check_rollout()
+        return _latest(self.items, limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append items to the conversation."""
+        self._check_rollout()
+        self.items.extend(items)
+
+    async def pop_item(self) -> Any | None:
+        """Remove and return the newest item, or ``None`` when empty."""
+        self._check_rollout()
+        return self.items.pop() if self.items else None
+
+    async def clear_session(self) -> None:
+        """Forget every item."""
+        self._check_rollout()
+        self.items.clear()
+
+
+def _latest(items: list[Any], limit: int | None) -> list[Any]:
+    if limit is None:
+        return list(items)
+    return list(items[-limit:]) if limit > 0 else []
+
+
+class SessionSampleSource(SampleSource):
+    """The sample of an OpenAI Agents session: native items, plus a chat-shaped copy to persist.
+
+    ``messages`` keep the SDK's item shape (the conversion to chat messages is lossy and fails
+    on some hosted-tool items); ``trajectory_messages`` is that conversion, or ``None`` with a
+    warning when it fails, in which case no trajectory is saved but the sample is kept.
+    """
+
+    def __init__(self, session: SessionABC) -> None:
+        self._session = session
+
+    async def get_sample(self) -> RolloutSample:
+        items = copy.deepcopy(await self._session.get_items())
+        return RolloutSample(messages=items, trajectory_messages=_chat_messages(items))
+
+    async def get_preview(self, max_messages: int) -> RolloutSample | None:
+        if max_messages <= 0:
+            return None
+        window = await self._session.get_items(limit=max_messages + 1)
+        recent = copy.deepcopy(window[-max_messages:])
+        # Turns need the whole history, which only our own session exposes cheaply.
+        session = self._session
+        turn = _model_turns(session.items) if isinstance(session, OsmosisMemorySession) else None
+        return preview_sample(
+            recent,
+            _chat_messages(recent, quiet=True),
+            truncated=len(window) > max_messages,
+            turn=turn,
+        )
+
+
+def _chat_messages(items: list[Any], *, quiet: bool = False) -> list[dict[str, Any]] | None:
+    try:
+        messages = Converter.items_to_messages(items, preserve_tool_output_all_content=True)
+        return [dict(message) for message in messages]
+    except Exception as exc:
+        if not quiet:
+            logger.warning(
+                "the session items could not be converted to chat messages (%s); the sample is "
+                "kept but no trajectory is saved for it",
+                type(exc).__name__,
+            )
+        return None
+
+
+_INPUT_ROLES = frozenset({"user", "system", "developer"})
+
+
+def _model_turns(items: Iterable[Any]) -> int | None:
+    """How many model responses the items hold: runs of output items between input items."""
+    turns = 0
+    in_output = False
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        kind = str(item.get("type", "message"))
+        role = item.get("role")
+        output = kind == "reasoning" or kind.endswith("_call")
+        if output or (kind == "message" and role == "assistant"):
+            turns += not in_output
+            in_output = True
+        elif (kind == "message" and role in _INPUT_ROLES) or kind.endswith("_call_output"):
+            in_output = False
+        else:
+            return None
+    return turns
