@@ -38,3 +38,4 @@ bench: install-dev
 	$(BIN)/python benchmarks/gateway.py
 	$(BIN)/python benchmarks/server.py
 	$(BIN)/python benchmarks/eval.py
+	$(BIN)/python benchmarks/integrations.py

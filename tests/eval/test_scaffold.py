@@ -42,11 +42,16 @@ def test_validate_reports_import_time_errors(tmp_path: Path) -> None:
     assert result.returncode == 1 and "invalid" in result.stderr
 
 
-async def test_example_runs_on_the_embedded_model(tmp_path: Path) -> None:
-    workspace = tmp_path / "calculator"
-    shutil.copytree(ROOT / "examples" / "calculator", workspace)
+@pytest.mark.parametrize(
+    "example", ["calculator", "strands_calculator", "openai_agents_calculator"]
+)
+async def test_example_runs_on_the_embedded_model(tmp_path: Path, example: str) -> None:
+    workspace = tmp_path / example
+    shutil.copytree(
+        ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
+    )
     process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", "configs/eval/calculator.toml", "--rows", "0-1", "--json",
+        OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json",
         cwd=workspace,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -57,7 +62,7 @@ async def test_example_runs_on_the_embedded_model(tmp_path: Path) -> None:
     payload = json.loads(out)
     assert payload["complete"] and payload["dispatched"] == 2
     summary = payload["metrics"]["summary"]
-    assert summary["total_samples"] == 2 and summary["graded"] == 2
+    assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
     assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
     run_dir = Path(payload["output_path"])
     trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())

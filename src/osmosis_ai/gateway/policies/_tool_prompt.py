@@ -8,6 +8,7 @@ constrained by a JSON schema built from the tool definitions, so every reply par
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -137,12 +138,14 @@ def render_messages(messages: list[dict[str, Any]], plan: ToolPlan | None) -> li
 def reply_message(text: str) -> tuple[dict[str, Any], str | None]:
     """The assistant message for a constrained reply, and ``"tool_calls"`` when it is one.
 
-    A reply cut short (no valid JSON) is returned as plain content.
+    A reply cut short (no valid JSON) keeps what it has: the answer text written so far when
+    it was an answer, else the raw text.
     """
     try:
         reply = json.loads(text)
     except ValueError:
-        return {"role": "assistant", "content": text}, None
+        partial = _partial_answer(text)
+        return {"role": "assistant", "content": text if partial is None else partial}, None
     if isinstance(reply, dict) and isinstance(reply.get("name"), str):
         call = {
             "id": f"call_{uuid.uuid4().hex[:24]}",
@@ -156,3 +159,23 @@ def reply_message(text: str) -> tuple[dict[str, Any], str | None]:
     if isinstance(reply, dict) and isinstance(reply.get("answer"), str):
         return {"role": "assistant", "content": reply["answer"]}, None
     return {"role": "assistant", "content": text}, None
+
+
+_ANSWER_OPENING = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
+# Longest escape a cut can split: \uXXXX.
+_LONGEST_ESCAPE = 6
+
+
+def _partial_answer(text: str) -> str | None:
+    """The answer string of a cut-off ``{"answer": "...`` reply, or ``None`` if it is not one."""
+    opening = _ANSWER_OPENING.match(text)
+    if opening is None:
+        return None
+    rest = text[opening.end() :]
+    for end in range(len(rest), max(len(rest) - _LONGEST_ESCAPE, 0) - 1, -1):
+        try:
+            decoded = json.loads(f'"{rest[:end]}"')
+        except ValueError:
+            continue
+        return str(decoded)
+    return None

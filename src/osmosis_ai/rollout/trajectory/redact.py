@@ -56,7 +56,9 @@ _AUTH_SCHEME_ANY_CASE = re.compile(_AUTH_SCHEME_SOURCE, re.IGNORECASE)
 # identifier follows the separator, so each candidate costs one pass over its identifier and the
 # whole scan stays linear (a forward pattern has to retry inside long identifiers). The optional
 # quote between identifier and separator catches `"password": "x"` and `{'api_key': 'x'}`.
-# Exception names are no assignments: `MaxTokensReachedError: Model stopped` keeps its text.
+# The identifier must end with a credential word (`OPENAI_API_KEY=`, `access_token:`,
+# `secrets:`); one that merely contains it is a name like `MaxTokensReachedException: Model`
+# or a logger's `..._max_tokens_reached: message`, whose text must stay readable.
 _ASSIGNMENT_WORDS = (
     "api_key",
     "api-key",
@@ -69,9 +71,9 @@ _ASSIGNMENT_WORDS = (
 )
 _ASSIGNMENT_HINTS = ("api", "authorization", "password", "credential", "secret", "token")
 _ASSIGNMENT_HEAD_REVERSED_SOURCE = (
-    r"[=:][ \t]*+[\"']?+(?!noitpecxe|rorre)(?=[\w-]*?(?:"
+    r"[=:][ \t]*+[\"']?+s?(?:"
     + "|".join(re.escape(word[::-1]) for word in _ASSIGNMENT_WORDS)
-    + r"))[\w-]++"
+    + r")[\w-]*+"
 )
 _ASSIGNMENT_HEAD_REVERSED = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE)
 _ASSIGNMENT_HEAD_REVERSED_ANY_CASE = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE, re.IGNORECASE)

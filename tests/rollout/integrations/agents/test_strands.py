@@ -88,6 +88,15 @@ async def test_tool_round_trip_gives_native_sample_and_chat_trajectory(
     assert chat[3] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
 
 
+async def test_empty_answer_keeps_its_step_in_the_trajectory(stub: ChatStub) -> None:
+    stub.push(StubReply(content=""))
+    async with rollout(stub) as rollout_ctx:
+        await _agent().invoke_async()
+        sample = await rollout_ctx.get_sample()
+    assert sample is not None and sample.trajectory_messages is not None
+    assert [m["role"] for m in sample.trajectory_messages] == ["system", "user", "assistant"]
+
+
 async def test_second_agent_in_one_rollout_is_refused(stub: ChatStub) -> None:
     async with rollout(stub):
         _agent()

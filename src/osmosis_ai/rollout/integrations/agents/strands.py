@@ -186,8 +186,16 @@ def _chat_messages(
     messages: Messages, system_prompt: str | None, *, quiet: bool = False
 ) -> list[dict[str, Any]] | None:
     """Strands history as OpenAI chat messages, or ``None`` (persist nothing) when it fails."""
+    # Strands' formatter drops an empty assistant turn, but it was still a model call: the
+    # trajectory would be one agent step short of the calls the gateway recorded.
+    turns = [
+        Message(role="assistant", content=[{"text": ""}])
+        if m["role"] == "assistant" and not m["content"]
+        else m
+        for m in messages
+    ]
     try:
-        return OpenAIModel.format_request_messages(messages, system_prompt)
+        return OpenAIModel.format_request_messages(turns, system_prompt)
     except Exception as exc:
         if not quiet:
             logger.warning(
