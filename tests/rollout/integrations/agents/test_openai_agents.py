@@ -92,6 +92,13 @@ async def test_tool_round_trip_gives_native_items_and_chat_trajectory(
     assert chat[2]["content"] == "5"
 
 
+async def test_agent_without_a_model_is_bound_inside_a_rollout(stub: ChatStub) -> None:
+    async with rollout(stub):
+        agent = OsmosisAgent(name="default")
+        await Runner.run(agent, PROMPT, session=OsmosisMemorySession())
+    assert stub.requests[0]["body"]["model"] == "osmosis-rollout"
+
+
 async def test_second_session_in_one_rollout_is_refused(stub: ChatStub) -> None:
     async with rollout(stub):
         OsmosisMemorySession()

@@ -97,6 +97,14 @@ async def test_empty_answer_keeps_its_step_in_the_trajectory(stub: ChatStub) -> 
     assert [m["role"] for m in sample.trajectory_messages] == ["system", "user", "assistant"]
 
 
+async def test_agent_without_a_model_is_bound_inside_a_rollout(stub: ChatStub) -> None:
+    async with rollout(stub) as rollout_ctx:
+        agent = OsmosisStrandsAgent(messages=PROMPT, callback_handler=None)
+        await agent.invoke_async()
+        assert rollout_ctx.sample_source is not None
+    assert stub.requests[0]["body"]["model"] == "osmosis-rollout"
+
+
 async def test_second_agent_in_one_rollout_is_refused(stub: ChatStub) -> None:
     async with rollout(stub):
         _agent()

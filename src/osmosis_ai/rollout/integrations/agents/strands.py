@@ -35,7 +35,7 @@ from strands.types.streaming import StreamEvent  # noqa: E402
 from strands.types.tools import ToolSpec  # noqa: E402
 
 from osmosis_ai.errors import ConfigError  # noqa: E402
-from osmosis_ai.rollout.context import SampleSource  # noqa: E402
+from osmosis_ai.rollout.context import SampleSource, get_rollout_context  # noqa: E402
 from osmosis_ai.rollout.integrations.agents._binding import (  # noqa: E402
     ROLLOUT_MODEL_NAME,
     preview_sample,
@@ -121,8 +121,9 @@ class OsmosisStrandsAgent(Agent):
 
     With a placeholder model it must be constructed inside ``run()``; it then registers its
     history as the rollout's one sample source (a second such agent in the same rollout
-    raises ``ConfigError``). Any other ``model`` passes through to Strands untouched and
-    nothing is registered.
+    raises ``ConfigError``). Inside a rollout an agent with no model is bound the same way
+    (Strands' default model would bypass the policy being trained). Any other ``model``
+    passes through to Strands untouched and nothing is registered.
 
     ``messages`` may be the dataset row's OpenAI-style prompt (``ctx.prompt``): string
     contents become Strands text blocks, OpenAI text parts become text blocks, and system
@@ -145,6 +146,9 @@ class OsmosisStrandsAgent(Agent):
         converted, system_text = _strands_messages(messages)
         if system_text is not None:
             kwargs["system_prompt"] = _merge_system_prompt(kwargs.get("system_prompt"), system_text)
+        if model is None and get_rollout_context() is not None:
+            # Strands' default is a Bedrock model, which would bypass the policy being trained.
+            model = OsmosisRolloutModel()
         if isinstance(model, OsmosisRolloutModel):
             rollout_ctx = require_rollout_context("OsmosisRolloutModel")
             # Register first: a second agent fails before it opens a client.
