@@ -17,11 +17,12 @@ def default_artifact_root() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".osmosis"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
 
-    The bytes go to a temporary file in the same directory, are flushed to disk, and
-    replace ``path`` in one rename. Refuses to replace a symlink (it could point anywhere).
+    The bytes go to a temporary file in the same directory, are flushed to disk (unless
+    ``durable`` is false: for files worthless after a crash), and replace ``path`` in one
+    rename. Refuses to replace a symlink (it could point anywhere).
 
     Raises:
         OSError: The directory is missing or unwritable, or ``path`` is a symlink.
@@ -33,8 +34,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

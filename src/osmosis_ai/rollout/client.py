@@ -42,7 +42,7 @@ _FEATURE = "RolloutClient"
 _RETRY_AFTER_BOUNDS = (0.05, 60.0)
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
 _BACKOFF_SEC = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-_CANCEL_TIMEOUT_SEC = 5.0
+_SHORT_CALL_TIMEOUT_SEC = 5.0
 _EXTRA_POLL_SEC = 10.0
 _RUNNING = frozenset({RolloutStatus.RUNNING, RolloutStatus.GRADING})
 
@@ -114,6 +114,17 @@ class RolloutHandle:
     async def cancel(self) -> str:
         """Ask the server to cancel; the final result then reports ``cancelled``."""
         return await self._client.cancel_rollout(self.rollout_id)
+
+    async def preview(self) -> dict[str, Any] | None:
+        """The rollout's latest live preview document, or ``None`` while it has none.
+
+        Needs a server with previews on (``GET /rollout/{id}/preview``, an osmosis_ai
+        extension of the protocol).
+
+        Raises:
+            RolloutProtocolError: The server answered something other than 200 or 404.
+        """
+        return await self._client._get_preview(self.rollout_id, self.lease)
 
     async def _first(self, event: asyncio.Event) -> None:
         waiter = asyncio.ensure_future(event.wait())
@@ -413,6 +424,30 @@ class RolloutClient:
         )
         return status, body
 
+    async def _get_preview(
+        self, rollout_id: str, lease: RolloutInitResponse
+    ) -> dict[str, Any] | None:
+        path = f"/rollout/{quote(rollout_id, safe='')}/preview"
+        status, body, _ = await self._request(
+            "GET",
+            path,
+            headers={POLLING_LEASE_HEADER: lease.polling_lease_token},
+            timeout_sec=_SHORT_CALL_TIMEOUT_SEC,
+        )
+        if status == 404:
+            return None
+        if status != 200:
+            raise RolloutProtocolError(
+                f"GET {path} returned {status}: {_detail(body)}",
+                status_code=status,
+                rollout_id=rollout_id,
+            )
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise RolloutProtocolError(f"GET {path} returned invalid JSON") from exc
+        return dict(document)
+
     async def cancel_rollout(self, rollout_id: str) -> str:
         """Cancel one rollout; returns its disposition (``not_found`` if already final).
 
@@ -420,7 +455,10 @@ class RolloutClient:
             RolloutProtocolError: The server did not answer 200 within 5 seconds.
         """
         status, body, _ = await self._request(
-            "POST", "/rollout/cancel", body={"ids": [rollout_id]}, timeout_sec=_CANCEL_TIMEOUT_SEC
+            "POST",
+            "/rollout/cancel",
+            body={"ids": [rollout_id]},
+            timeout_sec=_SHORT_CALL_TIMEOUT_SEC,
         )
         if status != 200:
             raise RolloutProtocolError(

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -69,6 +69,14 @@ class SampleSource(ABC):
         The default publishes no preview. Implementations return a copy holding at most
         ``max_messages`` recent messages (``None`` when ``max_messages <= 0``), must not call
         ``get_sample()`` and must not mutate the history that graders read.
+        """
+        return None
+
+    def preview_revision(self) -> Hashable | None:
+        """A cheap value that changes whenever ``get_preview`` would return something new.
+
+        The preview collector skips ``get_preview`` (and its copying) while this stays
+        equal. ``None``, the default, means unknown: ``get_preview`` is asked every time.
         """
         return None
 

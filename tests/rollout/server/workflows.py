@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from typing import Any
 
@@ -14,6 +15,8 @@ from osmosis_ai.rollout import (
     Grader,
     GraderContext,
     LocalBackend,
+    RolloutSample,
+    SampleSource,
     get_rollout_context,
 )
 
@@ -71,3 +74,56 @@ class OneAtATime(AgentWorkflowConfig):
 
 
 one_at_a_time = OneAtATime()
+
+
+class Growing(SampleSource):
+    """A history that grows while the workflow runs; previewable, with optional revision."""
+
+    def __init__(self, with_revision: bool) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.with_revision = with_revision
+        self.preview_calls = 0
+
+    async def get_sample(self) -> RolloutSample:
+        return RolloutSample(messages=list(self.messages))
+
+    def preview_revision(self) -> int | None:
+        return len(self.messages) if self.with_revision else None
+
+    async def get_preview(self, max_messages: int) -> RolloutSample | None:
+        self.preview_calls += 1
+        return RolloutSample(
+            messages=copy.deepcopy(self.messages[-max_messages:]),
+            extra_fields={"_preview_truncated": len(self.messages) > max_messages},
+        )
+
+
+#: The sources of the Talking rollouts, by rollout id (tests inspect them).
+SOURCES: dict[str, Growing] = {}
+
+
+class Talking(AgentWorkflow):
+    """Adds a message every ``pause`` seconds, ``turns`` times (metadata), then returns None.
+
+    ``opt_out`` in metadata: ``"before"`` turns previews off before the first await,
+    ``"after"`` after the first turn. A ``say`` string is put into every message.
+    """
+
+    async def run(self, ctx: AgentWorkflowContext) -> None:
+        meta = ctx.metadata or {}
+        rollout_ctx = get_rollout_context()
+        assert rollout_ctx is not None
+        if meta.get("opt_out") == "before":
+            rollout_ctx.preview_enabled = False
+        source = Growing(with_revision=meta.get("revision", True))
+        SOURCES[rollout_ctx.rollout_id] = source
+        rollout_ctx.set_sample_source(source)
+        source.messages.extend(ctx.prompt)
+        for turn in range(int(meta.get("turns", 3))):
+            await asyncio.sleep(float(meta.get("pause", 0.2)))
+            source.messages.append(
+                {"role": "assistant", "content": f"turn {turn} {meta.get('say', '')}"}
+            )
+            if meta.get("opt_out") == "after" and turn == 0:
+                await asyncio.sleep(float(meta.get("pause", 0.2)))
+                rollout_ctx.preview_enabled = False

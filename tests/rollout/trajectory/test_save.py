@@ -205,7 +205,9 @@ async def test_validation_failure_is_logged_by_location_only(
     def broken_steps(messages: Any) -> list[dict[str, Any]]:
         return [{"step_id": 1, "source": "user", "message": secret, "model_name": "m"}]
 
-    monkeypatch.setattr("osmosis_ai.rollout.trajectory.convert._build_steps", broken_steps)
+    monkeypatch.setattr(
+        "osmosis_ai.rollout.trajectory.convert.chat_messages_to_steps", broken_steps
+    )
     assert await save_trajectory(rollout_id="r-1", sample=sample()) is None
     assert "invalid ATIF document at steps.0" in caplog.text
     assert secret not in caplog.text

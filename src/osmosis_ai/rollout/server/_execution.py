@@ -9,11 +9,13 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionOutcome, ExecutionRequest, ExecutionResult
 from osmosis_ai.rollout.context import RolloutContext
+from osmosis_ai.rollout.server._previews import PreviewPublisher
 from osmosis_ai.rollout.server._registry import Entry
 from osmosis_ai.rollout.server._results import failure
 from osmosis_ai.rollout.server._state import ServerState
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
+from osmosis_ai.rollout.trajectory.preview import preview_id_allowed
 from osmosis_ai.rollout.trajectory.redact import redact_text
 
 __all__ = ["REPORT_URL_FIELD", "cancelled_result", "lease_expired_result", "run_rollout"]
@@ -23,6 +25,7 @@ logger = logging.getLogger(__name__)
 #: ``extra_fields`` key naming where the trajectory report of a rollout can be fetched.
 REPORT_URL_FIELD = "trajectory_report_url"
 _REPORT_TIMEOUT_SEC = 5.0
+_PREVIEW_FINISH_SEC = 5.0
 
 
 def secrets_of(entry: Entry) -> tuple[str, ...]:
@@ -53,13 +56,14 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
     if not state.backend.reports_progress:
         entry.progress.set_status(RolloutStatus.RUNNING)
     outcome: ExecutionOutcome | None = None
+    context = RolloutContext(
+        chat_completions_url=request.chat_completions_url,
+        api_key=request.llm_api_key,
+        rollout_id=request.rollout_id,
+        progress=entry.progress,
+    )
+    previewing = _start_previews(state, entry, context)
     try:
-        context = RolloutContext(
-            chat_completions_url=request.chat_completions_url,
-            api_key=request.llm_api_key,
-            rollout_id=request.rollout_id,
-            progress=entry.progress,
-        )
         with context:
             outcome = await state.backend.execute(
                 ExecutionRequest(
@@ -85,6 +89,34 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         await _save(state, entry, outcome, result)
     finally:
         state.registry.finish(entry, result, secrets=secrets)
+        if previewing is not None:
+            await _end_previews(entry, previewing)
+
+
+def _start_previews(
+    state: ServerState, entry: Entry, context: RolloutContext
+) -> asyncio.Task[None] | None:
+    if not state.previews or not preview_id_allowed(entry.rollout_id):
+        return None
+    entry.preview = PreviewPublisher(
+        entry.rollout_id,
+        context,
+        entry.progress,
+        directory=state.preview_root,
+        secrets=secrets_of(entry),
+        interval_sec=state.preview_interval_sec,
+    )
+    return asyncio.create_task(entry.preview.run(), name=f"preview {entry.rollout_id}")
+
+
+async def _end_previews(entry: Entry, task: asyncio.Task[None]) -> None:
+    """Let the publisher stamp the terminal status; never wait long, never raise."""
+    try:
+        await asyncio.wait_for(asyncio.shield(task), _PREVIEW_FINISH_SEC)
+    except TimeoutError:
+        task.cancel()
+    except Exception as exc:
+        logger.debug("rollout %s: preview task failed (%s)", entry.rollout_id, exc)
 
 
 async def _save(

@@ -42,6 +42,12 @@ class ServerState:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     http_session: Any = None
     """aiohttp session for fetching trajectory reports, opened on first use."""
+    previews: bool = False
+    """Whether rollouts get live previews."""
+    preview_root: Path | None = None
+    """Where ``<rollout_id>/preview.json`` files go; ``None``: served over HTTP only."""
+    preview_interval_sec: float = 3.0
+    """Seconds between two looks at a rollout's sample source."""
 
     def health(self) -> dict[str, Any]:
         """The ``/health`` payload: the backend's facts plus identity and lifecycle."""

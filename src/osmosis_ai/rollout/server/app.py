@@ -40,6 +40,7 @@ from osmosis_ai.rollout.server._results import encode_status, failure
 from osmosis_ai.rollout.server._state import ReportProvider, ServerState
 from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC, preview_root_from_env
 from osmosis_ai.rollout.types import (
     POLLING_LEASE_HEADER,
     CancelRolloutsRequest,
@@ -64,8 +65,7 @@ INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
 _LEASE_HEADER = POLLING_LEASE_HEADER.lower().encode()
-_RESULT_PREFIX = "/rollout/"
-_RESULT_SUFFIX = "/result"
+_ROLLOUT_PREFIX = "/rollout/"
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 M = TypeVar("M", bound=BaseModel)
@@ -157,8 +157,8 @@ def _cancel_execution(state: ServerState, entry: Entry) -> str:
     return answer or "not_found"
 
 
-async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str) -> Answer:
-    """``GET /rollout/{rollout_id}/result``: long poll under the polling lease."""
+def _leased_entry(state: ServerState, request: HttpRequest, rollout_id: str) -> Entry | Answer:
+    """The entry of ``rollout_id`` when the request presents its polling lease."""
     token = request.header(_LEASE_HEADER)
     if not token:
         return json_answer(
@@ -170,6 +170,14 @@ async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str)
         return json_answer({"detail": "unknown rollout_id"}, 404)
     if not entry.holds_lease(token):
         return json_answer({"detail": "invalid polling lease"}, 403)
+    return entry
+
+
+async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str) -> Answer:
+    """``GET /rollout/{rollout_id}/result``: long poll under the polling lease."""
+    entry = _leased_entry(state, request, rollout_id)
+    if isinstance(entry, Answer):
+        return entry
     if not entry.finished:
         if entry.lease_deadline <= time.monotonic():
             _expire(state, entry)
@@ -182,6 +190,21 @@ async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str)
         return Answer(entry.result_body)
     entry.reported = entry.progress.status
     return Answer(encode_status(entry.rollout_id, entry.reported))
+
+
+async def get_preview(state: ServerState, request: HttpRequest, rollout_id: str) -> Answer:
+    """``GET /rollout/{rollout_id}/preview``: the latest live preview, for the lease holder.
+
+    An extension of the reference protocol, so that a controller needs no shared
+    filesystem to show previews. 404 while there is none (previews off, the source has
+    none, or the rollout opted out).
+    """
+    entry = _leased_entry(state, request, rollout_id)
+    if isinstance(entry, Answer):
+        return entry
+    if entry.preview is None or entry.preview.latest is None:
+        return json_answer({"detail": "no preview for this rollout (yet)"}, 404)
+    return Answer(entry.preview.latest)
 
 
 async def cancel_rollouts(state: ServerState, request: HttpRequest) -> Answer:
@@ -255,6 +278,13 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/rollout/cancel": {"POST": cancel_rollouts},
     "/health": {"GET": health},
 }
+# GET /rollout/{rollout_id}<suffix>
+_PER_ROLLOUT_ROUTES: tuple[
+    tuple[str, Callable[[ServerState, HttpRequest, str], Awaitable[Answer]]], ...
+] = (
+    ("/result", poll_result),
+    ("/preview", get_preview),
+)
 
 
 class _AppState:
@@ -291,12 +321,14 @@ class RolloutServerApp:
             if handler is None:
                 return json_answer({"detail": "Method Not Allowed"}, 405)
             return await handler(state, request)
-        if path.startswith(_RESULT_PREFIX) and path.endswith(_RESULT_SUFFIX):
-            rollout_id = path[len(_RESULT_PREFIX) : -len(_RESULT_SUFFIX)]
-            if rollout_id and "/" not in rollout_id:
+        for suffix, per_rollout in _PER_ROLLOUT_ROUTES:
+            if path.startswith(_ROLLOUT_PREFIX) and path.endswith(suffix):
+                rollout_id = path[len(_ROLLOUT_PREFIX) : -len(suffix)]
+                if not rollout_id or "/" in rollout_id:
+                    break
                 if request.method != "GET":
                     return json_answer({"detail": "Method Not Allowed"}, 405)
-                return await poll_result(state, request, rollout_id)
+                return await per_rollout(state, request, rollout_id)
         return json_answer({"detail": "Not Found"}, 404)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -338,13 +370,16 @@ def create_rollout_server(
     artifact_root: Path | str | None = None,
     report_provider: ReportProvider | None = None,
     block_threshold_sec: float = 0.5,
+    previews: bool | None = None,
+    preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
 ) -> RolloutServerApp:
     """An ASGI app serving ``backend`` over the polling-lease rollout protocol.
 
     Endpoints: ``POST /rollout`` (202 with a lease; 409 for a retained id; 429 with
     ``Retry-After`` when the backend has no capacity; 503 while shutting down; 422 for an
     invalid body), ``GET /rollout/{id}/result`` (long poll with the
-    ``X-Osmosis-Rollout-Lease`` header), ``POST /rollout/cancel`` and ``GET /health``.
+    ``X-Osmosis-Rollout-Lease`` header), ``GET /rollout/{id}/preview`` (the latest live
+    preview, same lease header), ``POST /rollout/cancel`` and ``GET /health``.
 
     Every admitted rollout ends with exactly one published result, retained for
     ``result_retention_sec``: its execution task is created before the 202 is sent, the
@@ -370,12 +405,18 @@ def create_rollout_server(
         report_provider: Async callable giving per-call metrics for a finished rollout's
             trajectory; by default the URL in ``extra_fields["trajectory_report_url"]``.
         block_threshold_sec: A rollout step holding the event loop longer is logged.
+        previews: Publish live previews of rollouts whose sample source supports them.
+            ``None`` (default): on exactly when ``$_OSMOSIS_ROLLOUT_PREVIEW_ROOT`` names a
+            valid directory, where ``<rollout_id>/preview.json`` files are written; ``True``
+            also without one (served over HTTP only); ``False``: off.
+        preview_interval_sec: Seconds between two looks at a rollout's sample source.
 
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
             the wait, or ``api_key`` is blank.
     """
     _positive("result_wait_timeout_sec", result_wait_timeout_sec)
+    _positive("preview_interval_sec", preview_interval_sec)
     _positive("polling_lease_timeout_sec", polling_lease_timeout_sec)
     if polling_lease_timeout_sec <= result_wait_timeout_sec:
         raise ValueError("polling_lease_timeout_sec must exceed result_wait_timeout_sec")
@@ -387,6 +428,7 @@ def create_rollout_server(
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+    preview_root = preview_root_from_env() if previews is not False else None
     state = ServerState(
         backend=backend,
         registry=Registry(
@@ -401,5 +443,8 @@ def create_rollout_server(
         report_provider=report_provider,
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
+        previews=previews if previews is not None else preview_root is not None,
+        preview_root=preview_root,
+        preview_interval_sec=preview_interval_sec,
     )
     return RolloutServerApp(state)

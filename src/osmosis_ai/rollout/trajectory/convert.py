@@ -19,7 +19,12 @@ from osmosis_ai.rollout.trajectory._message_fields import (
 from osmosis_ai.rollout.trajectory.atif import Trajectory
 from osmosis_ai.rollout.trajectory.report import TrajectoryReport, apply_report
 
-__all__ = ["AGENT_NAME", "convert_sample_to_trajectory", "messages_from_trajectory"]
+__all__ = [
+    "AGENT_NAME",
+    "chat_messages_to_steps",
+    "convert_sample_to_trajectory",
+    "messages_from_trajectory",
+]
 
 #: ``agent.name`` of every document the SDK writes.
 AGENT_NAME = "osmosis-rollout-sdk"
@@ -101,7 +106,7 @@ def _fold_tool_result(
     target.setdefault("observation", {"results": []})["results"].append(result)
 
 
-def _build_steps(messages: Sequence[object]) -> list[JSONObject]:
+def chat_messages_to_steps(messages: Sequence[object]) -> list[JSONObject]:
     """ATIF step dicts from OpenAI chat messages (see `convert_sample_to_trajectory`)."""
     steps: list[JSONObject] = []
     # Latest agent step per tool_call_id: a result folds into the step that made the call.
@@ -186,7 +191,7 @@ def convert_sample_to_trajectory(
             "sample has no trajectory-compatible messages (trajectory_messages is None); "
             "set RolloutSample.trajectory_messages to OpenAI chat messages to save one"
         )
-    steps = _build_steps(messages)
+    steps = chat_messages_to_steps(messages)
     if not steps:
         raise ValueError(
             "sample.trajectory_messages holds no message; an ATIF trajectory needs at least "

@@ -27,7 +27,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Hashable, Iterable
 from typing import Any, Generic
 
 from osmosis_ai._extras import import_optional
@@ -187,6 +187,12 @@ class SessionSampleSource(SampleSource):
     async def get_sample(self) -> RolloutSample:
         items = copy.deepcopy(await self._session.get_items())
         return RolloutSample(messages=items, trajectory_messages=_chat_messages(items))
+
+    def preview_revision(self) -> Hashable | None:
+        session = self._session
+        if not isinstance(session, OsmosisMemorySession):
+            return None  # another session's items may live elsewhere: ask every time
+        return (len(session.items), id(session.items[-1]) if session.items else None)
 
     async def get_preview(self, max_messages: int) -> RolloutSample | None:
         if max_messages <= 0:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from osmosis_ai._extras import import_optional
@@ -169,6 +169,11 @@ class StrandsAgentSampleSource(SampleSource):
             messages=list(messages),
             trajectory_messages=_chat_messages(messages, self._agent.system_prompt),
         )
+
+    def preview_revision(self) -> Hashable:
+        history = self._agent.messages
+        trimmed = getattr(self._agent.conversation_manager, "removed_message_count", 0)
+        return (len(history), trimmed, id(history[-1]) if history else None)
 
     async def get_preview(self, max_messages: int) -> RolloutSample | None:
         if max_messages <= 0:
