@@ -26,6 +26,7 @@ class Workspace:
     config: Path
     dataset: Path
     stub: ChatStub
+    rollout: str = "probe"
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         self.dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -34,7 +35,7 @@ class Workspace:
         model = model or f"openai:{self.stub.base_url}:stub-model"
         self.config.write_text(
             "[experiment]\n"
-            'rollout = "probe"\nentrypoint = "main.py"\n'
+            f'rollout = "{self.rollout}"\nentrypoint = "main.py"\n'
             f'model_path = "{model}"\ndataset = "data/rows.jsonl"\n'
             f"[evaluation]\nagent_workflow_timeout_s = 30\ngrader_timeout_s = 10\n{evaluation}\n"
         )

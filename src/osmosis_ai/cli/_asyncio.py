@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["run"]
+__all__ = ["run", "wait_for_stop_signal"]
 
 T = TypeVar("T")
 
@@ -18,3 +19,16 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(main)
     return uvloop.run(main)
+
+
+async def wait_for_stop_signal() -> None:
+    """Return on the first SIGINT or SIGTERM (a server command's "until interrupted")."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

@@ -8,6 +8,7 @@ from osmosis_ai import __version__
 from osmosis_ai.cli.eval import eval_app
 from osmosis_ai.cli.gateway import gateway_command
 from osmosis_ai.cli.rollout import rollout_app
+from osmosis_ai.cli.view import view_command
 
 __all__ = ["app", "main"]
 
@@ -40,6 +41,7 @@ def root(
 
 
 app.command("gateway")(gateway_command)
+app.command("view")(view_command)
 app.add_typer(eval_app, name="eval")
 app.add_typer(rollout_app, name="rollout")
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import typer
 
-from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
 
 __all__ = ["eval_app"]
@@ -73,6 +75,9 @@ def run_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
+    view: bool = typer.Option(
+        False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
+    ),
 ) -> None:
     """Run the rollout over the dataset against the model, then print the results table."""
     from rich.console import Console
@@ -146,33 +151,59 @@ def run_command(
         if not as_json:
             console.print(f"→ {text}")
 
+    def report(outcome: Any) -> None:
+        if as_json:
+            payload = {
+                "run_name": outcome.run_name,
+                "output_path": str(outcome.run_dir),
+                "total_work_items": outcome.total,
+                "dispatched": outcome.dispatched,
+                "resumed": outcome.resumed,
+                "complete": outcome.complete,
+                "halted": outcome.halted,
+                "metrics": outcome.metrics,
+                "failed_rows": outcome.failed_rows,
+            }
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+            sys.stdout.flush()
+        else:
+            _render_results(outcome, console)
+            if outcome.halted:
+                console.print(f"[yellow]stopped early:[/yellow] {outcome.halted}; re-run to resume")
+
+    async def evaluate() -> Any:
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def start_viewer(run_dir: Path) -> None:
+                from osmosis_ai.viewer import Viewer
+
+                viewer = await stack.enter_async_context(Viewer(run_dir.parent))
+                console.print(f"viewer: {viewer.url}#/run/{quote(run_dir.name)}")
+
+            outcome = await run_eval(
+                options,
+                on_item=on_item,
+                on_message=on_message,
+                on_plan=on_plan,
+                on_run_dir=start_viewer if view else None,
+            )
+            if view:
+                progress.stop()
+                report(outcome)
+                console.print("the viewer stays up until Ctrl-C")
+                await wait_for_stop_signal()
+            return outcome
+
     try:
         with progress:
-            outcome = run(
-                run_eval(options, on_item=on_item, on_message=on_message, on_plan=on_plan)
-            )
+            outcome = run(evaluate())
     except KeyboardInterrupt:
         console.print("interrupted: in-flight items stay pending; run the same command to resume")
         raise typer.Exit(130) from None
     except OsmosisError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    if as_json:
-        payload = {
-            "run_name": outcome.run_name,
-            "output_path": str(outcome.run_dir),
-            "total_work_items": outcome.total,
-            "dispatched": outcome.dispatched,
-            "resumed": outcome.resumed,
-            "complete": outcome.complete,
-            "halted": outcome.halted,
-            "metrics": outcome.metrics,
-            "failed_rows": outcome.failed_rows,
-        }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-    else:
-        _render_results(outcome, console)
-        if outcome.halted:
-            console.print(f"[yellow]stopped early:[/yellow] {outcome.halted}; re-run to resume")
+    if not view:
+        report(outcome)
     if not outcome.complete:
         raise typer.Exit(1)

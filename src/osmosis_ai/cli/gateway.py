@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import signal
 
 import typer
 
-from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
 
 __all__ = ["gateway_command"]
@@ -49,12 +47,8 @@ async def _serve(spec: str, host: str, port: int, token: str | None, api_key: st
         policy = build_policy(spec, api_key=api_key)
     except OsmosisError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     async with Gateway(policy, token=token, host=host, port=port) as gateway:
         typer.echo(f"gateway:  {gateway.base_url}  (policy {policy.kind}, model {policy.model})")
         typer.echo(f"token:    {gateway.token}")
         typer.echo(f"rollout:  {gateway.base_url}/v1/rollouts/<rollout_id>/chat/completions")
-        await stop.wait()
+        await wait_for_stop_signal()

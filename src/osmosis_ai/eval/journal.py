@@ -24,6 +24,7 @@ __all__ = [
     "JournalStatus",
     "WorkItem",
     "pending_items",
+    "read_records",
 ]
 
 #: Terminal status of one work item as the journal records it.
@@ -323,14 +324,7 @@ class Journal:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-        records: dict[WorkItem, JournalRecord] = {}
-        for number, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
-            try:
-                record = _decode_line(line)
-            except (ValueError, TypeError, RecursionError) as exc:  # ConfigError, JSON errors too
-                raise JournalCorruptError(self.path, number, str(exc)) from exc
-            records[record.key] = record
-        return records
+        return _records(self.path, data[:end])
 
     def append(self, record: JournalRecord) -> None:
         """Append ``record`` durably: every byte written with ``O_APPEND``, then fsync.
@@ -364,6 +358,37 @@ class Journal:
             OSError: As for `append`.
         """
         await asyncio.to_thread(self.append, record)
+
+
+def _records(path: Path, data: bytes) -> dict[WorkItem, JournalRecord]:
+    """The latest record per work item among the complete lines of ``data``."""
+    records: dict[WorkItem, JournalRecord] = {}
+    for number, line in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], start=1):
+        try:
+            record = _decode_line(line)
+        except (ValueError, TypeError, RecursionError) as exc:  # ConfigError, JSON errors too
+            raise JournalCorruptError(path, number, str(exc)) from exc
+        records[record.key] = record
+    return records
+
+
+def read_records(path: Path) -> dict[WorkItem, JournalRecord]:
+    """Read a journal another process may be appending to, changing nothing.
+
+    Unlike `Journal.replay` it never truncates: a partial last line is ignored.
+
+    Raises:
+        JournalCorruptError: A complete line is not a valid canonical record.
+        OSError: The file cannot be read, or is a symlink.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    try:
+        return _records(path, _read_all(fd))
+    finally:
+        os.close(fd)
 
 
 def _read_all(fd: int) -> bytes:

@@ -21,6 +21,8 @@ from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.rollout.trajectory.redact import RedactingFilter, Redactor
 
 __all__ = [
+    "MANIFEST",
+    "PREVIEWS_DIR",
     "RunLockedError",
     "canonical_digest",
     "open_run_dir",
@@ -30,6 +32,8 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
+#: Where the rollout server publishes live previews of a run's in-flight rollouts.
+PREVIEWS_DIR = "previews"
 _SKIPPED_DIRS = frozenset(
     {"__pycache__", ".git", ".venv", "venv", "dist", "build", "node_modules", ".pytest_cache",
      ".ruff_cache", ".mypy_cache", ".osmosis"}

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,19 @@ from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, DatasetItem, load_dataset
 from osmosis_ai.eval.journal import Journal, JournalRecord, pending_items
 from osmosis_ai.eval.projections import write_projections
-from osmosis_ai.eval.run_dir import canonical_digest, open_run_dir, run_lock, run_log, source_digest
+from osmosis_ai.eval.run_dir import (
+    PREVIEWS_DIR,
+    canonical_digest,
+    open_run_dir,
+    run_lock,
+    run_log,
+    source_digest,
+)
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.gateway import Gateway, build_policy, preflight
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["EvalOptions", "EvalOutcome", "run_eval"]
@@ -147,8 +155,12 @@ async def run_eval(
     on_item: ItemCallback | None = None,
     on_message: Callable[[str], None] | None = None,
     on_plan: Callable[[dict[str, str]], None] | None = None,
+    on_run_dir: Callable[[Path], Awaitable[None]] | None = None,
 ) -> EvalOutcome:
     """Run (or resume) an evaluation; returns how it ended.
+
+    ``on_run_dir`` is awaited once the run directory exists, before anything is dispatched
+    (``osmosis eval run --view`` starts the viewer there).
 
     Items already journaled are not run again. A dead rollout server, an unreachable model
     or a fatal model preflight stops dispatching and leaves the remaining items pending;
@@ -174,6 +186,8 @@ async def run_eval(
         pending = pending_items(items, records, retry_failed=options.retry_failed)
         resumed = {key for key in records if key not in pending}
         outcome = EvalOutcome(run_name, run_dir, total=len(items), resumed=len(resumed))
+        if on_run_dir is not None:
+            await on_run_dir(run_dir)
         secrets = _secret_values(config)
         if on_plan is not None:
             on_plan(
@@ -255,7 +269,12 @@ async def _dispatch(
             server = RolloutServerProcess(
                 rollout_dir=config.rollout_dir,
                 entrypoint=config.experiment.entrypoint,
-                env={**config.env, **secrets},
+                env={
+                    **config.env,
+                    **secrets,
+                    # Live previews of in-flight rollouts, for `osmosis view`.
+                    PREVIEW_ROOT_ENV: str((outcome.run_dir / PREVIEWS_DIR).resolve()),
+                },
                 artifact_root=outcome.run_dir / "rollout_trials",
                 log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
                 redact=redactor.text,

@@ -1,0 +1,136 @@
+"""The viewer's ASGI app: a JSON API over run directories and the page that shows it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from osmosis_ai._extras import import_optional
+
+import_optional("starlette", extra="viewer", feature="The run viewer")
+
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import FileResponse, JSONResponse, Response  # noqa: E402
+from starlette.routing import Mount, Route  # noqa: E402
+from starlette.staticfiles import StaticFiles  # noqa: E402
+from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
+
+from osmosis_ai.viewer.runs import (  # noqa: E402
+    ViewerRoot,
+    artifact_file,
+    live_previews,
+    rollout_detail,
+    run_items,
+    run_overview,
+    run_summaries,
+)
+
+__all__ = ["create_viewer_app"]
+
+T = TypeVar("T")
+STATIC = Path(__file__).resolve().parent / "static"
+
+# Everything the page needs comes from this origin; nothing inline, nothing remote.
+_SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class _SecurityHeaders:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+def _not_found(what: str) -> JSONResponse:
+    return JSONResponse({"detail": f"no such {what}"}, status_code=404)
+
+
+def create_viewer_app(path: Path | str) -> ASGIApp:
+    """The viewer of the run directory (or folder of run directories) at ``path``."""
+    root = ViewerRoot(Path(path))
+
+    async def off_loop(function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(function, *args)
+
+    async def run_dir(request: Request) -> Path | None:
+        return await off_loop(root.run, request.path_params["run"])
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    async def runs(request: Request) -> Response:
+        return JSONResponse(await off_loop(run_summaries, root))
+
+    async def run(request: Request) -> Response:
+        directory = await run_dir(request)
+        if directory is None:
+            return _not_found("run")
+        return JSONResponse(await off_loop(run_overview, directory))
+
+    async def items(request: Request) -> Response:
+        directory = await run_dir(request)
+        if directory is None:
+            return _not_found("run")
+        return JSONResponse(await off_loop(run_items, directory))
+
+    async def previews(request: Request) -> Response:
+        directory = await run_dir(request)
+        if directory is None:
+            return _not_found("run")
+        return JSONResponse(await off_loop(live_previews, directory))
+
+    async def rollout(request: Request) -> Response:
+        directory = await run_dir(request)
+        if directory is None:
+            return _not_found("run")
+        detail = await off_loop(rollout_detail, directory, request.path_params["rollout_id"])
+        return _not_found("rollout") if detail is None else JSONResponse(detail)
+
+    async def artifact(request: Request) -> Response:
+        directory = await run_dir(request)
+        if directory is None:
+            return _not_found("run")
+        params = request.path_params
+        found = await off_loop(artifact_file, directory, params["rollout_id"], params["path"])
+        if found is None:
+            return _not_found("artifact")
+        # Always a download, never rendered here: an artifact may be HTML or script.
+        return FileResponse(
+            found,
+            media_type="application/octet-stream",
+            filename=found.name,
+            content_disposition_type="attachment",
+        )
+
+    api = "/api/runs/{run}"
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/api/runs", runs),
+            Route(api, run),
+            Route(f"{api}/items", items),
+            Route(f"{api}/previews", previews),
+            Route(f"{api}/rollouts/{{rollout_id}}", rollout),
+            Route(f"{api}/rollouts/{{rollout_id}}/artifacts/{{path:path}}", artifact),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ]
+    )
+    return _SecurityHeaders(app)

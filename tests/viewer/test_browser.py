@@ -1,0 +1,143 @@
+"""The viewer page in headless Chromium (Debian's ``chromium``, driven by Playwright)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, Page, async_playwright
+
+from osmosis_ai.viewer import Viewer
+from tests.viewer.conftest import FAILURE, chatty_workspace
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium")
+    assert executable, "install Debian's chromium package (.ci/run does) to run browser tests"
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context()
+    opened = await context.new_page()
+    yield opened
+    await context.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def viewer_url(finished_run_root: Path) -> AsyncIterator[str]:
+    async with Viewer(finished_run_root) as viewer:
+        yield viewer.url
+
+
+async def _open_item(page: Page, viewer_url: str, row_selector: str) -> None:
+    await page.goto(f"{viewer_url}#/run/finished")
+    await page.locator(row_selector).first.click()
+    await page.wait_for_selector("#steps .step")
+
+
+async def test_failed_item_shows_its_error_and_steps(page: Page, viewer_url: str) -> None:
+    await page.goto(f"{viewer_url}#/run/finished")
+    await page.wait_for_selector("#items tbody tr")
+    assert await page.locator("#items tbody tr").count() == 3
+    await page.select_option("#status-filter", "failed")
+    assert await page.locator("#items tbody tr").count() == 1
+    await page.locator("#items tbody tr").first.click()
+    error = page.locator("#error")
+    await error.wait_for()
+    assert "agent_error" in await error.inner_text()
+    assert FAILURE in await error.inner_text()
+    await page.wait_for_selector("#steps .step")
+    assert await page.locator("#steps .step").count() >= 2
+
+
+async def test_markup_in_messages_renders_as_text(page: Page, viewer_url: str) -> None:
+    await _open_item(page, viewer_url, "#items tbody tr[data-rollout] >> nth=2")
+    text = await page.locator("#steps").inner_text()
+    assert '<img src=x onerror="window.__xss=1">' in text
+    assert "<script>window.__xss=2</script>" in text
+    assert await page.evaluate("window.__xss") is None
+    assert await page.locator("#steps img, #steps script").count() == 0
+
+
+async def test_trajectory_page_lists_and_serves_artifacts(page: Page, viewer_url: str) -> None:
+    await _open_item(page, viewer_url, "#items tbody tr[data-rollout] >> nth=0")
+    link = page.locator("#artifacts a")
+    assert await link.inner_text() == "notes.txt"
+    async with page.expect_download() as info:
+        await link.click()
+    download = await info.value
+    assert Path(await download.path()).read_text() == "hello from an artifact"
+
+
+async def test_dot_dot_artifact_paths_are_refused(page: Page, viewer_url: str) -> None:
+    await page.goto(f"{viewer_url}#/run/finished")
+    rollout_id = await page.locator("#items tbody tr[data-rollout]").first.get_attribute(
+        "data-rollout"
+    )
+    base = f"{viewer_url}api/runs/finished/rollouts/{rollout_id}/artifacts/"
+    for crafted in ("..%2F..%2Fmanifest.json", "%2E%2E/%2E%2E/manifest.json"):
+        response = await page.goto(base + crafted)
+        assert response is not None and response.status == 404
+        assert "local_run_id" not in await page.content()
+
+
+async def _read_line(stream: Any, pattern: re.Pattern[str]) -> re.Match[str]:
+    async with asyncio.timeout(60):
+        while line := await stream.readline():
+            if match := pattern.search(line.decode()):
+                return match
+    raise AssertionError(f"no line matched {pattern.pattern}")
+
+
+async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> None:
+    async with chatty_workspace(tmp_path / "ws") as workspace:
+        workspace.write_rows(
+            [
+                {
+                    "user_prompt": "say token0",
+                    "ground_truth": "token0",
+                    "metadata": {"turns": 12, "pause": 0.5},
+                }
+            ]
+        )
+        process = await workspace.start("--name", "live", "--view")
+        try:
+            assert process.stdout is not None
+            match = await _read_line(process.stdout, re.compile(r"viewer: (http://\S+)"))
+            await page.goto(match.group(1))
+            steps = page.locator("#live .live .steps")
+            await steps.first.wait_for(timeout=30_000)
+            first = int((await steps.first.inner_text()).split()[0])
+            async with asyncio.timeout(30):
+                while int((await steps.first.inner_text()).split()[0]) <= first:
+                    await asyncio.sleep(0.3)
+            await _read_line(process.stdout, re.compile("viewer stays up"))
+        finally:
+            process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(30):
+                await process.wait()
+    assert process.returncode == 0
