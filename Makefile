@@ -27,8 +27,8 @@ demo: install-eval
 test: install-dev check
 
 check:
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/pytest
 
@@ -39,3 +39,4 @@ bench: install-dev
 	$(BIN)/python benchmarks/server.py
 	$(BIN)/python benchmarks/eval.py
 	$(BIN)/python benchmarks/integrations.py
+	$(BIN)/python benchmarks/previews.py

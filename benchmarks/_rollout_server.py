@@ -1,19 +1,32 @@
 """A rollout server child process for benchmarks: ``python _rollout_server.py PORT KIND``.
 
-KIND ``noop`` returns at once; ``idle`` waits (up to an hour) so rollouts stay in flight.
+KIND ``noop`` returns at once; ``idle`` waits (up to an hour) so rollouts stay in flight;
+``talking`` adds a 400-character message every ``TALK_PAUSE_SEC`` for ``TALK_TURNS`` turns
+to a previewable history (live previews follow ``$_OSMOSIS_ROLLOUT_PREVIEW_ROOT``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import sys
 from typing import Any
 
 import uvicorn
 
-from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext, LocalBackend
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    LocalBackend,
+    RolloutSample,
+    SampleSource,
+    get_rollout_context,
+)
 from osmosis_ai.rollout.server import create_rollout_server
+
+TALK_TURNS = 8
+TALK_PAUSE_SEC = 2.5
 
 
 class NoOp(AgentWorkflow):
@@ -27,13 +40,46 @@ class Idle(AgentWorkflow):
         return []
 
 
+class History(SampleSource):
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+
+    async def get_sample(self) -> RolloutSample:
+        return RolloutSample(messages=list(self.messages))
+
+    def preview_revision(self) -> int:
+        return len(self.messages)
+
+    async def get_preview(self, max_messages: int) -> RolloutSample | None:
+        # Messages are never changed once appended: a shallow copy of the window is isolated.
+        recent = self.messages[-max_messages:]
+        return RolloutSample(messages=recent, trajectory_messages=recent)
+
+
+class Talking(AgentWorkflow):
+    async def run(self, ctx: AgentWorkflowContext) -> None:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        history = History(list(ctx.prompt))
+        rollout.set_sample_source(history)
+        for turn in range(TALK_TURNS):
+            await asyncio.sleep(TALK_PAUSE_SEC)
+            text = f"turn {turn}: " + "lorem ipsum dolor sit amet " * 15
+            history.messages.append({"role": "assistant", "content": text})
+
+
+WORKFLOWS = {"noop": NoOp, "idle": Idle, "talking": Talking}
+
+
 def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     port, kind = int(sys.argv[1]), sys.argv[2]
-    workflow = NoOp if kind == "noop" else Idle
+    workflow = WORKFLOWS[kind]
     app = create_rollout_server(
         backend=LocalBackend(workflow=workflow),
+        # "http": previews served over HTTP only; otherwise they follow the preview root.
+        previews=True if os.environ.get("BENCH_PREVIEWS") == "http" else None,
         configure_logging=False,
         polling_lease_timeout_sec=600,
         result_wait_timeout_sec=300,

@@ -11,12 +11,9 @@ import asyncio
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp
 
 from _report import Figure, print_table
-from osmosis_ai._serving import bind_socket
+from _server_process import rollout_server, wait_ready
 from osmosis_ai.rollout.client import RolloutClient
 
 HERE = Path(__file__).resolve().parent
@@ -32,35 +29,6 @@ PROMPT = [{"role": "user", "content": "hi"}]
 THROUGHPUT_ROLLOUTS = 20_000
 CONCURRENCY = 256
 IDLE_STEPS = (0, 2_000, 4_000, 6_000, 8_000, 10_000)
-
-
-@contextmanager
-def _server(kind: str, artifact_root: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    probe = bind_socket()
-    port = probe.getsockname()[1]
-    probe.close()
-    env = {**os.environ, "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": artifact_root}
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "_rollout_server.py"), str(port), kind], env=env
-    )
-    try:
-        yield process, f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-async def _ready(client: RolloutClient) -> None:
-    async with asyncio.timeout(60):
-        while True:
-            try:
-                await client.health()
-                return
-            except Exception:
-                await asyncio.sleep(0.1)
 
 
 def _rss_mb(pid: int) -> float:
@@ -75,7 +43,7 @@ async def _throughput(url: str) -> tuple[float, list[float], int]:
     failures = 0
     remaining = THROUGHPUT_ROLLOUTS
     async with RolloutClient(url=url) as client:
-        await _ready(client)
+        await wait_ready(client)
 
         async def worker(worker_id: int) -> None:
             nonlocal remaining, failures
@@ -103,7 +71,7 @@ async def _idle_memory(url: str, pid: int, *, polled: bool) -> list[tuple[int, f
     handles = []
     admitted = 0
     async with RolloutClient(url=url) as client, aiohttp.ClientSession() as raw:
-        await _ready(client)
+        await wait_ready(client)
         await asyncio.sleep(1)
 
         async def admit(index: int) -> None:
@@ -146,11 +114,11 @@ def main() -> None:
     version = sys.version.split()[0]
     print(f"osmosis_ai rollout-server benchmarks — python {version}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-") as root:
-        with _server("noop", root) as (_, url):
+        with rollout_server("noop", root) as (_, url):
             per_sec, admissions, failures = asyncio.run(_throughput(url))
-        with _server("idle", root) as (process, url):
+        with rollout_server("idle", root) as (process, url):
             unpolled = asyncio.run(_idle_memory(url, process.pid, polled=False))
-        with _server("idle", root) as (process, url):
+        with rollout_server("idle", root) as (process, url):
             polled = asyncio.run(_idle_memory(url, process.pid, polled=True))
     admissions.sort()
     ms = 1e3

@@ -32,11 +32,14 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(data):x}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        try:
+            remaining = memoryview(data)
+            while remaining:
+                remaining = remaining[os.write(fd, remaining) :]
             if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -9,7 +9,6 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionOutcome, ExecutionRequest, ExecutionResult
 from osmosis_ai.rollout.context import RolloutContext
-from osmosis_ai.rollout.server._previews import PreviewPublisher
 from osmosis_ai.rollout.server._registry import Entry
 from osmosis_ai.rollout.server._results import failure
 from osmosis_ai.rollout.server._state import ServerState
@@ -25,7 +24,6 @@ logger = logging.getLogger(__name__)
 #: ``extra_fields`` key naming where the trajectory report of a rollout can be fetched.
 REPORT_URL_FIELD = "trajectory_report_url"
 _REPORT_TIMEOUT_SEC = 5.0
-_PREVIEW_FINISH_SEC = 5.0
 
 
 def secrets_of(entry: Entry) -> tuple[str, ...]:
@@ -62,7 +60,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         rollout_id=request.rollout_id,
         progress=entry.progress,
     )
-    previewing = _start_previews(state, entry, context)
+    _start_previews(state, entry, context)
     try:
         with context:
             outcome = await state.backend.execute(
@@ -89,34 +87,15 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         await _save(state, entry, outcome, result)
     finally:
         state.registry.finish(entry, result, secrets=secrets)
-        if previewing is not None:
-            await _end_previews(entry, previewing)
+        if entry.preview is not None and state.preview_hub is not None:
+            await state.preview_hub.finish(entry.preview)
 
 
-def _start_previews(
-    state: ServerState, entry: Entry, context: RolloutContext
-) -> asyncio.Task[None] | None:
-    if not state.previews or not preview_id_allowed(entry.rollout_id):
-        return None
-    entry.preview = PreviewPublisher(
-        entry.rollout_id,
-        context,
-        entry.progress,
-        directory=state.preview_root,
-        secrets=secrets_of(entry),
-        interval_sec=state.preview_interval_sec,
-    )
-    return asyncio.create_task(entry.preview.run(), name=f"preview {entry.rollout_id}")
-
-
-async def _end_previews(entry: Entry, task: asyncio.Task[None]) -> None:
-    """Let the publisher stamp the terminal status; never wait long, never raise."""
-    try:
-        await asyncio.wait_for(asyncio.shield(task), _PREVIEW_FINISH_SEC)
-    except TimeoutError:
-        task.cancel()
-    except Exception as exc:
-        logger.debug("rollout %s: preview task failed (%s)", entry.rollout_id, exc)
+def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -> None:
+    if state.preview_hub is not None and preview_id_allowed(entry.rollout_id):
+        entry.preview = state.preview_hub.add(
+            entry.rollout_id, context, entry.progress, secrets=secrets_of(entry)
+        )
 
 
 async def _save(

@@ -1,14 +1,16 @@
-"""Publishing one rollout's live preview while it runs (see ``trajectory.preview``).
+"""Publishing the live previews of a server's rollouts (see ``trajectory.preview``).
 
-One task per previewed rollout. Every ``PREVIEW_INTERVAL_SEC`` (first after one interval, so
-that ``run()`` can opt out before it is ever looked at) it asks the rollout's sample source
-for a snapshot, unless the source says nothing changed. Conversion, clipping and redaction
-run on a worker thread. Each new snapshot or status change is stamped, kept for
-``GET /rollout/{id}/preview`` and, with a preview root, written to
-``<root>/<rollout_id>/preview.json``. When the rollout ends the source is looked at once
-more (unless the rollout opted out), so the last preview, stamped with the terminal status,
-shows the finished conversation; then the task ends.
-Nothing here can fail or delay the rollout: every error is logged at debug level and skipped.
+One task serves every previewed rollout of the server, so a thousand rollouts cost a few
+wake-ups and one worker-thread hop per tick, not a timer and a hop each. Every
+``interval_sec`` per rollout (the first after about one interval, so that ``run()`` can opt
+out before it is ever looked at) it asks the rollout's sample source for a snapshot, unless
+the source's ``preview_revision()`` says nothing changed. Conversion, clipping, redaction,
+encoding and the file write run on a worker thread. Each new snapshot or status change is
+stamped, kept for ``GET /rollout/{id}/preview`` and, with a preview root, written to
+``<root>/<rollout_id>/preview.json``. When a rollout ends its source is looked at once more
+(unless the rollout opted out), so the last preview, stamped with the terminal status, shows
+the finished conversation. Nothing here can fail or delay a rollout: every error is logged
+at debug level and skipped.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Hashable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.context import RolloutContext, RolloutProgress
@@ -27,22 +31,23 @@ from osmosis_ai.rollout.status import TERMINAL_STATUSES
 from osmosis_ai.rollout.trajectory.preview import (
     MAX_PREVIEW_MESSAGES,
     PREVIEW_FILENAME,
-    PREVIEW_INTERVAL_SEC,
     Snapshot,
+    StepCache,
     encode_preview,
     snapshot_of,
 )
 
-__all__ = ["PreviewPublisher"]
+__all__ = ["PreviewHub", "RolloutPreview"]
 
 logger = logging.getLogger(__name__)
 
 _SOURCE_TIMEOUT_SEC = 1.0
+_FINISH_TIMEOUT_SEC = 5.0
 _UNSEEN = object()
 
 
-class PreviewPublisher:
-    """Publishes the previews of one rollout; ``latest`` holds the newest document's bytes."""
+class RolloutPreview:
+    """The preview state of one rollout; ``latest`` holds its newest document's bytes."""
 
     def __init__(
         self,
@@ -52,65 +57,71 @@ class PreviewPublisher:
         *,
         directory: Path | None,
         secrets: tuple[str, ...],
-        interval_sec: float = PREVIEW_INTERVAL_SEC,
+        due: float,
     ) -> None:
         self.rollout_id = rollout_id
         self.latest: bytes | None = None
-        self._context = context
-        self._progress = progress
+        self.context = context
+        self.progress = progress
+        self.due = due
+        self.finished = asyncio.Event()
         self._directory = None if directory is None else directory / rollout_id
         self._secrets = secrets
-        self._interval = interval_sec
         self._revision: Hashable | object = _UNSEEN
+        self._fingerprinted = True
         self._snapshot: Snapshot | None = None
+        self._steps: StepCache = {}
         self._stamped: str | None = None
         self._version = 0
+        self._made_directory = False
 
-    async def run(self) -> None:
-        """Collect and publish until the rollout's terminal status is published."""
-        # The first look waits about one interval, spread so rollouts admitted together
-        # are not all looked at in the same instant.
-        delay = self._interval * (0.5 + random.random())
-        status = await self._progress.wait_for_change(delay)
-        while True:
-            terminal = status in TERMINAL_STATUSES
-            # A last look at the end, so the final preview shows the finished conversation.
-            sample = await self._collect()
-            if sample is not None or (self._snapshot is not None and status != self._stamped):
-                try:
-                    data = await asyncio.to_thread(self._publish, sample, status.value)
-                except Exception as exc:  # a preview must never hurt the rollout
-                    logger.debug("rollout %s: no preview (%s)", self.rollout_id, exc)
-                else:
-                    self.latest = data or self.latest
-            if terminal:
-                return
-            status = await self._progress.wait_for_change(self._interval)
+    def needs_look(self) -> bool:
+        """Whether the source may have something new (a cheap check, on the loop)."""
+        source = self.context.sample_source
+        if source is None or not self.context.preview_enabled:
+            return False
+        try:
+            revision = source.preview_revision()
+        except Exception:
+            return False
+        return revision is None or revision != self._revision
 
-    async def _collect(self) -> RolloutSample | None:
-        """The source's preview sample, or ``None`` when there is none or nothing changed."""
-        source = self._context.sample_source
-        if source is None or not self._context.preview_enabled:
+    async def look(self) -> RolloutSample | None:
+        """Ask the source for its preview sample; ``None`` when it has none."""
+        source = self.context.sample_source
+        if source is None:
             return None
         try:
             revision = source.preview_revision()
-            if revision is not None and revision == self._revision:
-                return None
             async with asyncio.timeout(_SOURCE_TIMEOUT_SEC):
                 sample = await source.get_preview(MAX_PREVIEW_MESSAGES)
         except Exception as exc:
             logger.debug("rollout %s: preview skipped (%s)", self.rollout_id, type(exc).__name__)
             return None
         self._revision = revision
+        # With a revision the source already said the preview changed: no need to compare.
+        self._fingerprinted = revision is None
         # The flag may have been cleared while the source was being asked.
-        return sample if self._context.preview_enabled else None
+        return sample if self.context.preview_enabled else None
 
-    def _publish(self, sample: RolloutSample | None, status: str) -> bytes | None:
-        """On a worker thread: snapshot ``sample``, stamp, encode and write; the bytes or
-        ``None`` when there was nothing new to publish."""
+    def stale(self, status: str) -> bool:
+        """Whether the published document shows another status than ``status``."""
+        return self._snapshot is not None and status != self._stamped
+
+    def publish(self, sample: RolloutSample | None, status: str) -> bytes | None:
+        """On a worker thread: snapshot ``sample``, stamp, encode and write.
+
+        Returns the document's bytes, or ``None`` when there was nothing new to publish.
+        """
         if sample is not None:
             previous = self._snapshot.fingerprint if self._snapshot else None
-            snapshot = snapshot_of(sample, secrets=self._secrets, previous=previous)
+            snapshot = snapshot_of(
+                sample,
+                secrets=self._secrets,
+                previous=previous if self._fingerprinted else None,
+                fingerprint=self._fingerprinted,
+                cache=self._steps,
+            )
             if snapshot is not None:
                 self._snapshot = snapshot
             elif status == self._stamped:
@@ -127,7 +138,141 @@ class PreviewPublisher:
             updated_at=datetime.now(UTC).isoformat(),
         )
         if self._directory is not None:
-            self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not self._made_directory:
+                self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                self._made_directory = True
             # Rewritten every few seconds and worthless after a crash: no fsync.
             atomic_write_bytes(self._directory / PREVIEW_FILENAME, data, durable=False)
         return data
+
+
+_Work = tuple[RolloutPreview, RolloutSample | None, str]
+
+
+def _publish_all(work: list[_Work]) -> tuple[list[bytes | None], float]:
+    """Publish on this worker thread; returns the documents and the thread's CPU seconds."""
+    started = time.thread_time()
+    published: list[bytes | None] = []
+    for preview, sample, status in work:
+        try:
+            published.append(preview.publish(sample, status))
+        except Exception as exc:  # one broken preview must not stop the others
+            logger.debug("rollout %s: no preview (%s)", preview.rollout_id, exc)
+            published.append(None)
+    return published, time.thread_time() - started
+
+
+class PreviewHub:
+    """Every previewed rollout of one server, served by one task while any is registered.
+
+    Args:
+        directory: Where ``<rollout_id>/preview.json`` files go; ``None``: memory only.
+        interval_sec: Seconds between two looks at one rollout's source.
+    """
+
+    def __init__(self, *, directory: Path | None, interval_sec: float) -> None:
+        self.directory = directory
+        self.interval_sec = interval_sec
+        # Status changes are published within a tick; looks are due once per interval.
+        self._tick_sec = min(0.5, interval_sec / 4)
+        self._rollouts: dict[str, RolloutPreview] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._publications = 0
+        self._cpu_sec = 0.0
+
+    def health(self) -> dict[str, Any]:
+        """``/health``'s ``previews`` object: what the machinery has done and cost."""
+        return {
+            "previewed_rollouts": len(self._rollouts),
+            "publications": self._publications,
+            "cpu_sec": round(self._cpu_sec, 3),
+        }
+
+    def add(
+        self,
+        rollout_id: str,
+        context: RolloutContext,
+        progress: RolloutProgress,
+        *,
+        secrets: tuple[str, ...],
+    ) -> RolloutPreview:
+        """Start previewing a rollout."""
+        # Spread rollouts admitted together over the interval.
+        jitter = 0.5 + random.random()
+        preview = RolloutPreview(
+            rollout_id,
+            context,
+            progress,
+            directory=self.directory,
+            secrets=secrets,
+            due=time.monotonic() + self.interval_sec * jitter,
+        )
+        self._rollouts[rollout_id] = preview
+        if self._task is None:
+            self._task = asyncio.create_task(self._serve(), name="osmosis previews")
+        return preview
+
+    async def finish(self, preview: RolloutPreview) -> None:
+        """Wait (briefly) until the rollout's terminal status has been published."""
+        try:
+            async with asyncio.timeout(_FINISH_TIMEOUT_SEC):
+                await preview.finished.wait()
+        except TimeoutError:
+            self._rollouts.pop(preview.rollout_id, None)
+            logger.debug("rollout %s: final preview not published in time", preview.rollout_id)
+
+    async def _serve(self) -> None:
+        try:
+            while self._rollouts:
+                await asyncio.sleep(self._tick_sec)
+                await self._tick()
+        except Exception:  # previews are best effort: never let this task die noisily
+            logger.debug("preview task failed", exc_info=True)
+        finally:
+            # No await between the last check and this line: `add` sees the task gone.
+            self._task = None
+            for preview in self._rollouts.values():
+                preview.finished.set()
+            self._rollouts.clear()
+
+    async def _tick(self) -> None:
+        # CPU is counted on the loop around each synchronous stretch (the looks at the
+        # sources included: they rarely yield) and on the worker thread.
+        started = time.thread_time()
+        now = time.monotonic()
+        work: list[_Work] = []
+        looking: list[RolloutPreview] = []
+        ended: list[RolloutPreview] = []
+        for preview in list(self._rollouts.values()):
+            status = preview.progress.status
+            terminal = status in TERMINAL_STATUSES
+            if terminal:
+                ended.append(preview)
+            if terminal or now >= preview.due:
+                preview.due = now + self.interval_sec
+                if preview.needs_look():
+                    looking.append(preview)
+                    continue
+            if terminal or preview.stale(status.value):
+                work.append((preview, None, status.value))
+        self._cpu_sec += time.thread_time() - started
+        samples = await asyncio.gather(*(self._timed_look(preview) for preview in looking))
+        for preview, sample in zip(looking, samples, strict=True):
+            work.append((preview, sample, preview.progress.status.value))
+        if work:
+            published, cpu_sec = await asyncio.to_thread(_publish_all, work)
+            self._cpu_sec += cpu_sec
+            for (preview, _, _), data in zip(work, published, strict=True):
+                if data is not None:
+                    preview.latest = data
+                    self._publications += 1
+        for preview in ended:
+            self._rollouts.pop(preview.rollout_id, None)
+            preview.finished.set()
+
+    async def _timed_look(self, preview: RolloutPreview) -> RolloutSample | None:
+        started = time.thread_time()
+        try:
+            return await preview.look()
+        finally:
+            self._cpu_sec += time.thread_time() - started

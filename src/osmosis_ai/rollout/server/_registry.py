@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from osmosis_ai.rollout.backend.base import CancelDisposition, ExecutionResult
 from osmosis_ai.rollout.context import RolloutProgress
-from osmosis_ai.rollout.server._previews import PreviewPublisher
+from osmosis_ai.rollout.server._previews import RolloutPreview
 from osmosis_ai.rollout.server._results import encode_final
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutInitRequest
@@ -54,7 +54,7 @@ class Entry:
         self.delivered = False
         # The status the lease holder last received: a poll returns at once when it differs.
         self.reported = RolloutStatus.QUEUED
-        self.preview: PreviewPublisher | None = None
+        self.preview: RolloutPreview | None = None
 
     @property
     def finished(self) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Registry
 from osmosis_ai.rollout.server._watch import LoopMonitor
 from osmosis_ai.rollout.trajectory import TrajectoryReport
@@ -42,12 +43,8 @@ class ServerState:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     http_session: Any = None
     """aiohttp session for fetching trajectory reports, opened on first use."""
-    previews: bool = False
-    """Whether rollouts get live previews."""
-    preview_root: Path | None = None
-    """Where ``<rollout_id>/preview.json`` files go; ``None``: served over HTTP only."""
-    preview_interval_sec: float = 3.0
-    """Seconds between two looks at a rollout's sample source."""
+    preview_hub: PreviewHub | None = None
+    """Publishes live previews; ``None`` when previews are off."""
 
     def health(self) -> dict[str, Any]:
         """The ``/health`` payload: the backend's facts plus identity and lifecycle."""
@@ -60,4 +57,6 @@ class ServerState:
             "active_rollouts": len(self.tasks),
         }
         payload["event_loop"] = self.monitor.health()
+        if self.preview_hub is not None:
+            payload["previews"] = self.preview_hub.health()
         return payload

@@ -35,6 +35,7 @@ from osmosis_ai.rollout.server._http import (
     Send,
     json_answer,
 )
+from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Entry, Registry
 from osmosis_ai.rollout.server._results import encode_status, failure
 from osmosis_ai.rollout.server._state import ReportProvider, ServerState
@@ -443,8 +444,10 @@ def create_rollout_server(
         report_provider=report_provider,
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
-        previews=previews if previews is not None else preview_root is not None,
-        preview_root=preview_root,
-        preview_interval_sec=preview_interval_sec,
+        preview_hub=(
+            PreviewHub(directory=preview_root, interval_sec=preview_interval_sec)
+            if (previews if previews is not None else preview_root is not None)
+            else None
+        ),
     )
     return RolloutServerApp(state)

@@ -28,6 +28,7 @@ __all__ = [
     "PREVIEW_INTERVAL_SEC",
     "PREVIEW_ROOT_ENV",
     "Snapshot",
+    "StepCache",
     "encode_preview",
     "preview_id_allowed",
     "preview_root_from_env",
@@ -99,7 +100,8 @@ class Snapshot:
     """One collected preview: its steps (clipped and redacted) and what the source said."""
 
     fingerprint: str
-    """Digest of what the source returned; an unchanged fingerprint needs no new snapshot."""
+    """Digest of what the source returned (``""`` when not computed); an unchanged
+    fingerprint needs no new snapshot."""
     steps: list[JSONObject]
     truncated: bool
     turn: int | None
@@ -142,10 +144,9 @@ def _clip(value: Any, depth: int, flag: list[bool]) -> Any:
     return _clip(str(value), depth, flag)
 
 
-def _reduced(step: JSONObject, step_id: int, original_id: int | None) -> JSONObject:
-    """A step with only what a preview shows: no metrics, extras or request data."""
-    out: JSONObject = {"step_id": step_id}
-    out.update({key: step[key] for key in _KEPT_STEP_FIELDS if key in step})
+def _reduced(step: JSONObject) -> JSONObject:
+    """A step with only what a preview shows: no ids, metrics, extras or request data."""
+    out: JSONObject = {key: step[key] for key in _KEPT_STEP_FIELDS if key in step}
     calls = [
         {
             "tool_call_id": call.get("tool_call_id"),
@@ -165,8 +166,25 @@ def _reduced(step: JSONObject, step_id: int, original_id: int | None) -> JSONObj
         results.append(kept)
     if results:
         out["observation"] = {"results": results}
-    out["extra"] = {"osmosis": {"original_step_id": original_id}}
     return out
+
+
+#: Clipped and redacted step contents by their ``repr`` (cheap, and equal for equal JSON-like
+#: data), reused across snapshots of one rollout: a growing history re-sends its old steps.
+StepCache = dict[str, tuple[JSONObject, bool]]
+
+
+def _safe_content(
+    step: JSONObject, secrets: tuple[str, ...], cache: StepCache, used: StepCache
+) -> tuple[JSONObject, bool]:
+    content = _reduced(step)
+    key = repr(content)
+    hit = cache.get(key)
+    if hit is None:
+        flag = [False]
+        hit = (redact_value(_clip(content, 1, flag), secrets=secrets), flag[0])
+    used[key] = hit
+    return hit
 
 
 def _turn(value: object) -> int | None:
@@ -176,20 +194,28 @@ def _turn(value: object) -> int | None:
 
 
 def snapshot_of(
-    sample: RolloutSample, *, secrets: tuple[str, ...], previous: str | None = None
+    sample: RolloutSample,
+    *,
+    secrets: tuple[str, ...],
+    previous: str | None = None,
+    fingerprint: bool = True,
+    cache: StepCache | None = None,
 ) -> Snapshot | None:
     """The snapshot of a source's preview sample, or ``None`` when there is nothing new.
 
     ``None`` also when the sample has no chat-shaped messages or converts to no step.
     Keeps the last ``MAX_PREVIEW_MESSAGES`` steps, renumbered from 1; clips long strings,
     big containers and deep nesting, drops token ids and logprobs, and redacts credentials
-    and ``secrets`` everywhere. CPU-bound: call it off the event loop.
+    and ``secrets`` everywhere. ``fingerprint=False`` skips the digest used to detect an
+    unchanged sample (when the source's revision already said it changed); ``cache`` (one
+    per rollout, updated in place) spares redacting steps seen before. CPU-bound: call it
+    off the event loop.
     """
     messages = sample.trajectory_messages
     if not messages:
         return None
-    fingerprint = _fingerprint(sample)
-    if fingerprint == previous:
+    digest = _fingerprint(sample) if fingerprint else ""
+    if digest and digest == previous:
         return None
     hints = sample.extra_fields
     truncated_hint = hints.get("_preview_truncated")
@@ -201,21 +227,24 @@ def snapshot_of(
     truncated = truncated_hint if isinstance(truncated_hint, bool) else len(messages) >= 100
     window = steps[-MAX_PREVIEW_MESSAGES:]
     truncated = truncated or len(steps) > len(window)
-    flag = [False]
-    reduced = [
-        _clip(_reduced(step, index, step["step_id"] if ids_known else None), 0, flag)
-        for index, step in enumerate(window, start=1)
-    ]
+    known: StepCache = cache if cache is not None else {}
+    used: StepCache = {}
+    safe_steps = []
+    for index, step in enumerate(window, start=1):
+        content, clipped = _safe_content(step, secrets, known, used)
+        truncated = truncated or clipped
+        original = step["step_id"] if ids_known else None
+        safe_steps.append(
+            {"step_id": index, **content, "extra": {"osmosis": {"original_step_id": original}}}
+        )
+    if cache is not None:
+        cache.clear()
+        cache.update(used)  # only what this window holds: bounded by its size
     if "_preview_turn" in hints:
         turn = _turn(hints["_preview_turn"])
     else:
         turn = sum(1 for step in steps if step.get("source") == "agent")
-    return Snapshot(
-        fingerprint=fingerprint,
-        steps=redact_value(reduced, secrets=secrets),
-        truncated=truncated or flag[0],
-        turn=turn,
-    )
+    return Snapshot(fingerprint=digest, steps=safe_steps, truncated=truncated, turn=turn)
 
 
 def _document(rollout_id: str, steps: list[JSONObject], osmosis: JSONObject) -> JSONObject:

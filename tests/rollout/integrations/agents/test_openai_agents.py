@@ -199,7 +199,9 @@ async def test_preview_is_bounded_with_turns_counted(stub: ChatStub) -> None:
     assert whole.extra_fields == {"_preview_truncated": False, "_preview_turn": 2}
     window.messages[0]["output"] = "changed"
     assert session.items[3]["output"] == "5"
+    revision = source.preview_revision()
     await session.add_items([{"type": "mystery"}])
+    assert source.preview_revision() != revision
     unknown = await source.get_preview(10)
     assert unknown is not None and unknown.extra_fields["_preview_turn"] is None
 

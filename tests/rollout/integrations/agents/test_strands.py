@@ -276,3 +276,7 @@ async def test_preview_is_bounded_isolated_and_media_free(stub: ChatStub) -> Non
     final = await source.get_sample()
     assert final.trajectory_messages is not None
     assert len(chat) == len(final.trajectory_messages)
+    revision = source.preview_revision()
+    assert source.preview_revision() == revision  # stable while nothing happens
+    agent.messages.append({"role": "user", "content": [{"text": "more"}]})
+    assert source.preview_revision() != revision
