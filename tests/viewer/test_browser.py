@@ -90,7 +90,8 @@ async def test_trajectory_page_lists_and_serves_artifacts(page: Page, viewer_url
     async with page.expect_download() as info:
         await link.click()
     download = await info.value
-    assert Path(await download.path()).read_text() == "hello from an artifact"
+    saved = Path(await download.path())
+    assert await asyncio.to_thread(saved.read_text) == "hello from an artifact"
 
 
 async def test_dot_dot_artifact_paths_are_refused(page: Page, viewer_url: str) -> None:
@@ -133,7 +134,7 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
             await steps.first.wait_for(timeout=30_000)
             first = int((await steps.first.inner_text()).split()[0])
             async with asyncio.timeout(30):
-                while int((await steps.first.inner_text()).split()[0]) <= first:
+                while int((await steps.first.inner_text()).split()[0]) <= first:  # noqa: ASYNC110 -- the page changes, not an event of ours
                     await asyncio.sleep(0.3)
             await _read_line(process.stdout, re.compile("viewer stays up"))
         finally:
