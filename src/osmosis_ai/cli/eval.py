@@ -190,8 +190,9 @@ def run_command(
             if view:
                 progress.stop()
                 report(outcome)
-                console.print("the viewer stays up until Ctrl-C")
-                await wait_for_stop_signal()
+                await wait_for_stop_signal(
+                    on_ready=lambda: console.print("the viewer stays up until Ctrl-C")
+                )
             return outcome
 
     try:

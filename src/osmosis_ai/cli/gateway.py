@@ -48,7 +48,12 @@ async def _serve(spec: str, host: str, port: int, token: str | None, api_key: st
     except OsmosisError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from exc
     async with Gateway(policy, token=token, host=host, port=port) as gateway:
-        typer.echo(f"gateway:  {gateway.base_url}  (policy {policy.kind}, model {policy.model})")
-        typer.echo(f"token:    {gateway.token}")
-        typer.echo(f"rollout:  {gateway.base_url}/v1/rollouts/<rollout_id>/chat/completions")
-        await wait_for_stop_signal()
+
+        def announce() -> None:
+            typer.echo(
+                f"gateway:  {gateway.base_url}  (policy {policy.kind}, model {policy.model})"
+            )
+            typer.echo(f"token:    {gateway.token}")
+            typer.echo(f"rollout:  {gateway.base_url}/v1/rollouts/<rollout_id>/chat/completions")
+
+        await wait_for_stop_signal(on_ready=announce)

@@ -41,5 +41,4 @@ async def _serve(root: Path, host: str, port: int) -> None:
     from osmosis_ai.viewer import Viewer
 
     async with Viewer(root, host=host, port=port) as viewer:
-        typer.echo(f"viewer: {viewer.url}  ({root})")
-        await wait_for_stop_signal()
+        await wait_for_stop_signal(on_ready=lambda: typer.echo(f"viewer: {viewer.url}  ({root})"))
