@@ -40,3 +40,4 @@ bench: install-dev
 	$(BIN)/python benchmarks/eval.py
 	$(BIN)/python benchmarks/integrations.py
 	$(BIN)/python benchmarks/previews.py
+	$(BIN)/python benchmarks/ray_backend.py

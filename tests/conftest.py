@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,17 @@ from pathlib import Path
 import pytest
 
 _ISOLATED_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Settings Ray reads when it is first imported (so before any test module is).
+
+    A local Ray instance then binds 127.0.0.1 (Ray otherwise picks this machine's network
+    address, and tests stay on loopback), and token authentication is off: child processes
+    run with an isolated HOME, where Ray's token file is not.
+    """
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +41,20 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
 def artifact_root(isolated_environment: Path) -> Path:
     """The per-test artifact root (``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``)."""
     return isolated_environment
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray instance for the whole session (2 CPUs, no dashboard, on 127.0.0.1).
+
+    Returns its GCS address, which child processes join (see `pytest_configure`).
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        address = str(ray.get_runtime_context().gcs_address)
+        assert address.startswith("127.0.0.1:"), address
+        yield address
+    finally:
+        ray.shutdown()

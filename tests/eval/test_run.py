@@ -236,3 +236,29 @@ async def test_long_server_output_lines_do_not_stall_the_server(workspace: Works
     assert code == 0, out
     log = (workspace.root / ".osmosis" / "evals" / "long" / "logs.txt").read_text()
     assert "[line truncated]" in log and "line 1999" in log
+
+
+async def test_ray_backend_produces_the_same_layout(workspace: Workspace, ray_cluster: str) -> None:
+    workspace.write_rows([*rows(3), *rows(1, metadata={"do": "crash_grader"})])
+    assert (await workspace.run("--name", "local"))[0] == 0
+    code, out = await workspace.run("--name", "on-ray", "--backend", f"ray:{ray_cluster}")
+    assert code == 0, out
+    local, on_ray = (workspace.root / ".osmosis" / "evals" / n for n in ("local", "on-ray"))
+    assert sorted(p.name for p in local.iterdir() if p.name != ".locks") == sorted(
+        p.name for p in on_ray.iterdir() if p.name != ".locks"
+    )
+    strip = ("rollout_id", "duration_ms")
+
+    def comparable(run_dir: Path) -> list[dict[str, object]]:
+        return [{k: v for k, v in row.items() if k not in strip} for row in _index(run_dir)]
+
+    assert comparable(local) == comparable(on_ray)
+    summaries = [json.loads((d / "metrics.json").read_text())["summary"] for d in (local, on_ray)]
+    assert summaries[0] == summaries[1]
+    assert "rollouts run on Ray executor actors" in (on_ray / "logs.txt").read_text()
+    assert "rollouts run on Ray" not in (local / "logs.txt").read_text()
+
+
+async def test_unknown_backend_is_refused(workspace: Workspace) -> None:
+    code, out = await workspace.run("--backend", "kubernetes")
+    assert code == 2 and "--backend 'kubernetes'" in out

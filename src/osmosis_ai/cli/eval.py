@@ -75,6 +75,11 @@ def run_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        help="Where rollouts run: local, ray (a local Ray instance) or ray:ADDRESS.",
+    ),
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
     ),
@@ -106,6 +111,7 @@ def run_command(
         fresh=fresh,
         retry_failed=retry_failed,
         policy_api_key=policy_api_key,
+        backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
     interactive = console.is_terminal and not as_json

@@ -34,6 +34,7 @@ from osmosis_ai.eval.run_dir import (
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.gateway import Gateway, build_policy, preflight
 from osmosis_ai.rollout.client import RolloutClient
+from osmosis_ai.rollout.server.app import BACKEND_ENV
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.redact import Redactor
@@ -61,6 +62,8 @@ class EvalOptions:
     fresh: bool = False
     retry_failed: bool = False
     policy_api_key: str | None = None
+    backend: str = "local"
+    """Where the rollout server runs rollouts: ``local``, ``ray`` or ``ray:ADDRESS``."""
 
 
 @dataclass
@@ -131,6 +134,8 @@ class _Prepared:
 
 def _prepare(options: EvalOptions) -> _Prepared:
     """Everything that reads files before a run (in a worker thread)."""
+    if options.backend not in ("local", "ray") and not options.backend.startswith("ray:"):
+        raise ConfigError(f"--backend {options.backend!r}: expected local, ray or ray:ADDRESS")
     config = load_eval_config(options.config_path)
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,
@@ -274,6 +279,7 @@ async def _dispatch(
                     **secrets,
                     # Live previews of in-flight rollouts, for `osmosis view`.
                     PREVIEW_ROOT_ENV: str((outcome.run_dir / PREVIEWS_DIR).resolve()),
+                    BACKEND_ENV: options.backend,
                 },
                 artifact_root=outcome.run_dir / "rollout_trials",
                 log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),

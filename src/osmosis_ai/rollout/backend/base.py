@@ -142,6 +142,8 @@ class ExecutionBackend(ABC):
           answers ``not_found`` for.
         * ``rollout_status()`` — a backend that answers ``not_found`` for finished work must
           keep a terminal status until delivery completes.
+        * ``start()`` — acquire resources (a cluster, workers) when the server starts,
+          before it admits rollouts.
         * ``shutdown()`` — release resources after admission stopped and in-flight rollouts
           were drained or cancelled.
     """
@@ -175,6 +177,10 @@ class ExecutionBackend(ABC):
     ) -> dict[str, CancelDisposition]:
         """Cancel rollouts the backend tracks; returns a disposition per id."""
         return {}
+
+    async def start(self) -> None:
+        """Acquire resources before the first rollout; the server calls it at startup."""
+        return None
 
     async def shutdown(self) -> None:
         """Release resources once the server stopped admitting and drained."""

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.server._drain import Drainer
 from osmosis_ai.rollout.server._execution import (
     cancelled_result,
@@ -63,6 +65,9 @@ DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
 DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
+#: ``local`` (default), ``ray`` or ``ray:ADDRESS``: run a `LocalBackend`'s rollouts on Ray
+#: instead (``osmosis eval run --backend`` sets it for the rollout server it starts).
+BACKEND_ENV = "OSMOSIS_ROLLOUT_BACKEND"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
 _LEASE_HEADER = POLLING_LEASE_HEADER.lower().encode()
@@ -253,6 +258,7 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
     state = app.state.rollout
     user = state.user_lifespan(app) if state.user_lifespan else contextlib.nullcontext()
     async with user:
+        await state.backend.start()
         drainer = Drainer(state)
         drainer.install()
         state.monitor.start()
@@ -358,6 +364,24 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
+def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
+    spec = os.environ.get(BACKEND_ENV, "").strip()
+    if spec in ("", "local"):
+        return backend
+    kind, _, address = spec.partition(":")
+    if kind != "ray":
+        raise ConfigError(f"{BACKEND_ENV}={spec!r}: expected local, ray or ray:ADDRESS")
+    if not isinstance(backend, LocalBackend):
+        logger.warning(
+            "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
+        )
+        return backend
+    from osmosis_ai.rollout.backend.ray import RayBackend
+
+    logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
+    return RayBackend.from_local(backend, address=address or None)
+
+
 def create_rollout_server(
     *,
     backend: ExecutionBackend,
@@ -389,10 +413,13 @@ def create_rollout_server(
     crash outside the handler becomes ``internal_error``. On SIGTERM the server stops
     admitting, gives in-flight rollouts ``drain_timeout_sec``, cancels the rest (they
     report ``cancelled``), lets pollers collect results, then exits; then
-    ``backend.shutdown()`` runs, then the user's ``lifespan`` exits.
+    ``backend.shutdown()`` runs, then the user's ``lifespan`` exits. ``backend.start()`` runs
+    at startup, inside the user's lifespan, before any rollout is admitted.
 
     Args:
-        backend: What runs the rollouts (e.g. ``LocalBackend``).
+        backend: What runs the rollouts (e.g. ``LocalBackend``). With
+            ``$OSMOSIS_ROLLOUT_BACKEND`` set to ``ray`` or ``ray:ADDRESS`` a ``LocalBackend``
+            is replaced by a `RayBackend` running the same workflow, grader and configs.
         lifespan: The user's lifespan (an async context manager factory taking the app);
             draining happens inside it.
         configure_logging: Set up INFO logging when the root logger has no handler.
@@ -415,6 +442,7 @@ def create_rollout_server(
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
             the wait, or ``api_key`` is blank.
+        ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend.
     """
     _positive("result_wait_timeout_sec", result_wait_timeout_sec)
     _positive("preview_interval_sec", preview_interval_sec)
@@ -429,6 +457,7 @@ def create_rollout_server(
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+    backend = _backend_from_env(backend)
     preview_root = preview_root_from_env() if previews is not False else None
     state = ServerState(
         backend=backend,

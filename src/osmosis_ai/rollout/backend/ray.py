@@ -1,0 +1,372 @@
+"""``RayBackend``: run rollouts on executor actors of a Ray cluster.
+
+Each executor actor hosts one event loop and runs up to ``actor_concurrency`` rollouts at
+once with a `LocalBackend` inside it, under a `RolloutContext` rebuilt from the server's
+(endpoint, key, id). The server-side backend admits by real capacity, sends each rollout
+to the actor with the fewest in flight, forwards cancellation (``ray.cancel`` reaches the
+actor's task), and brings the rollout's artifacts back to the server's artifact root.
+An actor that dies fails only its rollouts, as ``internal_error`` naming its node, and is
+replaced. Requires the ``ray`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import Any
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.rollout.backend.base import (
+    ExecutionBackend,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+)
+from osmosis_ai.rollout.backend.local import LocalBackend
+from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
+from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+
+__all__ = ["RayBackend"]
+
+logger = logging.getLogger(__name__)
+
+_PROBE_TIMEOUT_SEC = 5.0
+
+#: Default bound on the artifacts one rollout brings back from its node.
+DEFAULT_MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
+
+
+def _ray() -> ModuleType:
+    return import_optional("ray", extra="ray", feature="RayBackend")
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What an executor actor needs to build its `LocalBackend`."""
+
+    workflow: Any
+    workflow_config: Any
+    grader: Any
+    grader_config: Any
+    max_artifact_bytes: int
+
+
+@dataclass
+class _Reply:
+    outcome: ExecutionOutcome
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    left_at: str | None = None
+    """Where the artifacts stayed on the node when they were over the bound."""
+
+
+class _Executor:
+    """The actor body (wrapped with ``ray.remote`` when the backend starts)."""
+
+    def __init__(self, spec: _Spec) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="osmosis-ray-artifacts-"))
+        self._spec = spec
+        self._backend = LocalBackend(
+            workflow=spec.workflow,
+            workflow_config=spec.workflow_config,
+            grader=spec.grader,
+            grader_config=spec.grader_config,
+            artifact_root=self._root,
+        )
+
+    def node(self) -> str:
+        return str(_ray().get_runtime_context().get_node_id())
+
+    async def execute(self, request: ExecutionRequest, url: str, key: str | None) -> _Reply:
+        context = RolloutContext(chat_completions_url=url, api_key=key, rollout_id=request.id)
+        with context:
+            outcome = await self._backend.execute(request)
+        return await asyncio.to_thread(self._collect, request.id, outcome)
+
+    def _collect(self, rollout_id: str, outcome: ExecutionOutcome) -> _Reply:
+        directory = self._root / rollout_id
+        files = [p for p in sorted((directory / "artifacts").rglob("*")) if p.is_file()]
+        if sum(p.stat().st_size for p in files) > self._spec.max_artifact_bytes:
+            return _Reply(outcome, left_at=str(directory / "artifacts"))
+        artifacts = {
+            p.relative_to(directory / "artifacts").as_posix(): p.read_bytes() for p in files
+        }
+        shutil.rmtree(directory, ignore_errors=True)
+        return _Reply(outcome, artifacts)
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    node: str
+    in_flight: int = 0
+
+
+def _pickle_user_modules_by_value(ray: ModuleType, *objects: Any) -> None:
+    # User code (a rollout directory, a test module) is not installed on the cluster's
+    # workers; installed packages are, and stay pickled by reference.
+    for obj in objects:
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        path = getattr(module, "__file__", None) or ""
+        if module is None or module.__name__ == "__main__" or "-packages" in path:
+            continue
+        ray.cloudpickle.register_pickle_by_value(module)
+
+
+class RayBackend(ExecutionBackend):
+    """Runs rollouts on ``num_actors`` Ray actors, each running many concurrently.
+
+    Takes `LocalBackend`'s arguments (validated the same way, here, at construction) plus:
+
+    Args:
+        address: Ray cluster to join (``"auto"``, ``"ray://host:10001"``, a GCS address);
+            ``None`` joins the one already initialised in this process or starts a local one.
+        num_actors: Executor actors; each is replaced if it dies.
+        actor_concurrency: Rollouts one actor runs at once.
+        num_cpus_per_actor: CPUs Ray reserves for each actor.
+        actor_resources: Custom Ray resources each actor needs (e.g. ``{"rollout_node": 1}``).
+        runtime_env: Ray runtime environment for the actors (packages, env vars,
+            working_dir); user modules not installed on the workers are shipped by value.
+        max_artifact_bytes: Largest artifact total a rollout brings back to this server's
+            artifact root; over it the files stay on their node, and the rollout's
+            diagnostics say where.
+
+    Ray is joined, and the actors started, on the first rollout (``start()`` does it
+    earlier); an unreachable cluster then raises `ConfigError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        workflow: Any,
+        workflow_config: Any = None,
+        grader: Any = None,
+        grader_config: Any = None,
+        artifact_root: Path | str | None = None,
+        address: str | None = None,
+        num_actors: int = 2,
+        actor_concurrency: int = 64,
+        num_cpus_per_actor: float = 1.0,
+        actor_resources: dict[str, float] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
+        if num_actors < 1 or actor_concurrency < 1:
+            raise ConfigError("num_actors and actor_concurrency must be at least 1")
+        local = LocalBackend(
+            workflow=workflow,
+            workflow_config=workflow_config,
+            grader=grader,
+            grader_config=grader_config,
+            artifact_root=artifact_root,
+        )
+        self.artifact_root = local.artifact_root
+        self.address = address
+        self.num_actors = num_actors
+        self.actor_concurrency = actor_concurrency
+        self._actor_options: dict[str, Any] = {
+            "num_cpus": num_cpus_per_actor,
+            "max_concurrency": actor_concurrency,
+        }
+        if actor_resources:
+            self._actor_options["resources"] = dict(actor_resources)
+        if runtime_env:
+            self._actor_options["runtime_env"] = dict(runtime_env)
+        self._spec = _Spec(
+            local.workflow_cls,
+            local.workflow_config,
+            local.grader_cls,
+            local.grader_config,
+            max_artifact_bytes,
+        )
+        cap = local.workflow_config.concurrency.max_concurrent if local.workflow_config else None
+        capacity = num_actors * actor_concurrency
+        self._capacity = capacity if cap is None else min(capacity, cap)
+        self._slots: list[_Slot] = []
+        self._in_flight = 0
+        self._started: asyncio.Future[None] | None = None
+
+    @classmethod
+    def from_local(cls, backend: LocalBackend, **ray_options: Any) -> RayBackend:
+        """A RayBackend running the same workflow, grader and configs as ``backend``."""
+        return cls(
+            workflow=backend.workflow_cls,
+            workflow_config=backend.workflow_config,
+            grader=backend.grader_cls,
+            grader_config=backend.grader_config,
+            artifact_root=backend.artifact_root,
+            **ray_options,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join Ray and start the actors (once; concurrent callers share the start).
+
+        Raises:
+            ConfigError: The Ray cluster cannot be reached.
+        """
+        if self._started is None:
+            self._started = asyncio.ensure_future(asyncio.to_thread(self._start_blocking))
+        await asyncio.shield(self._started)
+
+    def _start_blocking(self) -> None:
+        ray = _ray()
+        if not ray.is_initialized():
+            _probe(self.address)
+            try:
+                ray.init(
+                    address=self.address,
+                    include_dashboard=False,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                )
+            except Exception as exc:
+                where = self.address or "a new local instance"
+                raise ConfigError(
+                    f"RayBackend cannot reach the Ray cluster at {where} "
+                    f"({type(exc).__name__}: {exc}); start one with `ray start --head` and "
+                    "pass its address (or address=None for a local instance)"
+                ) from exc
+        _pickle_user_modules_by_value(
+            ray, self._spec.workflow, self._spec.grader, self._spec.workflow_config,
+            self._spec.grader_config,
+        )  # fmt: skip
+        self._slots = [self._new_slot() for _ in range(self.num_actors)]
+
+    def _new_slot(self) -> _Slot:
+        ray = _ray()
+        actor = ray.remote(_Executor).options(**self._actor_options).remote(self._spec)
+        return _Slot(actor, ray.get(actor.node.remote(), timeout=120))
+
+    async def shutdown(self) -> None:
+        """Kill every executor actor."""
+        if not self._slots:
+            return
+        ray = _ray()
+        for slot in self._slots:
+            ray.kill(slot.actor)
+        self._slots = []
+        self._started = None
+
+    # -- ExecutionBackend ----------------------------------------------------------------
+
+    def has_capacity(self) -> bool:
+        """False when every actor slot (and the workflow's concurrency cap) is taken."""
+        return self._in_flight < self._capacity
+
+    def health(self) -> dict[str, Any]:
+        """Capacity, in-flight rollouts and the actors with their nodes."""
+        return {
+            "status": "ok",
+            "concurrency": {"max_concurrent": self._capacity, "running": self._in_flight},
+            "ray": {
+                "actors": [{"node": s.node, "in_flight": s.in_flight} for s in self._slots],
+            },
+        }
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        """Run the rollout on the least busy actor and bring back its artifacts."""
+        await self.start()
+        ambient = get_rollout_context()
+        url = ambient.chat_completions_url if ambient else ""
+        key = ambient.api_key if ambient else None
+        slot = min(self._slots, key=lambda s: s.in_flight)
+        slot.in_flight += 1
+        self._in_flight += 1
+        ray = _ray()
+        ref = slot.actor.execute.remote(request, url, key)
+        try:
+            reply: _Reply = await ref
+        except asyncio.CancelledError:
+            ray.cancel(ref)  # reaches the actor's asyncio task
+            raise
+        except ray.exceptions.RayActorError as exc:
+            self._replace(slot)
+            return _actor_failure(request, slot.node, exc)
+        finally:
+            slot.in_flight -= 1
+            self._in_flight -= 1
+        await asyncio.to_thread(self._store, request.id, reply.artifacts)
+        if reply.left_at is not None:
+            _note_artifacts_left(reply.outcome, slot.node, reply.left_at)
+        return reply.outcome
+
+    def _replace(self, dead: _Slot) -> None:
+        if dead not in self._slots:
+            return  # another rollout of the same actor already replaced it
+        index = self._slots.index(dead)
+        logger.warning("Ray executor actor on node %s died; starting a replacement", dead.node)
+        ray = _ray()
+        actor = ray.remote(_Executor).options(**self._actor_options).remote(self._spec)
+        # The node is learnt when the replacement answers; until then it is unknown.
+        self._slots[index] = _Slot(actor, "starting")
+        node_ref = actor.node.remote()
+
+        async def learn_node() -> None:
+            try:
+                self._slots[index].node = str(await node_ref)
+            except Exception as exc:
+                logger.warning("replacement Ray actor did not start: %s", type(exc).__name__)
+
+        asyncio.get_running_loop().create_task(learn_node())
+
+    def _store(self, rollout_id: str, artifacts: dict[str, bytes]) -> None:
+        if not artifacts:
+            return
+        base = self.artifact_root / rollout_id / "artifacts"
+        for relative, data in artifacts.items():
+            parts = PurePosixPath(relative).parts
+            if not parts or any(part in ("..", "") for part in parts) or relative.startswith("/"):
+                logger.warning(
+                    "rollout %s: artifact %r skipped (unsafe path)", rollout_id, relative
+                )
+                continue
+            target = base.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+def _probe(address: str | None) -> None:
+    """Fail fast when a ``host:port`` address has no listener (Ray itself retries a minute)."""
+    if not address or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # not host:port; let Ray interpret it
+    try:
+        socket.create_connection((host, int(port)), timeout=_PROBE_TIMEOUT_SEC).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"RayBackend cannot reach the Ray cluster at {address} ({exc.strerror or exc}); "
+            "start one with `ray start --head` and pass its address (or address=None for a "
+            "local instance)"
+        ) from None
+
+
+def _actor_failure(request: ExecutionRequest, node: str, exc: BaseException) -> ExecutionOutcome:
+    message = (
+        f"the Ray executor actor on node {node} died while running rollout {request.id} "
+        f"({type(exc).__name__}); it was replaced, and other rollouts continue"
+    )
+    result = ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        err_message=message,
+        err_category=RolloutErrorCategory.INTERNAL_ERROR,
+        extra_fields={"backend": "ray", "node": node, "exception_type": type(exc).__name__},
+    )
+    return ExecutionOutcome(workflow=result)
+
+
+def _note_artifacts_left(outcome: ExecutionOutcome, node: str, path: str) -> None:
+    result = outcome.result
+    note = {"backend": "ray", "artifacts_left_on_node": node, "artifacts_path": path}
+    result.extra_fields = {**(result.extra_fields or {}), **note}
+    logger.warning("rollout artifacts over the bound stayed on node %s at %s", node, path)
