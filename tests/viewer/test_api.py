@@ -108,3 +108,29 @@ async def test_page_and_assets_are_served_with_a_strict_policy(http: httpx.Async
 
 async def test_finished_runs_have_no_live_previews(http: httpx.AsyncClient) -> None:
     assert (await http.get("/api/runs/finished/previews")).json() == []
+
+
+async def test_other_host_names_are_refused(http: httpx.AsyncClient) -> None:
+    rebound = await http.get("/api/runs", headers={"Host": "evil.example"})
+    assert rebound.status_code == 421
+    local = await http.get("/api/runs", headers={"Host": "localhost:1234"})
+    assert local.status_code == 200
+
+
+async def test_symlinks_out_of_a_rollout_are_not_followed(
+    http: httpx.AsyncClient, finished_run_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "id_rsa").write_text("private")
+    first = (await _items(http))[0]
+    trial = finished_run_root / "finished" / "rollout_trials" / first["rollout_id"]
+    (trial / "artifacts" / "escape").symlink_to(outside)
+    try:
+        listed = (await http.get(f"/api/runs/finished/rollouts/{first['rollout_id']}")).json()
+        served = await http.get(
+            f"/api/runs/finished/rollouts/{first['rollout_id']}/artifacts/escape/id_rsa"
+        )
+    finally:
+        (trial / "artifacts" / "escape").unlink()
+    assert [a["path"] for a in listed["artifacts"]] == ["notes.txt"]
+    assert served.status_code == 404 and "private" not in served.text

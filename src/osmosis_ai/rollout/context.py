@@ -134,6 +134,21 @@ class RolloutProgress:
         return self._status
 
 
+async def _run_all(pending: list[Callable[[], Awaitable[object]]]) -> None:
+    try:
+        async with asyncio.timeout(CLEANUP_TIMEOUT_SEC):
+            while pending:
+                try:
+                    await pending.pop()()
+                except Exception as exc:
+                    # The type only: a message could quote a URL or a credential.
+                    logger.warning("a rollout cleanup failed (%s)", type(exc).__name__)
+    except TimeoutError:
+        logger.warning(
+            "rollout cleanups took over %.0f s; %d skipped", CLEANUP_TIMEOUT_SEC, len(pending)
+        )
+
+
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -221,8 +236,8 @@ class RolloutContext:
         """Have ``await cleanup()`` run when the rollout's workflow phase ends.
 
         Integrations use this to close the model client they opened for the rollout. The
-        backend runs cleanups after the sample has been taken, newest first, whether the
-        workflow succeeded, failed or was cancelled.
+        backend runs cleanups after the sample has been taken and again after grading,
+        newest first, whether the phase succeeded, failed or was cancelled.
         """
         self._cleanups.append(cleanup)
 
@@ -230,21 +245,12 @@ class RolloutContext:
         """Run and forget the registered cleanups, newest first.
 
         A failing cleanup is logged and the rest still run; none of them can fail the
-        rollout. Together they get ``CLEANUP_TIMEOUT_SEC``.
+        rollout. Together they get ``CLEANUP_TIMEOUT_SEC``; a cancellation arriving
+        meanwhile does not stop them (clients still get closed), it is raised afterwards.
         """
         pending, self._cleanups = self._cleanups, []
-        try:
-            async with asyncio.timeout(CLEANUP_TIMEOUT_SEC):
-                while pending:
-                    try:
-                        await pending.pop()()
-                    except Exception as exc:
-                        # The type only: a message could quote a URL or a credential.
-                        logger.warning("a rollout cleanup failed (%s)", type(exc).__name__)
-        except TimeoutError:
-            logger.warning(
-                "rollout cleanups took over %.0f s; %d skipped", CLEANUP_TIMEOUT_SEC, len(pending)
-            )
+        if pending:
+            await asyncio.shield(asyncio.ensure_future(_run_all(pending)))
 
     def set_status(self, status: RolloutStatus) -> None:
         """Report ``running`` or ``grading`` to the server observing this rollout, if any.

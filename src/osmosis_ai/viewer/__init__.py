@@ -25,7 +25,7 @@ class Viewer(ServedApp):
     """
 
     def __init__(self, path: Path | str, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__(create_viewer_app(path), host=host, port=port)
+        super().__init__(create_viewer_app(path, host=host), host=host, port=port)
 
     @property
     def url(self) -> str:

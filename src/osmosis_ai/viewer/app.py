@@ -46,25 +46,54 @@ _SECURITY_HEADERS = [
 ]
 
 
-class _SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _host_of(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            host = str(value.decode("latin-1")).lower()
+            if host.startswith("["):  # [::1]:8000
+                return host[1 : host.find("]")]
+            return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return ""
+
+
+class _Guard:
+    """Security headers on every answer, and only known Host names (no DNS rebinding: a
+    web page cannot rename itself to 127.0.0.1 and read the runs through the browser)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None) -> None:
         self.app = app
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.allowed_hosts is not None and _host_of(scope) not in self.allowed_hosts:
+            response = JSONResponse({"detail": "unknown Host"}, status_code=421)
+            await response(scope, receive, send)
+            return
+
         async def with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
             await send(message)
 
-        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+        await self.app(scope, receive, with_headers)
 
 
 def _not_found(what: str) -> JSONResponse:
     return JSONResponse({"detail": f"no such {what}"}, status_code=404)
 
 
-def create_viewer_app(path: Path | str) -> ASGIApp:
-    """The viewer of the run directory (or folder of run directories) at ``path``."""
+def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
+    """The viewer of the run directory (or folder of run directories) at ``path``.
+
+    Requests must name ``host`` or a loopback name in their Host header, unless ``host``
+    binds every interface (``0.0.0.0``/``::``), which the user chose to expose.
+    """
     root = ViewerRoot(Path(path))
 
     async def off_loop(function: Callable[..., T], *args: Any) -> T:
@@ -133,4 +162,5 @@ def create_viewer_app(path: Path | str) -> ASGIApp:
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )
-    return _SecurityHeaders(app)
+    exposed = host in ("0.0.0.0", "::", "")
+    return _Guard(app, None if exposed else _LOCAL_HOSTS | {host.lower()})

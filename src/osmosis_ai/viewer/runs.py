@@ -35,10 +35,26 @@ _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 _MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
-def _read_json(path: Path) -> Any:
-    """A JSON file's content, or ``None`` when it is missing, a link, too big or not JSON."""
+def _unlinked(path: Path, top: Path) -> bool:
+    """Whether no component of ``path`` below ``top`` (``path`` included) is a symlink.
+
+    A workflow can replace its artifacts directory, or anything under its rollout's
+    directory, with a link to anywhere; the viewer must not follow it.
+    """
+    for part in (path, *path.parents):
+        if part == top:
+            return True
+        if part.is_symlink():
+            return False
+    return False  # not under top at all
+
+
+def _read_json(path: Path, top: Path) -> Any:
+    """A JSON file's content, or ``None`` when it is missing, linked, too big or not JSON."""
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_JSON_BYTES:
+        if not _unlinked(path, top) or not path.is_file():
+            return None
+        if path.stat().st_size > _MAX_JSON_BYTES:
             return None
         return json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -56,7 +72,9 @@ class ViewerRoot:
         if (self.path / MANIFEST).is_file():
             return [self.path]
         try:
-            candidates = [p for p in self.path.iterdir() if (p / MANIFEST).is_file()]
+            candidates = [
+                p for p in self.path.iterdir() if not p.is_symlink() and (p / MANIFEST).is_file()
+            ]
         except OSError:
             return []
         return sorted(candidates, key=lambda p: (p / MANIFEST).stat().st_mtime, reverse=True)
@@ -80,8 +98,8 @@ def run_summaries(root: ViewerRoot) -> list[dict[str, Any]]:
     """One line per run for the runs page."""
     out = []
     for run_dir in root.runs():
-        manifest = _read_json(run_dir / MANIFEST) or {}
-        metrics = _read_json(run_dir / "metrics.json")
+        manifest = _read_json(run_dir / MANIFEST, run_dir) or {}
+        metrics = _read_json(run_dir / "metrics.json", run_dir)
         inputs = manifest.get("inputs") or {}
         summary = (metrics or {}).get("summary") or {}
         out.append(
@@ -117,8 +135,8 @@ def run_items(run_dir: Path) -> list[dict[str, Any]]:
 
 def run_overview(run_dir: Path) -> dict[str, Any]:
     """The run page's header: manifest inputs, metrics and pass@k."""
-    manifest = _read_json(run_dir / MANIFEST) or {}
-    metrics = _read_json(run_dir / "metrics.json")
+    manifest = _read_json(run_dir / MANIFEST, run_dir) or {}
+    metrics = _read_json(run_dir / "metrics.json", run_dir)
     summary = (metrics or {}).get("summary") or {}
     threshold = summary.get("pass_threshold")
     if not isinstance(threshold, int | float):
@@ -139,7 +157,7 @@ def _artifacts(directory: Path) -> list[dict[str, Any]]:
         return []
     found = []
     for path in sorted(directory.rglob("*")):
-        if path.is_file() and not path.is_symlink():
+        if path.is_file() and _unlinked(path, directory):
             found.append(
                 {"path": path.relative_to(directory).as_posix(), "size": path.stat().st_size}
             )
@@ -153,14 +171,15 @@ def rollout_detail(run_dir: Path, rollout_id: str) -> dict[str, Any] | None:
     if not preview_id_allowed(rollout_id):
         return None
     trial = run_dir / _TRIALS / rollout_id
-    preview = _read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME)
+    preview = _read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
     if not trial.is_dir() and preview is None:
         return None
+    artifacts = trial / "artifacts"
     return {
         "rollout_id": rollout_id,
-        "trajectory": _read_json(trial / "trajectory.json"),
-        "diagnostics": _read_json(trial / "diagnostics.json"),
-        "artifacts": _artifacts(trial / "artifacts"),
+        "trajectory": _read_json(trial / "trajectory.json", run_dir),
+        "diagnostics": _read_json(trial / "diagnostics.json", run_dir),
+        "artifacts": _artifacts(artifacts) if _unlinked(artifacts, run_dir) else [],
         "preview": preview,
     }
 
@@ -175,31 +194,39 @@ def artifact_file(run_dir: Path, rollout_id: str, relative: str) -> Path | None:
     parts = relative.split("/")
     if relative.startswith("/") or "\\" in relative or any(p in ("", ".", "..") for p in parts):
         return None
-    base = (run_dir / _TRIALS / rollout_id / "artifacts").resolve()
+    base = run_dir / _TRIALS / rollout_id / "artifacts"
     candidate = base.joinpath(*parts)
-    for step in (candidate, *candidate.parents):
-        if step == base:
-            break
-        if step.is_symlink():
-            return None
-    resolved = candidate.resolve()
-    if not resolved.is_relative_to(base) or not resolved.is_file():
+    if not _unlinked(candidate, run_dir) or not candidate.is_file():
         return None
-    return resolved
+    return candidate
+
+
+def _preview_meta(document: Any) -> dict[str, Any] | None:
+    """The ``extra.osmosis`` object of a well-formed preview document, else ``None``."""
+    if not isinstance(document, dict) or not isinstance(document.get("steps"), list):
+        return None
+    extra = document.get("extra")
+    meta = extra.get("osmosis") if isinstance(extra, dict) else None
+    return meta if isinstance(meta, dict) else None
 
 
 def live_previews(run_dir: Path) -> list[dict[str, Any]]:
-    """Previews of the run's rollouts that have not ended, newest first."""
+    """Previews of the run's rollouts still in flight, newest first.
+
+    A preview whose rollout already has a journal record is over even if its last
+    publication never said so (a killed server, a rollout the runner gave up on).
+    """
     directory = run_dir / PREVIEWS_DIR
-    if not directory.is_dir() or directory.is_symlink():
+    if not directory.is_dir() or not _unlinked(directory, run_dir):
         return []
+    finished = {record.rollout_id for record in read_records(run_dir / "events.jsonl").values()}
     live = []
     for child in directory.iterdir():
-        if not preview_id_allowed(child.name):
+        if not preview_id_allowed(child.name) or child.name in finished:
             continue
-        document = _read_json(child / PREVIEW_FILENAME)
-        osmosis = ((document or {}).get("extra") or {}).get("osmosis") or {}
-        if document is not None and osmosis.get("status") not in _TERMINAL:
+        document = _read_json(child / PREVIEW_FILENAME, run_dir)
+        meta = _preview_meta(document)
+        if meta is not None and meta.get("status") not in _TERMINAL:
             live.append(document)
     live.sort(key=lambda d: str(d["extra"]["osmosis"].get("updated_at")), reverse=True)
     return live

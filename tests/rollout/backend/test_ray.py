@@ -149,6 +149,15 @@ def test_unreachable_cluster_is_a_clear_error(tmp_path: Path) -> None:
     )
 
 
+async def test_actors_that_cannot_be_scheduled_fail_start_clearly(ray_cluster: str) -> None:
+    backend = _backend(actor_resources={"gpu_that_is_not_here": 1}, start_timeout_sec=2)
+    with pytest.raises(ConfigError, match="could not start 2 executor actor"):
+        await backend.start()
+    assert backend.health()["ray"]["actors"] == []
+    with pytest.raises(ConfigError):  # a later start tries again (and fails again)
+        await backend.start()
+
+
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="num_actors"):
         RayBackend(workflow=Remote, num_actors=0)

@@ -96,6 +96,14 @@ def test_urls_without_a_password_are_left_alone(text):
         ('{"password": "x"}', '{"password": "[REDACTED]"}'),
         ("{'api_key': 'sk'}", "{'api_key': '[REDACTED]'}"),
         ("foo=token=abc", "foo=token=[REDACTED]"),
+        ("AWS_SECRET_ACCESS_KEY=wJalr x", "AWS_SECRET_ACCESS_KEY=[REDACTED] x"),
+        ("DJANGO_SECRET_KEY=abc", "DJANGO_SECRET_KEY=[REDACTED]"),
+        ("OPENAI_API_KEY_2=sk-9", "OPENAI_API_KEY_2=[REDACTED]"),
+        ("DB_PASSWORD_PROD=hunter2", "DB_PASSWORD_PROD=[REDACTED]"),
+        ("GITHUB_TOKEN_RW: ghp_1", "GITHUB_TOKEN_RW: [REDACTED]"),
+        ("password1: p", "password1: [REDACTED]"),
+        ("accessToken=abc", "accessToken=[REDACTED]"),
+        ("aws_access_key_id=AKIA1", "aws_access_key_id=[REDACTED]"),
         ("token=password:x", "token=[REDACTED]"),
     ],
 )
@@ -114,6 +122,8 @@ def test_assignment_without_a_value_or_keyword_is_left_alone():
         "MaxTokensReachedException: Model stopped generating",
         "InvalidTokenError: signature mismatch",
         "raised SecretStoreException:  vault unreachable",
+        "max_tokens: 512, completion_tokens: 42",
+        "INFO strands.event_loop._recover_message_on_max_tokens_reached: replacing tool uses",
     ],
 )
 def test_exception_names_are_not_assignments(text):

@@ -261,6 +261,8 @@ class LocalBackend(ExecutionBackend):
                     await _within(grade, limit, "grader", limit, 0.0)
                 except Exception as exc:
                     return _failure(exc, "grader", request, rollout_ctx, sample)
+                finally:
+                    await rollout_ctx.run_cleanups()  # clients a grader opened
                 return Result(status=RolloutStatus.SUCCESS, sample=ctx.sample)
             finally:
                 self._graders.release()

@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 _PROBE_TIMEOUT_SEC = 5.0
 
+# Marks a rollout directory whose artifacts stay on the node (over the bound).
+_KEEP = ".osmosis-keep"
+
 #: Default bound on the artifacts one rollout brings back from its node.
 DEFAULT_MAX_ARTIFACT_BYTES = 64 * 1024 * 1024
 
@@ -86,19 +89,32 @@ class _Executor:
 
     async def execute(self, request: ExecutionRequest, url: str, key: str | None) -> _Reply:
         context = RolloutContext(chat_completions_url=url, api_key=key, rollout_id=request.id)
-        with context:
-            outcome = await self._backend.execute(request)
-        return await asyncio.to_thread(self._collect, request.id, outcome)
+        try:
+            with context:
+                outcome = await self._backend.execute(request)
+            return await asyncio.to_thread(self._collect, request.id, outcome)
+        finally:
+            # Whatever happened (cancelled too), nothing of the rollout stays on the node
+            # unless _collect kept it on purpose.
+            await asyncio.to_thread(self._discard, request.id)
+
+    def _discard(self, rollout_id: str) -> None:
+        directory = self._root / rollout_id
+        if not (directory / _KEEP).exists():
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _collect(self, rollout_id: str, outcome: ExecutionOutcome) -> _Reply:
-        directory = self._root / rollout_id
-        files = [p for p in sorted((directory / "artifacts").rglob("*")) if p.is_file()]
-        if sum(p.stat().st_size for p in files) > self._spec.max_artifact_bytes:
-            return _Reply(outcome, left_at=str(directory / "artifacts"))
-        artifacts = {
-            p.relative_to(directory / "artifacts").as_posix(): p.read_bytes() for p in files
-        }
-        shutil.rmtree(directory, ignore_errors=True)
+        """The rollout's artifacts as bytes; an unreadable file is reported, never fatal."""
+        artifacts_dir = self._root / rollout_id / "artifacts"
+        try:
+            files = [p for p in sorted(artifacts_dir.rglob("*")) if p.is_file()]
+            if sum(p.stat().st_size for p in files) > self._spec.max_artifact_bytes:
+                (self._root / rollout_id / _KEEP).touch()
+                return _Reply(outcome, left_at=str(artifacts_dir))
+            artifacts = {p.relative_to(artifacts_dir).as_posix(): p.read_bytes() for p in files}
+        except OSError as exc:
+            _note(outcome, {"artifacts_error": f"reading artifacts failed ({type(exc).__name__})"})
+            return _Reply(outcome)
         return _Reply(outcome, artifacts)
 
 
@@ -137,6 +153,8 @@ class RayBackend(ExecutionBackend):
         max_artifact_bytes: Largest artifact total a rollout brings back to this server's
             artifact root; over it the files stay on their node, and the rollout's
             diagnostics say where.
+        start_timeout_sec: How long the actors may take to start (be scheduled and
+            answer); longer, and start fails with `ConfigError`.
 
     Ray is joined, and the actors started, on the first rollout (``start()`` does it
     earlier); an unreachable cluster then raises `ConfigError`.
@@ -157,6 +175,7 @@ class RayBackend(ExecutionBackend):
         actor_resources: dict[str, float] | None = None,
         runtime_env: dict[str, Any] | None = None,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        start_timeout_sec: float = 120.0,
     ) -> None:
         if num_actors < 1 or actor_concurrency < 1:
             raise ConfigError("num_actors and actor_concurrency must be at least 1")
@@ -170,6 +189,7 @@ class RayBackend(ExecutionBackend):
         self.artifact_root = local.artifact_root
         self.address = address
         self.num_actors = num_actors
+        self.start_timeout_sec = start_timeout_sec
         self.actor_concurrency = actor_concurrency
         self._actor_options: dict[str, Any] = {
             "num_cpus": num_cpus_per_actor,
@@ -190,6 +210,7 @@ class RayBackend(ExecutionBackend):
         capacity = num_actors * actor_concurrency
         self._capacity = capacity if cap is None else min(capacity, cap)
         self._slots: list[_Slot] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._started: asyncio.Future[None] | None = None
 
@@ -239,12 +260,25 @@ class RayBackend(ExecutionBackend):
             ray, self._spec.workflow, self._spec.grader, self._spec.workflow_config,
             self._spec.grader_config,
         )  # fmt: skip
-        self._slots = [self._new_slot() for _ in range(self.num_actors)]
+        actors = [self._new_actor() for _ in range(self.num_actors)]
+        try:
+            nodes = ray.get(
+                [actor.node.remote() for actor in actors], timeout=self.start_timeout_sec
+            )
+        except Exception as exc:
+            for actor in actors:
+                ray.kill(actor)
+            self._started = None  # a later start() tries again
+            raise ConfigError(
+                f"RayBackend could not start {self.num_actors} executor actor(s) "
+                f"({type(exc).__name__}); the cluster may lack the CPUs or resources asked "
+                f"for ({self._actor_options.get('num_cpus')} CPU and "
+                f"{self._actor_options.get('resources') or 'no custom resources'} each)"
+            ) from exc
+        self._slots = [_Slot(actor, str(node)) for actor, node in zip(actors, nodes, strict=True)]
 
-    def _new_slot(self) -> _Slot:
-        ray = _ray()
-        actor = ray.remote(_Executor).options(**self._actor_options).remote(self._spec)
-        return _Slot(actor, ray.get(actor.node.remote(), timeout=120))
+    def _new_actor(self) -> Any:
+        return _ray().remote(_Executor).options(**self._actor_options).remote(self._spec)
 
     async def shutdown(self) -> None:
         """Kill every executor actor."""
@@ -294,29 +328,38 @@ class RayBackend(ExecutionBackend):
         finally:
             slot.in_flight -= 1
             self._in_flight -= 1
-        await asyncio.to_thread(self._store, request.id, reply.artifacts)
+        try:
+            await asyncio.to_thread(self._store, request.id, reply.artifacts)
+        except OSError as exc:  # artifacts never change a rollout's outcome
+            _note(reply.outcome, {"artifacts_error": f"storing failed ({type(exc).__name__})"})
         if reply.left_at is not None:
-            _note_artifacts_left(reply.outcome, slot.node, reply.left_at)
+            _note(
+                reply.outcome,
+                {"artifacts_left_on_node": slot.node, "artifacts_path": reply.left_at},
+            )
+            logger.warning(
+                "rollout %s: artifacts over the bound stayed on node %s at %s",
+                request.id, slot.node, reply.left_at,
+            )  # fmt: skip
         return reply.outcome
 
     def _replace(self, dead: _Slot) -> None:
         if dead not in self._slots:
             return  # another rollout of the same actor already replaced it
-        index = self._slots.index(dead)
         logger.warning("Ray executor actor on node %s died; starting a replacement", dead.node)
-        ray = _ray()
-        actor = ray.remote(_Executor).options(**self._actor_options).remote(self._spec)
-        # The node is learnt when the replacement answers; until then it is unknown.
-        self._slots[index] = _Slot(actor, "starting")
-        node_ref = actor.node.remote()
+        replacement = _Slot(self._new_actor(), "starting")
+        self._slots[self._slots.index(dead)] = replacement
+        node_ref = replacement.actor.node.remote()
 
         async def learn_node() -> None:
             try:
-                self._slots[index].node = str(await node_ref)
+                replacement.node = str(await node_ref)
             except Exception as exc:
                 logger.warning("replacement Ray actor did not start: %s", type(exc).__name__)
 
-        asyncio.get_running_loop().create_task(learn_node())
+        task = asyncio.get_running_loop().create_task(learn_node())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _store(self, rollout_id: str, artifacts: dict[str, bytes]) -> None:
         if not artifacts:
@@ -365,8 +408,7 @@ def _actor_failure(request: ExecutionRequest, node: str, exc: BaseException) -> 
     return ExecutionOutcome(workflow=result)
 
 
-def _note_artifacts_left(outcome: ExecutionOutcome, node: str, path: str) -> None:
-    result = outcome.result
-    note = {"backend": "ray", "artifacts_left_on_node": node, "artifacts_path": path}
-    result.extra_fields = {**(result.extra_fields or {}), **note}
-    logger.warning("rollout artifacts over the bound stayed on node %s at %s", node, path)
+def _note(outcome: ExecutionOutcome, note: dict[str, Any]) -> None:
+    """Add ``note`` to the rollout's diagnostics (``diagnostics.json``)."""
+    result = outcome.result_to_save
+    result.extra_fields = {**(result.extra_fields or {}), "backend": "ray", **note}

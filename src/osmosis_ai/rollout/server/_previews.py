@@ -61,7 +61,7 @@ class RolloutPreview:
     ) -> None:
         self.rollout_id = rollout_id
         self.latest: bytes | None = None
-        self.context = context
+        self.context: RolloutContext | None = context
         self.progress = progress
         self.due = due
         self.finished = asyncio.Event()
@@ -75,10 +75,18 @@ class RolloutPreview:
         self._version = 0
         self._made_directory = False
 
+    def release(self) -> None:
+        """Keep only the last document: the rollout's context holds its whole history, and
+        the server retains finished rollouts (with this object) for a while."""
+        self.context = None
+        self._snapshot = None
+        self._steps = {}
+
     def needs_look(self) -> bool:
         """Whether the source may have something new (a cheap check, on the loop)."""
-        source = self.context.sample_source
-        if source is None or not self.context.preview_enabled:
+        context = self.context
+        source = context.sample_source if context is not None else None
+        if source is None or context is None or not context.preview_enabled:
             return False
         try:
             revision = source.preview_revision()
@@ -88,8 +96,9 @@ class RolloutPreview:
 
     async def look(self) -> RolloutSample | None:
         """Ask the source for its preview sample; ``None`` when it has none."""
-        source = self.context.sample_source
-        if source is None:
+        context = self.context
+        source = context.sample_source if context is not None else None
+        if source is None or context is None:
             return None
         try:
             revision = source.preview_revision()
@@ -102,7 +111,7 @@ class RolloutPreview:
         # With a revision the source already said the preview changed: no need to compare.
         self._fingerprinted = revision is None
         # The flag may have been cleared while the source was being asked.
-        return sample if self.context.preview_enabled else None
+        return sample if context.preview_enabled else None
 
     def stale(self, status: str) -> bool:
         """Whether the published document shows another status than ``status``."""
@@ -157,7 +166,7 @@ def _publish_all(work: list[_Work]) -> tuple[list[bytes | None], float]:
         try:
             published.append(preview.publish(sample, status))
         except Exception as exc:  # one broken preview must not stop the others
-            logger.debug("rollout %s: no preview (%s)", preview.rollout_id, exc)
+            logger.debug("rollout %s: no preview (%s)", preview.rollout_id, type(exc).__name__)
             published.append(None)
     return published, time.thread_time() - started
 
@@ -268,6 +277,7 @@ class PreviewHub:
                     self._publications += 1
         for preview in ended:
             self._rollouts.pop(preview.rollout_id, None)
+            preview.release()
             preview.finished.set()
 
     async def _timed_look(self, preview: RolloutPreview) -> RolloutSample | None:

@@ -5,10 +5,13 @@ Text rules, applied in this order:
 1. every occurrence of a configured secret, whatever its length, becomes ``[REDACTED]``;
 2. ``Bearer <token>`` / ``Basic <token>`` (any case): the token becomes ``[REDACTED]`` and the
    scheme word is kept as written;
-3. an assignment ``<identifier>=<value>`` or ``<identifier>: <value>`` whose identifier contains
-   ``api_key``/``api-key``/``apikey``, ``authorization``, ``password``, ``credential``,
-   ``secret`` or ``token`` (any case): the value becomes ``[REDACTED]``. Together with rule 2,
-   ``Authorization: Bearer x`` therefore becomes ``Authorization: [REDACTED] [REDACTED]``;
+3. an assignment ``<identifier>=<value>`` or ``<identifier>: <value>`` whose identifier has a
+   segment (split on ``_`` and ``-``, any case) naming a credential: ``token``, ``secret``,
+   ``password``, ``passwd``, ``credential(s)``, ``authorization``, ``api key``,
+   ``access key``, ``private key`` — alone, ending a segment (``accessToken``) or followed by
+   digits (``password1``); names ending in ``Exception``/``Error`` are never credentials. The
+   value becomes ``[REDACTED]``. Together with rule 2, ``Authorization: Bearer x`` therefore
+   becomes ``Authorization: [REDACTED] [REDACTED]``;
 4. URL credentials ``scheme://user:pass@`` become ``scheme://[REDACTED]@``.
 
 JSON-like data is walked instead: the value of a credential-like key (see `is_credential_key`)
@@ -56,25 +59,66 @@ _AUTH_SCHEME_ANY_CASE = re.compile(_AUTH_SCHEME_SOURCE, re.IGNORECASE)
 # identifier follows the separator, so each candidate costs one pass over its identifier and the
 # whole scan stays linear (a forward pattern has to retry inside long identifiers). The optional
 # quote between identifier and separator catches `"password": "x"` and `{'api_key': 'x'}`.
-# The identifier must end with a credential word (`OPENAI_API_KEY=`, `access_token:`,
-# `secrets:`); one that merely contains it is a name like `MaxTokensReachedException: Model`
-# or a logger's `..._max_tokens_reached: message`, whose text must stay readable.
+# The scan finds identifiers containing a credential word; `_names_a_credential` then decides
+# on whole name segments, so `DB_PASSWORD_PROD=` and `GITHUB_TOKEN_RW:` are redacted while
+# `max_tokens: 512`, `MaxTokensReachedException: Model ...` and a logger's
+# `..._max_tokens_reached: message` stay readable.
 _ASSIGNMENT_WORDS = (
     "api_key",
     "api-key",
     "apikey",
     "authorization",
     "password",
+    "passwd",
     "credential",
     "secret",
     "token",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "private_key",
+    "private-key",
+    "privatekey",
 )
-_ASSIGNMENT_HINTS = ("api", "authorization", "password", "credential", "secret", "token")
+_ASSIGNMENT_HINTS = (
+    "api", "authorization", "password", "passwd", "credential", "secret", "token", "key",
+)  # fmt: skip
 _ASSIGNMENT_HEAD_REVERSED_SOURCE = (
-    r"[=:][ \t]*+[\"']?+s?(?:"
+    r"[=:][ \t]*+[\"']?+(?=[\w-]*?(?:"
     + "|".join(re.escape(word[::-1]) for word in _ASSIGNMENT_WORDS)
-    + r")[\w-]*+"
+    + r"))([\w-]++)"
 )
+# A name segment names a credential when it is one of these words, ends with one
+# (`accesstoken`, `apikey`) or is one followed by digits (`password1`).
+_CREDENTIAL_SEGMENT_WORDS = (
+    "token", "secret", "password", "passwd", "credential", "credentials", "authorization",
+    "apikey", "accesskey", "privatekey",
+)  # fmt: skip
+_CREDENTIAL_SEGMENT_PAIRS = (("api", "key"), ("access", "key"), ("private", "key"))
+_NAME_SEGMENTS = re.compile(r"[_-]+")
+
+
+def _segment_names_credential(segment: str) -> bool:
+    return any(
+        segment.endswith(word) or (segment.startswith(word) and segment[len(word) :].isdigit())
+        for word in _CREDENTIAL_SEGMENT_WORDS
+    )
+
+
+def _names_a_credential(identifier: str) -> bool:
+    """Whether an assignment's name says its value is a credential (see above)."""
+    name = identifier.lower()
+    if name.endswith(("exception", "error")):
+        return False
+    segments = _NAME_SEGMENTS.split(name)
+    if any(_segment_names_credential(segment) for segment in segments):
+        return True
+    return any(
+        (first, second.rstrip("0123456789")) in _CREDENTIAL_SEGMENT_PAIRS
+        for first, second in zip(segments, segments[1:], strict=False)
+    )
+
+
 _ASSIGNMENT_HEAD_REVERSED = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE)
 _ASSIGNMENT_HEAD_REVERSED_ANY_CASE = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE, re.IGNORECASE)
 # An existing marker is matched whole first, so `api_key=[REDACTED]` stays as it is.
@@ -208,6 +252,8 @@ def _redact_assignments(text: str) -> str:
     last = len(text) - 1
     spans: list[_Span] = []
     for head in heads:
+        if not _names_a_credential(head.group(1)[::-1]):
+            continue
         value = _ASSIGNMENT_VALUE.match(text, last - head.start() + 1)
         if value is not None:
             spans.append(value.span(1))

@@ -5,6 +5,14 @@
 const main = document.getElementById("main");
 const crumbs = document.getElementById("crumbs");
 let refreshTimer = null;
+// Bumped on every navigation: a page still loading for an older route must not draw.
+let generation = 0;
+
+class Superseded extends Error {}
+
+function current(gen) {
+  if (gen !== generation) throw new Superseded();
+}
 
 function h(tag, attrs, ...children) {
   const svg = ["svg", "rect", "line", "polyline", "circle", "text", "g"].includes(tag);
@@ -85,9 +93,10 @@ function passAtK(points) {
 
 // ---- pages -------------------------------------------------------------------------------
 
-async function runsPage() {
-  setCrumbs("runs");
+async function runsPage(gen) {
   const runs = await api("/api/runs");
+  current(gen);
+  setCrumbs("runs");
   if (!runs.length) return show(h("h1", {}, "Runs"), h("p", { class: "muted" }, "No eval runs here yet."));
   const rows = runs.map((run) =>
     h("tr", { class: "clickable", onclick: () => (location.hash = `#/run/${enc(run.name)}`) },
@@ -152,9 +161,10 @@ function livePanel(runName) {
   return panel;
 }
 
-async function runPage(runName) {
-  setCrumbs(h("a", { href: "#/" }, "runs"), runName);
+async function runPage(runName, gen) {
   const [run, items] = await Promise.all([api(`/api/runs/${enc(runName)}`), api(`/api/runs/${enc(runName)}/items`)]);
+  current(gen);
+  setCrumbs(h("a", { href: "#/" }, "runs"), runName);
   const summary = run.summary || {};
   const rewards = items.map((it) => it.reward).filter((r) => typeof r === "number");
   const failed = items.filter((it) => it.status === "failed").length;
@@ -198,12 +208,13 @@ function stepView(step) {
     results.map((r) => h("div", { class: "tool observation" }, h("span", { class: "name" }, "← result"), " ", h("span", { class: "muted" }, r.source_call_id || ""), h("pre", {}, asText(r.content)))));
 }
 
-async function rolloutPage(runName, rolloutId) {
-  setCrumbs(h("a", { href: "#/" }, "runs"), h("a", { href: `#/run/${enc(runName)}` }, runName), rolloutId);
+async function rolloutPage(runName, rolloutId, gen) {
   const [detail, items] = await Promise.all([
     api(`/api/runs/${enc(runName)}/rollouts/${enc(rolloutId)}`),
     api(`/api/runs/${enc(runName)}/items`),
   ]);
+  current(gen);
+  setCrumbs(h("a", { href: "#/" }, "runs"), h("a", { href: `#/run/${enc(runName)}` }, runName), rolloutId);
   const item = items.find((it) => it.rollout_id === rolloutId);
   const shown = detail.trajectory || detail.preview;
   const live = !detail.trajectory && detail.preview && !["success", "failure", "cancelled"].includes(detail.preview.extra.osmosis.status);
@@ -241,12 +252,14 @@ async function rolloutPage(runName, rolloutId) {
 
 async function route() {
   if (refreshTimer) { clearInterval(refreshTimer); refreshTimer = null; }
+  const gen = ++generation;
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   try {
-    if (parts[0] === "run" && parts[1] && parts[2] === "rollout" && parts[3]) await rolloutPage(parts[1], parts[3]);
-    else if (parts[0] === "run" && parts[1]) await runPage(parts[1]);
-    else await runsPage();
+    if (parts[0] === "run" && parts[1] && parts[2] === "rollout" && parts[3]) await rolloutPage(parts[1], parts[3], gen);
+    else if (parts[0] === "run" && parts[1]) await runPage(parts[1], gen);
+    else await runsPage(gen);
   } catch (error) {
+    if (error instanceof Superseded) return;
     show(h("p", { class: "error" }, `Could not load this page: ${error.message}`));
   }
 }

@@ -105,6 +105,15 @@ async def test_agent_without_a_model_is_bound_inside_a_rollout(stub: ChatStub) -
     assert stub.requests[0]["body"]["model"] == "osmosis-rollout"
 
 
+async def test_a_failed_construction_registers_nothing(stub: ChatStub) -> None:
+    async with rollout(stub) as rollout_ctx:
+        with pytest.raises(TypeError):
+            _agent(no_such_strands_option=True)
+        assert rollout_ctx.sample_source is None
+        _agent()  # a retry works
+        assert rollout_ctx.sample_source is not None
+
+
 async def test_second_agent_in_one_rollout_is_refused(stub: ChatStub) -> None:
     async with rollout(stub):
         _agent()

@@ -149,12 +149,17 @@ class OsmosisStrandsAgent(Agent):
         if model is None and get_rollout_context() is not None:
             # Strands' default is a Bedrock model, which would bypass the policy being trained.
             model = OsmosisRolloutModel()
-        if isinstance(model, OsmosisRolloutModel):
-            rollout_ctx = require_rollout_context("OsmosisRolloutModel")
-            # Register first: a second agent fails before it opens a client.
-            rollout_ctx.set_sample_source(StrandsAgentSampleSource(self))
-            model = model.bind(rollout_client(rollout_ctx))
-        super().__init__(model, converted, *args, **kwargs)
+        if not isinstance(model, OsmosisRolloutModel):
+            super().__init__(model, converted, *args, **kwargs)
+            return
+        rollout_ctx = require_rollout_context("OsmosisRolloutModel")
+        source = StrandsAgentSampleSource(self)
+        if rollout_ctx.sample_source is not None:
+            rollout_ctx.set_sample_source(source)  # raises: one source per rollout
+        # The source is registered only once Strands accepted the agent, so a failed
+        # construction can be retried (its client is closed with the rollout's cleanups).
+        super().__init__(model.bind(rollout_client(rollout_ctx)), converted, *args, **kwargs)
+        rollout_ctx.set_sample_source(source)
 
 
 class StrandsAgentSampleSource(SampleSource):
