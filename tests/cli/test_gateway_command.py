@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,10 @@ async def test_gateway_command_prints_url_and_token_serves_and_stops_on_sigterm(
             f"openai:{stub.base_url}:served-model",
             "--port",
             "0",
+            "--sampling",
+            "temperature=0",
+            "--sampling",
+            'stop=["END"]',
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -41,7 +46,9 @@ async def test_gateway_command_prints_url_and_token_serves_and_stops_on_sigterm(
                     json={"messages": [{"role": "user", "content": "hi"}]},
                 )
             assert response.status_code == 200
-            assert stub.requests[-1]["body"]["model"] == "served-model"
+            sent = stub.requests[-1]["body"]
+            assert sent["model"] == "served-model"
+            assert sent["temperature"] == 0 and sent["stop"] == ["END"]
         finally:
             process.send_signal(signal.SIGTERM)
             async with asyncio.timeout(30):
@@ -56,3 +63,13 @@ async def test_unknown_policy_is_a_usage_error() -> None:
     _, stderr = await process.communicate()
     assert process.returncode == 2
     assert b"not recognised" in stderr
+
+
+async def test_bad_sampling_is_a_usage_error() -> None:
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "gateway", "--sampling", "stream=true", stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert b"sampling cannot set stream" in stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+from typing import Any
 
 import typer
 
@@ -32,14 +34,47 @@ def gateway_command(
         envvar="OSMOSIS_POLICY_API_KEY",
         help="Key for the upstream policy (openai/litellm).",
     ),
+    sampling: list[str] = typer.Option(
+        [],
+        "--sampling",
+        help="KEY=VALUE imposed on every call, e.g. temperature=0.7 (repeatable; JSON values).",
+    ),
 ) -> None:
     """Serve rollout-scoped chat completions until interrupted, printing the URL and token."""
     configure_logging()
+    imposed = _sampling(sampling)
     with contextlib.suppress(KeyboardInterrupt):
-        run(_serve(policy, host, port, token, api_key))
+        run(_serve(policy, host, port, token, api_key, imposed))
 
 
-async def _serve(spec: str, host: str, port: int, token: str | None, api_key: str | None) -> None:
+def _sampling(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` options as a dict; a value is JSON when it parses (``0.7``, ``[".."]``)."""
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.gateway.request import check_sampling
+
+    sampling: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--sampling")
+        try:
+            sampling[key] = json.loads(raw)
+        except ValueError:
+            sampling[key] = raw
+    try:
+        return check_sampling(sampling)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sampling") from exc
+
+
+async def _serve(
+    spec: str,
+    host: str,
+    port: int,
+    token: str | None,
+    api_key: str | None,
+    sampling: dict[str, Any],
+) -> None:
     from osmosis_ai.errors import OsmosisError
     from osmosis_ai.gateway import Gateway, build_policy
 
@@ -47,7 +82,7 @@ async def _serve(spec: str, host: str, port: int, token: str | None, api_key: st
         policy = build_policy(spec, api_key=api_key)
     except OsmosisError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-    async with Gateway(policy, token=token, host=host, port=port) as gateway:
+    async with Gateway(policy, token=token, host=host, port=port, sampling=sampling) as gateway:
 
         def announce() -> None:
             typer.echo(
