@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from osmosis_ai._extras import import_optional
 
@@ -30,7 +30,6 @@ from osmosis_ai.viewer.runs import (  # noqa: E402
 
 __all__ = ["create_viewer_app"]
 
-T = TypeVar("T")
 STATIC = Path(__file__).resolve().parent / "static"
 
 # Everything the page needs comes from this origin; nothing inline, nothing remote.
@@ -96,49 +95,32 @@ def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
     """
     root = ViewerRoot(Path(path))
 
-    async def off_loop(function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(function, *args)
-
-    async def run_dir(request: Request) -> Path | None:
-        return await off_loop(root.run, request.path_params["run"])
-
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     async def runs(request: Request) -> Response:
-        return JSONResponse(await off_loop(run_summaries, root))
+        return JSONResponse(await asyncio.to_thread(run_summaries, root))
 
-    async def run(request: Request) -> Response:
-        directory = await run_dir(request)
-        if directory is None:
-            return _not_found("run")
-        return JSONResponse(await off_loop(run_overview, directory))
+    def of_run(answer: Callable[[Request, Path], Any]) -> Callable[[Request], Any]:
+        """A handler for ``/api/runs/{run}/...``: 404 for an unknown run, else ``answer``
+        run on a worker thread (it reads files) with the run's directory."""
 
-    async def items(request: Request) -> Response:
-        directory = await run_dir(request)
-        if directory is None:
-            return _not_found("run")
-        return JSONResponse(await off_loop(run_items, directory))
+        async def handler(request: Request) -> Response:
+            directory = await asyncio.to_thread(root.run, request.path_params["run"])
+            if directory is None:
+                return _not_found("run")
+            result: Response = await asyncio.to_thread(answer, request, directory)
+            return result
 
-    async def previews(request: Request) -> Response:
-        directory = await run_dir(request)
-        if directory is None:
-            return _not_found("run")
-        return JSONResponse(await off_loop(live_previews, directory))
+        return handler
 
-    async def rollout(request: Request) -> Response:
-        directory = await run_dir(request)
-        if directory is None:
-            return _not_found("run")
-        detail = await off_loop(rollout_detail, directory, request.path_params["rollout_id"])
+    def rollout(request: Request, directory: Path) -> Response:
+        detail = rollout_detail(directory, request.path_params["rollout_id"])
         return _not_found("rollout") if detail is None else JSONResponse(detail)
 
-    async def artifact(request: Request) -> Response:
-        directory = await run_dir(request)
-        if directory is None:
-            return _not_found("run")
+    def artifact(request: Request, directory: Path) -> Response:
         params = request.path_params
-        found = await off_loop(artifact_file, directory, params["rollout_id"], params["path"])
+        found = artifact_file(directory, params["rollout_id"], params["path"])
         if found is None:
             return _not_found("artifact")
         # Always a download, never rendered here: an artifact may be HTML or script.
@@ -149,16 +131,19 @@ def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
             content_disposition_type="attachment",
         )
 
+    def json_of(read: Callable[[Path], Any]) -> Callable[[Request, Path], Response]:
+        return lambda request, directory: JSONResponse(read(directory))
+
     api = "/api/runs/{run}"
     app = Starlette(
         routes=[
             Route("/", index),
             Route("/api/runs", runs),
-            Route(api, run),
-            Route(f"{api}/items", items),
-            Route(f"{api}/previews", previews),
-            Route(f"{api}/rollouts/{{rollout_id}}", rollout),
-            Route(f"{api}/rollouts/{{rollout_id}}/artifacts/{{path:path}}", artifact),
+            Route(api, of_run(json_of(run_overview))),
+            Route(f"{api}/items", of_run(json_of(run_items))),
+            Route(f"{api}/previews", of_run(json_of(live_previews))),
+            Route(f"{api}/rollouts/{{rollout_id}}", of_run(rollout)),
+            Route(f"{api}/rollouts/{{rollout_id}}/artifacts/{{path:path}}", of_run(artifact)),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )

@@ -162,7 +162,7 @@ def reply_message(text: str) -> tuple[dict[str, Any], str | None]:
 
 
 _ANSWER_OPENING = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
-# Longest escape a cut can split: \uXXXX.
+# Longest escape a cut can split: a \u escape, six characters.
 _LONGEST_ESCAPE = 6
 
 
