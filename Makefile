@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test check install-dev install-eval bench
+.PHONY: demo test check chromium install-dev install-eval bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,12 @@ install-eval: $(BIN)/python
 demo: install-eval
 	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml
 
-## Install the test dependencies into .venv, then lint, type-check and run every test.
-test: install-dev check
+## Install the test dependencies into .venv (and Debian's chromium for the browser tests),
+## then lint, type-check and run every test.
+test: install-dev chromium check
+
+chromium:
+	bash scripts/ensure_chromium.sh
 
 check:
 	$(BIN)/ruff check src tests benchmarks scripts
