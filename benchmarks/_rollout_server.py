@@ -19,11 +19,10 @@ from osmosis_ai.rollout import (
     AgentWorkflow,
     AgentWorkflowContext,
     LocalBackend,
-    RolloutSample,
-    SampleSource,
     get_rollout_context,
 )
 from osmosis_ai.rollout.server import create_rollout_server
+from osmosis_ai.testing import HistorySource
 
 TALK_TURNS = 8
 TALK_PAUSE_SEC = 2.5
@@ -40,27 +39,11 @@ class Idle(AgentWorkflow):
         return []
 
 
-class History(SampleSource):
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
-        self.messages = messages
-
-    async def get_sample(self) -> RolloutSample:
-        return RolloutSample(messages=list(self.messages))
-
-    def preview_revision(self) -> int:
-        return len(self.messages)
-
-    async def get_preview(self, max_messages: int) -> RolloutSample | None:
-        # Messages are never changed once appended: a shallow copy of the window is isolated.
-        recent = self.messages[-max_messages:]
-        return RolloutSample(messages=recent, trajectory_messages=recent)
-
-
 class Talking(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> None:
         rollout = get_rollout_context()
         assert rollout is not None
-        history = History(list(ctx.prompt))
+        history = HistorySource(ctx.prompt)
         rollout.set_sample_source(history)
         for turn in range(TALK_TURNS):
             await asyncio.sleep(TALK_PAUSE_SEC)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from typing import Any
 
@@ -15,10 +14,9 @@ from osmosis_ai.rollout import (
     Grader,
     GraderContext,
     LocalBackend,
-    RolloutSample,
-    SampleSource,
     get_rollout_context,
 )
+from osmosis_ai.testing import HistorySource
 
 
 class Answer(AgentWorkflow):
@@ -76,30 +74,8 @@ class OneAtATime(AgentWorkflowConfig):
 one_at_a_time = OneAtATime()
 
 
-class Growing(SampleSource):
-    """A history that grows while the workflow runs; previewable, with optional revision."""
-
-    def __init__(self, with_revision: bool) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.with_revision = with_revision
-        self.preview_calls = 0
-
-    async def get_sample(self) -> RolloutSample:
-        return RolloutSample(messages=list(self.messages))
-
-    def preview_revision(self) -> int | None:
-        return len(self.messages) if self.with_revision else None
-
-    async def get_preview(self, max_messages: int) -> RolloutSample | None:
-        self.preview_calls += 1
-        return RolloutSample(
-            messages=copy.deepcopy(self.messages[-max_messages:]),
-            extra_fields={"_preview_truncated": len(self.messages) > max_messages},
-        )
-
-
 #: The sources of the Talking rollouts, by rollout id (tests inspect them).
-SOURCES: dict[str, Growing] = {}
+SOURCES: dict[str, HistorySource] = {}
 
 
 class Talking(AgentWorkflow):
@@ -115,7 +91,7 @@ class Talking(AgentWorkflow):
         assert rollout_ctx is not None
         if meta.get("opt_out") == "before":
             rollout_ctx.preview_enabled = False
-        source = Growing(with_revision=meta.get("revision", True))
+        source = HistorySource(revision=meta.get("revision", True))
         SOURCES[rollout_ctx.rollout_id] = source
         rollout_ctx.set_sample_source(source)
         source.messages.extend(ctx.prompt)

@@ -7,9 +7,7 @@ message at the end), ``artifact`` (write it to ``notes.txt`` in the artifacts di
 from __future__ import annotations
 
 import asyncio
-import copy
 import os
-from typing import Any
 
 import httpx
 
@@ -19,25 +17,10 @@ from osmosis_ai.rollout import (
     Grader,
     GraderContext,
     LocalBackend,
-    RolloutSample,
-    SampleSource,
     get_rollout_context,
 )
 from osmosis_ai.rollout.server import create_rollout_server
-
-
-class History(SampleSource):
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
-        self.messages = messages
-
-    async def get_sample(self) -> RolloutSample:
-        return RolloutSample(messages=list(self.messages))
-
-    def preview_revision(self) -> int:
-        return len(self.messages)
-
-    async def get_preview(self, max_messages: int) -> RolloutSample | None:
-        return RolloutSample(messages=copy.deepcopy(self.messages[-max_messages:]))
+from osmosis_ai.testing import HistorySource
 
 
 class Chatty(AgentWorkflow):
@@ -45,7 +28,7 @@ class Chatty(AgentWorkflow):
         meta = ctx.metadata or {}
         rollout = get_rollout_context()
         assert rollout is not None
-        history = History(list(ctx.prompt))
+        history = HistorySource(ctx.prompt)
         rollout.set_sample_source(history)
         if meta.get("artifact") and ctx.artifacts_dir is not None:
             path = ctx.artifacts_dir / "notes.txt"
