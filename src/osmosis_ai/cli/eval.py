@@ -78,7 +78,10 @@ def run_command(
     backend: str = typer.Option(
         "local",
         "--backend",
-        help="Where rollouts run: local, ray (a local Ray instance) or ray:ADDRESS.",
+        help=(
+            "Where rollouts run: local, ray (a local Ray instance), ray:ADDRESS, process "
+            "(a child process per rollout) or process:sandbox (inside bubblewrap)."
+        ),
     ),
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."

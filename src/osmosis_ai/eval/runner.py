@@ -34,7 +34,7 @@ from osmosis_ai.eval.run_dir import (
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.gateway import Gateway, build_policy, preflight
 from osmosis_ai.rollout.client import RolloutClient
-from osmosis_ai.rollout.server.app import BACKEND_ENV
+from osmosis_ai.rollout.server.app import BACKEND_ENV, parse_backend_spec
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.redact import Redactor
@@ -63,7 +63,8 @@ class EvalOptions:
     retry_failed: bool = False
     policy_api_key: str | None = None
     backend: str = "local"
-    """Where the rollout server runs rollouts: ``local``, ``ray`` or ``ray:ADDRESS``."""
+    """Where the rollout server runs rollouts: ``local``, ``ray``, ``ray:ADDRESS``,
+    ``process`` or ``process:sandbox``."""
 
 
 @dataclass
@@ -134,8 +135,7 @@ class _Prepared:
 
 def _prepare(options: EvalOptions) -> _Prepared:
     """Everything that reads files before a run (in a worker thread)."""
-    if options.backend not in ("local", "ray") and not options.backend.startswith("ray:"):
-        raise ConfigError(f"--backend {options.backend!r}: expected local, ray or ray:ADDRESS")
+    parse_backend_spec(options.backend, label="--backend")
     config = load_eval_config(options.config_path)
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,

@@ -182,8 +182,12 @@ class LocalBackend(ExecutionBackend):
         """
         if self.grader_cls is None:
             raise ConfigError("this LocalBackend has no grader; pass grader=... to grade")
-        artifacts_dir = await create_artifacts_dir(self.artifact_root, request.id)
+        artifacts_dir = await self._artifacts_dir(request.id)
         return await self._run_grader(request, sample, artifacts_dir)
+
+    async def _artifacts_dir(self, rollout_id: str) -> Path | None:
+        # The in-container runner overrides this: its artifacts dir is fixed by the harness.
+        return await create_artifacts_dir(self.artifact_root, rollout_id)
 
     async def _run_workflow(
         self, request: ExecutionRequest, submitted_at: float
@@ -193,7 +197,7 @@ class LocalBackend(ExecutionBackend):
             queued_sec = time.monotonic() - submitted_at
             with self._rollout_context(request) as rollout_ctx:
                 rollout_ctx.set_status(RolloutStatus.RUNNING)
-                artifacts_dir = await create_artifacts_dir(self.artifact_root, request.id)
+                artifacts_dir = await self._artifacts_dir(request.id)
                 config = copy.deepcopy(self.workflow_config)
                 ctx = AgentWorkflowContext(
                     prompt=request.prompt,

@@ -65,8 +65,9 @@ DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
 DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
-#: ``local`` (default), ``ray`` or ``ray:ADDRESS``: run a `LocalBackend`'s rollouts on Ray
-#: instead (``osmosis eval run --backend`` sets it for the rollout server it starts).
+#: ``local`` (default), ``ray``, ``ray:ADDRESS``, ``process`` or ``process:sandbox``: run a
+#: `LocalBackend`'s rollouts on Ray or in child processes instead (``osmosis eval run
+#: --backend`` sets it for the rollout server it starts).
 BACKEND_ENV = "OSMOSIS_ROLLOUT_BACKEND"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
@@ -364,22 +365,41 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
+def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str]:
+    """``(kind, option)`` of a backend choice such as ``ray:ADDRESS`` or ``process:sandbox``.
+
+    Raises:
+        ConfigError: Not one of local, ray, ray:ADDRESS, process, process:sandbox.
+    """
+    kind, _, option = spec.strip().partition(":")
+    kind = kind or "local"
+    valid = (kind == "local" and not option) or kind == "ray"
+    valid = valid or (kind == "process" and option in ("", "sandbox"))
+    if not valid:
+        raise ConfigError(
+            f"{label} {spec!r}: expected local, ray, ray:ADDRESS, process or process:sandbox"
+        )
+    return kind, option
+
+
 def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
-    spec = os.environ.get(BACKEND_ENV, "").strip()
-    if spec in ("", "local"):
+    spec = os.environ.get(BACKEND_ENV, "")
+    kind, option = parse_backend_spec(spec)
+    if kind == "local":
         return backend
-    kind, _, address = spec.partition(":")
-    if kind != "ray":
-        raise ConfigError(f"{BACKEND_ENV}={spec!r}: expected local, ray or ray:ADDRESS")
     if not isinstance(backend, LocalBackend):
         logger.warning(
             "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
         )
         return backend
+    logger.info("%s=%s: rollouts run on %s", BACKEND_ENV, spec, kind)
+    if kind == "process":
+        from osmosis_ai.rollout.backend.process import ProcessBackend
+
+        return ProcessBackend.from_local(backend, sandbox=option == "sandbox")
     from osmosis_ai.rollout.backend.ray import RayBackend
 
-    logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
-    return RayBackend.from_local(backend, address=address or None)
+    return RayBackend.from_local(backend, address=option or None)
 
 
 def create_rollout_server(
