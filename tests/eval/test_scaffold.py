@@ -43,15 +43,25 @@ def test_validate_reports_import_time_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "example", ["calculator", "strands_calculator", "openai_agents_calculator"]
+    ("example", "backend"),
+    [
+        ("calculator", "local"),
+        ("strands_calculator", "local"),
+        ("openai_agents_calculator", "local"),
+        # A child process per phase inside bubblewrap, reaching the gateway by its relay.
+        ("calculator", "process:sandbox"),
+    ],
 )
-async def test_example_runs_on_the_embedded_model(tmp_path: Path, example: str) -> None:
+async def test_example_runs_on_the_embedded_model(
+    tmp_path: Path, example: str, backend: str
+) -> None:
     workspace = tmp_path / example
     shutil.copytree(
         ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
     )
     process = await asyncio.create_subprocess_exec(
         OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json",
+        "--backend", backend,
         cwd=workspace,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

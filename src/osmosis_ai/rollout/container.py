@@ -333,9 +333,12 @@ def read_result(path: Path) -> ContainerResult | None:
 
 
 def write_result(path: Path, result: ContainerResult) -> None:
-    """Write ``result`` atomically to ``path`` (creating its directory)."""
+    """Write ``result`` atomically to ``path`` (creating its directory).
+
+    Not flushed to disk: the harness reads it as soon as the process ends.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, result.model_dump_json().encode())
+    atomic_write_bytes(path, result.model_dump_json().encode(), durable=False)
 
 
 def _agent_sample(paths: ContainerPaths) -> RolloutSample | None:
@@ -428,9 +431,8 @@ def grader_main(
     write_result(paths.verifier_logs_dir / RESULT_FILE, result)
     reward = result.sample.reward if result.sample is not None else None
     if result.status is RolloutStatus.SUCCESS and reward is not None:
-        atomic_write_bytes(
-            paths.verifier_logs_dir / REWARD_FILE, json.dumps({"reward": reward}).encode()
-        )
+        reward_file = paths.verifier_logs_dir / REWARD_FILE
+        atomic_write_bytes(reward_file, json.dumps({"reward": reward}).encode(), durable=False)
         print(f"Grading complete: reward={reward}")
     else:
         print(f"Grading failed: {result.err_message}", file=sys.stderr)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -127,8 +128,23 @@ def serve(spec: LoadedSpec) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
+def _preload() -> None:
+    """Import what every child would otherwise import lazily on its first rollout."""
+    import asyncio
+    import concurrent.futures.thread  # asyncio.to_thread's executor
+
+    loop = asyncio.new_event_loop()  # warms asyncio's lazy imports; starts no thread
+    loop.close()
+    del concurrent
+
+
 def main() -> None:
     spec = load_spec(Path(sys.argv[1]).read_bytes())
+    _preload()
+    # Children share the pool's memory copy-on-write; keep their garbage collector from
+    # touching (and so copying) every object the pool imported.
+    gc.collect()
+    gc.freeze()
     # The protocol owns fd 1; anything the user's modules print goes to stderr.
     sys.stdout = sys.stderr
     _send({"ready": True})
