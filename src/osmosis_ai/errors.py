@@ -29,6 +29,7 @@ from typing import ClassVar
 __all__ = [
     "ChatRequestError",
     "ConfigError",
+    "CredentialScrubError",
     "DatasetRowError",
     "DeadlineExceeded",
     "GatewayError",
@@ -184,3 +185,7 @@ class GradingError(RolloutFailure):
     """The grader could not run, or finished without rewarding a kept sample."""
 
     category = "validation_error"
+
+
+class CredentialScrubError(OsmosisError):
+    """A rollout's files could not be proven free of its key, nor deleted; nothing was kept."""

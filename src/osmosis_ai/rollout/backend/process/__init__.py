@@ -37,7 +37,9 @@ from urllib.parse import urlsplit
 
 from osmosis_ai.errors import ConfigError, RolloutFailure
 from osmosis_ai.rollout._artifacts import create_artifacts_dir
+from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
+from osmosis_ai.rollout.backend._spec import dump_spec, source_paths
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
     ExecutionOutcome,
@@ -48,7 +50,6 @@ from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.backend.process._child import GATEWAY_SOCKET_ENV
 from osmosis_ai.rollout.backend.process._launch import ColdLauncher, Exit, PoolLauncher
 from osmosis_ai.rollout.backend.process._sandbox import Network, bwrap_command, check_bwrap
-from osmosis_ai.rollout.backend.process._spec import dump_spec, source_paths
 from osmosis_ai.rollout.container import (
     AGENT_LOGS_DIR_ENV,
     ARTIFACTS_DIR_ENV,
@@ -65,10 +66,8 @@ from osmosis_ai.rollout.context import (
     ENV_CHAT_COMPLETIONS_URL,
     ENV_ROLLOUT_ID,
     RolloutContext,
-    SampleSource,
     get_rollout_context,
 )
-from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 
@@ -252,7 +251,7 @@ class ProcessBackend(ExecutionBackend):
             if context is not None:
                 context.set_status(RolloutStatus.RUNNING)
                 if context.sample_source is None:
-                    context.set_sample_source(_ChildPreview(run.dir / _PREVIEW_FILE))
+                    context.set_sample_source(FilePreviewSource(run.dir / _PREVIEW_FILE))
             elapsed = time.monotonic() - submitted_at
             agent_input = _input(
                 request,
@@ -412,33 +411,6 @@ class _Run:
         if self.relay is not None:
             self.relay.close()
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
-
-
-class _ChildPreview(SampleSource):
-    """The host's view of the preview window a child writes (for the server's previews)."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._seen: tuple[int, int] | None = None
-        self._sample: RolloutSample | None = None
-
-    async def get_sample(self) -> RolloutSample:
-        raise RolloutFailure("a ProcessBackend rollout's sample comes from its child process")
-
-    async def get_preview(self, max_messages: int) -> RolloutSample | None:
-        return await asyncio.to_thread(self._read)
-
-    def _read(self) -> RolloutSample | None:
-        try:
-            stat = self._path.stat()
-            if (stat.st_mtime_ns, stat.st_size) != self._seen:
-                window = RolloutSample.model_validate_json(self._path.read_bytes())
-                window.messages = list(window.trajectory_messages or [])
-                self._sample = window
-                self._seen = (stat.st_mtime_ns, stat.st_size)
-        except (OSError, ValueError):
-            return None
-        return self._sample
 
 
 def _input(request: ExecutionRequest, *, label: str | None, **fields: Any) -> ContainerInput:

@@ -28,8 +28,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from osmosis_ai.rollout.backend._spec import LoadedSpec, load_spec
 from osmosis_ai.rollout.backend.process._child import run_phase
-from osmosis_ai.rollout.backend.process._spec import LoadedSpec, load_spec
 
 _PR_SET_PDEATHSIG = 1
 

@@ -1,9 +1,12 @@
-"""What a child process needs to rebuild the workflow, grader and configs: JSON references.
+"""What another process needs to rebuild the workflow, grader and configs: JSON references.
 
 Classes travel as (module, qualified name, file). A class defined in the server's
 ``__main__`` (``python main.py``, ``osmosis eval run``) is loaded in the child from its file
 under another module name, so the file's ``if __name__ == "__main__":`` block does not run.
 Configs travel as their class plus their JSON dump and are validated again in the child.
+
+A spec is either for a child on this machine (absolute files, this process's import path)
+or for a bundle (files relative to the project root, which becomes the import path).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pydantic import BaseModel
 
 from osmosis_ai.errors import ConfigError
 
-__all__ = ["LoadedSpec", "dump_spec", "load_spec", "source_paths"]
+__all__ = ["LoadedSpec", "dump_spec", "load_spec", "project_root", "source_paths"]
 
 # Module name under which a server's ``__main__`` file is loaded in children.
 _MAIN_ALIAS = "_osmosis_rollout_main"
@@ -37,7 +40,7 @@ class LoadedSpec:
     grader_config: Any
 
 
-def _class_ref(cls: type[Any], label: str) -> dict[str, Any]:
+def _class_ref(cls: type[Any], label: str, root: Path | None) -> dict[str, Any]:
     qualname = cls.__qualname__
     if "<locals>" in qualname:
         raise ConfigError(
@@ -47,16 +50,42 @@ def _class_ref(cls: type[Any], label: str) -> dict[str, Any]:
     module = cls.__module__
     file = None
     if module == "__main__":
-        try:
-            file = inspect.getfile(cls)
-        except (TypeError, OSError):
-            raise ConfigError(
-                f"{label} {qualname} was defined interactively; put it in a file"
-            ) from None
+        file = str(_source_file(cls, label))
+        if root is not None:
+            file = _inside(Path(file), root, label)
     return {"module": module, "qualname": qualname, "file": file}
 
 
-def _config_ref(config: BaseModel | None, label: str) -> dict[str, Any] | None:
+def _source_file(cls: type[Any], label: str) -> Path:
+    try:
+        return Path(inspect.getfile(cls)).resolve()
+    except (TypeError, OSError):
+        raise ConfigError(
+            f"{label} {cls.__qualname__} was defined interactively; put it in a file"
+        ) from None
+
+
+def _inside(path: Path, root: Path, label: str) -> str:
+    try:
+        return path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise ConfigError(
+            f"{label} is defined in {path}, outside the project {root}; pass the project "
+            "directory that contains it"
+        ) from None
+
+
+def project_root(cls: type[Any]) -> Path:
+    """The directory ``cls`` is imported from: its file's directory for ``__main__``,
+    else the directory above its top-level package."""
+    file = _source_file(cls, cls.__qualname__)
+    if cls.__module__ == "__main__":
+        return file.parent
+    depth = cls.__module__.count(".") + (1 if file.name == "__init__.py" else 0)
+    return file.parents[depth]
+
+
+def _config_ref(config: BaseModel | None, label: str, root: Path | None) -> dict[str, Any] | None:
     if config is None:
         return None
     data = config.model_dump(mode="json")
@@ -67,7 +96,7 @@ def _config_ref(config: BaseModel | None, label: str) -> dict[str, Any] | None:
             f"{label} does not survive a JSON round trip ({type(exc).__name__}); a child "
             "process receives the config as JSON, so keep its fields JSON-serialisable"
         ) from None
-    return {"class": _class_ref(type(config), label), "data": data}
+    return {"class": _class_ref(type(config), label, root), "data": data}
 
 
 def dump_spec(
@@ -75,18 +104,23 @@ def dump_spec(
     workflow_config: BaseModel | None,
     grader: type[Any] | None,
     grader_config: BaseModel | None,
+    *,
+    root: Path | None = None,
 ) -> bytes:
-    """The JSON spec of these objects, plus this process's import path and directory.
+    """The JSON spec of these objects.
+
+    Without ``root``, for a child on this machine: absolute files and this process's import
+    path. With ``root``, for a bundle of that project: files relative to it.
 
     Raises:
         ConfigError: An object cannot be rebuilt in another process.
     """
     spec = {
-        "workflow": _class_ref(workflow, "workflow"),
-        "workflow_config": _config_ref(workflow_config, "workflow_config"),
-        "grader": None if grader is None else _class_ref(grader, "grader"),
-        "grader_config": _config_ref(grader_config, "grader_config"),
-        "sys_path": [entry for entry in sys.path if entry],
+        "workflow": _class_ref(workflow, "workflow", root),
+        "workflow_config": _config_ref(workflow_config, "workflow_config", root),
+        "grader": None if grader is None else _class_ref(grader, "grader", root),
+        "grader_config": _config_ref(grader_config, "grader_config", root),
+        "sys_path": [] if root is not None else [entry for entry in sys.path if entry],
     }
     return json.dumps(spec).encode()
 
@@ -116,23 +150,29 @@ def _load_class(ref: dict[str, Any]) -> type[Any]:
     return obj  # type: ignore[no-any-return]
 
 
-def _load_config(ref: dict[str, Any] | None) -> Any:
-    if ref is None:
-        return None
-    return _load_class(ref["class"]).model_validate(ref["data"])
-
-
-def load_spec(data: bytes) -> LoadedSpec:
-    """Import what ``data`` names (extending ``sys.path`` as the server had it)."""
+def load_spec(data: bytes, *, root: Path | None = None) -> LoadedSpec:
+    """Import what ``data`` names: from ``root`` (a bundle's project), or with the import
+    path the server had."""
     spec = json.loads(data)
+    if root is not None:
+        sys.path.insert(0, str(root))
     for entry in spec["sys_path"]:
         if entry not in sys.path:
             sys.path.append(entry)
+
+    def load(ref: dict[str, Any]) -> type[Any]:
+        if root is not None and ref["file"] is not None:
+            ref = {**ref, "file": str(root / ref["file"])}
+        return _load_class(ref)
+
+    def config(ref: dict[str, Any] | None) -> Any:
+        return None if ref is None else load(ref["class"]).model_validate(ref["data"])
+
     return LoadedSpec(
-        workflow=_load_class(spec["workflow"]),
-        workflow_config=_load_config(spec["workflow_config"]),
-        grader=None if spec["grader"] is None else _load_class(spec["grader"]),
-        grader_config=_load_config(spec["grader_config"]),
+        workflow=load(spec["workflow"]),
+        workflow_config=config(spec["workflow_config"]),
+        grader=None if spec["grader"] is None else load(spec["grader"]),
+        grader_config=config(spec["grader_config"]),
     )
 
 

@@ -1,0 +1,638 @@
+"""``HarborBackend``: each rollout as a Harbor trial (task sandbox, agent, verifier).
+
+Requires the ``harbor`` extra (Python 3.12+). Two tracks:
+
+* **Workflow track** (``agent=`` an ``AgentWorkflow`` class or ``"module:Class"``): the
+  project is bundled as a content-addressed wheel (`osmosis_ai.rollout.bundle`) and run in
+  the sandbox by `OsmosisHarnessAgent` through the in-container runner, so validation and
+  failure categories match in-process execution.
+* **Native track** (``agent="mini-swe-agent"``, ``"terminus-2"``, ``"opencode"``,
+  ``"oracle"``): Harbor's own agent, pointed at the rollout's model endpoint. ``oracle`` runs
+  the task's reference solution and is not trainable (its samples say so).
+
+Reward: a task's own ``tests/test.sh`` wins; otherwise ``grader=`` is bundled into a
+generated ``tests/test.sh``; a task with neither has no reward source. After each trial the
+rollout key is scrubbed from every file (fail closed), logs go to
+``<artifact_root>/<rollout_id>/logs/`` and the sandbox's ``/logs/artifacts`` to
+``.../artifacts/``. For Linux machines without Docker, `bubblewrap.BubblewrapEnvironment`
+runs trials in bubblewrap sandboxes over the host's userland.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError, CredentialScrubError
+from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
+from osmosis_ai.rollout.backend._spec import project_root
+from osmosis_ai.rollout.backend.base import (
+    ExecutionBackend,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+)
+from osmosis_ai.rollout.backend.harbor import _tasks
+from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_tree
+from osmosis_ai.rollout.backend.local import _resolve_class, _resolve_config
+from osmosis_ai.rollout.bundle import Bundle, build_bundle
+from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
+from osmosis_ai.rollout.container import INPUT_FILE, RESULT_FILE, ContainerInput, read_result
+from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
+from osmosis_ai.rollout.grader import Grader
+from osmosis_ai.rollout.sample import RolloutSample
+from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.workflow import AgentWorkflow
+
+import_optional("harbor", extra="harbor", feature="HarborBackend")
+# Harbor's agents import LiteLLM, which otherwise fetches its cost map from the internet.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from harbor import TrialEvent, TrialQueue  # noqa: E402
+from harbor.models.trial.config import (  # noqa: E402
+    AgentConfig,
+    EnvironmentConfig,
+    TaskConfig,
+    TrialConfig,
+    VerifierConfig,
+)
+
+from osmosis_ai.rollout.backend.harbor.harness import AGENT_LOG, HARNESS_AGENT  # noqa: E402
+
+__all__ = ["HarborBackend", "NativeAgent", "TaskMode"]
+
+logger = logging.getLogger(__name__)
+
+NativeAgent = Literal["terminus-2", "mini-swe-agent", "opencode", "oracle"]
+TaskMode = _tasks.TaskMode
+_NATIVE: frozenset[str] = frozenset({"terminus-2", "mini-swe-agent", "opencode", "oracle"})
+_HOST_AGENTS = {
+    "mini-swe-agent": "osmosis_ai.rollout.backend.harbor.bubblewrap:HostMiniSweAgent",
+}
+_BUBBLEWRAP = "osmosis_ai.rollout.backend.harbor.bubblewrap:BubblewrapEnvironment"
+_PREVIEW_FILES = {
+    None: "osmosis-preview.json",  # the workflow track's in-container runner
+    "mini-swe-agent": "mini-swe-agent.trajectory.json",
+}
+_TAIL_CHARS = 2000
+
+
+@dataclass
+class _Rollout:
+    """What the queue's hooks need to find for a trial."""
+
+    context: RolloutContext | None
+    started: bool = False
+
+
+@dataclass
+class _Paths:
+    staging: Path
+    trial: Path
+    input_file: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.input_file = self.staging / INPUT_FILE
+
+
+class HarborBackend(ExecutionBackend):
+    """Runs each rollout as a Harbor trial (see the module).
+
+    Args:
+        tasks_dir: The template task (template mode) or a directory of tasks (dataset mode).
+        agent: An ``AgentWorkflow`` class or ``"module:Class"`` (workflow track), or a
+            native agent name (``mini-swe-agent``, ``terminus-2``, ``opencode``, ``oracle``).
+        grader: A ``Grader`` class or import path, run by the verifier when the task has no
+            ``tests/test.sh`` of its own.
+        workflow_config: Config of the workflow (bundled as JSON).
+        grader_config: Config of the grader (bundled as JSON).
+        native_agent_kwargs: Harbor kwargs of a native agent (refused for workflows).
+        task_mode: ``template`` (prompt becomes the instruction) or ``dataset``
+            (``metadata["harbor_task_id"]`` picks a task, which keeps its instruction).
+        model_name: Model id given to native agents (``metadata["harbor_model"]`` overrides).
+        environment_config: Harbor ``EnvironmentConfig`` (deep-copied per trial); default
+            Harbor's Docker environment.
+        orchestrator: A Harbor ``TrialQueue``; default one with ``n_concurrent`` slots.
+        n_concurrent: Trials at once when this backend builds the queue.
+        trials_dir: Harbor's trial output; default a directory under the system temp dir.
+        cleanup_successful_trials: Delete a clean trial's directory once archived.
+        max_queue_depth: Rollouts waiting for a trial slot before ``has_capacity()`` is
+            false (the server then answers 429); ``None`` = unbounded.
+        code_dir: The project to bundle; default the directory the workflow (or grader)
+            is imported from.
+        container_python: The interpreter with ``osmosis-ai`` inside the sandbox.
+        artifact_root: Root of per-rollout directories (default as for `LocalBackend`).
+        preview_interval_sec: How often the in-container runner writes its preview window.
+
+    Raises:
+        ConfigError: Bad arguments (named in the message).
+    """
+
+    reports_progress = True
+
+    def __init__(
+        self,
+        *,
+        tasks_dir: Path | str,
+        agent: type[AgentWorkflow[Any]] | str,
+        grader: type[Grader] | str | None = None,
+        workflow_config: AgentWorkflowConfig | str | None = None,
+        grader_config: GraderConfig | str | None = None,
+        native_agent_kwargs: dict[str, Any] | None = None,
+        task_mode: TaskMode = "template",
+        model_name: str = "openai/osmosis-rollout",
+        environment_config: Any = None,
+        orchestrator: Any = None,
+        n_concurrent: int = 4,
+        trials_dir: Path | str | None = None,
+        cleanup_successful_trials: bool = True,
+        max_queue_depth: int | None = None,
+        code_dir: Path | str | None = None,
+        container_python: str = "python3",
+        artifact_root: Path | str | None = None,
+        preview_interval_sec: float = 3.0,
+    ) -> None:
+        self.tasks_dir = Path(tasks_dir).expanduser().resolve()
+        if not self.tasks_dir.is_dir():
+            raise ConfigError(f"tasks_dir {self.tasks_dir} is not a directory")
+        if task_mode not in ("template", "dataset"):
+            raise ConfigError(f"task_mode must be 'template' or 'dataset', got {task_mode!r}")
+        if max_queue_depth is not None and max_queue_depth < 1:
+            raise ConfigError(f"max_queue_depth must be at least 1 or None, got {max_queue_depth}")
+        self.native: str | None = agent if isinstance(agent, str) and agent in _NATIVE else None
+        if self.native is None and native_agent_kwargs:
+            raise ConfigError(
+                "native_agent_kwargs applies to native agents only "
+                f"({', '.join(sorted(_NATIVE))}); configure a workflow with workflow_config"
+            )
+        self.workflow_cls: type[AgentWorkflow[Any]] | None = (
+            None if self.native else _resolve_class(agent, AgentWorkflow, "agent")
+        )
+        self.grader_cls: type[Grader] | None = (
+            None if grader is None else _resolve_class(grader, Grader, "grader")
+        )
+        self.workflow_config = _resolve_config(
+            workflow_config, AgentWorkflowConfig, "workflow_config"
+        )
+        self.grader_config = _resolve_config(grader_config, GraderConfig, "grader_config")
+        if self.native == "oracle":
+            logger.warning(
+                "agent='oracle' runs the task's reference solution: its samples are not "
+                "trainable (no model calls); use it to check tasks and graders"
+            )
+        self.native_agent_kwargs = dict(native_agent_kwargs or {})
+        self.task_mode: TaskMode = task_mode
+        self.model_name = model_name
+        self.environment_config = environment_config or EnvironmentConfig()
+        self.cleanup_successful_trials = cleanup_successful_trials
+        self.max_queue_depth = max_queue_depth
+        self.container_python = container_python
+        self.preview_interval_sec = preview_interval_sec
+        self._code_dir = Path(code_dir).resolve() if code_dir else None
+        self._trials_dir = Path(trials_dir) if trials_dir else None
+        self._artifact_root = artifact_root
+        self._queue = orchestrator or TrialQueue(n_concurrent=n_concurrent)
+        self._queue.add_hook(TrialEvent.START, self._on_start)
+        self._queue.add_hook(TrialEvent.VERIFICATION_START, self._on_verification)
+        self._rollouts: dict[str, _Rollout] = {}
+        self._bundle: Bundle | None = None
+        self._starting: asyncio.Future[None] | None = None
+
+    @property
+    def artifact_root(self) -> Path:
+        from osmosis_ai.rollout._storage import default_artifact_root
+
+        root = self._artifact_root
+        return Path(root).expanduser() if root else default_artifact_root()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the bundle (workflow track, or a grader) and the trials directory."""
+        if self._starting is None or (
+            self._starting.done() and self._starting.exception() is not None
+        ):
+            self._starting = asyncio.ensure_future(asyncio.to_thread(self._start_blocking))
+        await asyncio.shield(self._starting)
+
+    def _start_blocking(self) -> None:
+        if self._trials_dir is None:
+            self._trials_dir = Path(
+                tempfile.mkdtemp(prefix=f"osmosis-harbor-{self.tasks_dir.name}-")
+            )
+        (self._trials_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+        owner = self.workflow_cls or self.grader_cls
+        if owner is not None:
+            self._bundle = build_bundle(
+                project=self._code_dir or project_root(owner),
+                workflow=self.workflow_cls or _NoWorkflow,
+                workflow_config=self.workflow_config,
+                grader=self.grader_cls,
+                grader_config=self.grader_config,
+            )
+
+    # -- ExecutionBackend ----------------------------------------------------------------
+
+    def has_capacity(self) -> bool:
+        """False when ``max_queue_depth`` rollouts wait for a trial slot."""
+        if self.max_queue_depth is None:
+            return True
+        return self._queued() < self.max_queue_depth
+
+    def _queued(self) -> int:
+        return sum(1 for r in self._rollouts.values() if not r.started)
+
+    def health(self) -> dict[str, Any]:
+        running = len(self._rollouts) - self._queued()
+        return {
+            "status": "ok",
+            "harbor": {
+                "queued": self._queued(),
+                "running": running,
+                "max_queue_depth": self.max_queue_depth,
+                "agent": self.native or "workflow",
+            },
+        }
+
+    async def _on_start(self, event: Any) -> None:
+        rollout = self._rollouts.get(event.trial_name)
+        if rollout is not None:
+            rollout.started = True
+            if rollout.context is not None:
+                rollout.context.set_status(RolloutStatus.RUNNING)
+
+    async def _on_verification(self, event: Any) -> None:
+        rollout = self._rollouts.get(event.trial_name)
+        if rollout is not None and rollout.context is not None:
+            rollout.context.set_status(RolloutStatus.GRADING)
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        """Run the rollout as a trial and turn its result into both phases' results."""
+        submitted_at = time.monotonic()
+        await self.start()
+        assert self._trials_dir is not None
+        context = get_rollout_context()
+        trial_name = f"trial-{request.id}"
+        paths = _Paths(
+            staging=Path(
+                await asyncio.to_thread(
+                    tempfile.mkdtemp, prefix=f"{request.id}-", dir=self._trials_dir / "rollouts"
+                )
+            ),
+            trial=self._trials_dir / trial_name,
+        )
+        self._rollouts[trial_name] = _Rollout(context)
+        key = context.api_key if context is not None else None
+        try:
+            try:
+                config = await asyncio.to_thread(
+                    self._trial_config, request, context, paths, submitted_at
+                )
+            except ConfigError as exc:
+                return ExecutionOutcome(workflow=_failure("setup", str(exc), _VALIDATION))
+            preview = _PREVIEW_FILES.get(self.native)
+            if context is not None and preview is not None and context.sample_source is None:
+                context.set_sample_source(FilePreviewSource(paths.trial / "agent" / preview))
+            result = await self._queue.submit(config)
+        finally:
+            self._rollouts.pop(trial_name, None)
+            # Also on cancellation: the staging copy goes, the key leaves the trial's files.
+            scrubbed = asyncio.ensure_future(asyncio.to_thread(self._tidy, paths, key))
+            try:
+                await asyncio.shield(scrubbed)
+            except CredentialScrubError as exc:
+                scrub_error: CredentialScrubError | None = exc
+            else:
+                scrub_error = None
+        if scrub_error is not None:
+            return ExecutionOutcome(workflow=_failure("archive", str(scrub_error), _INTERNAL))
+        outcome = await asyncio.to_thread(self._outcome, request, result, paths)
+        await asyncio.shield(asyncio.to_thread(self._archive, request.id, paths, outcome))
+        return outcome
+
+    # -- before the trial ----------------------------------------------------------------
+
+    def _trial_config(
+        self,
+        request: ExecutionRequest,
+        context: RolloutContext | None,
+        paths: _Paths,
+        submitted_at: float,
+    ) -> Any:
+        url = context.chat_completions_url if context is not None else ""
+        key = (context.api_key if context is not None else None) or "dummy"
+        if not url and self.native != "oracle":
+            raise ConfigError("this rollout has no chat_completions_url; the agent needs one")
+        task = _tasks.materialize(
+            _tasks.select_task(self.tasks_dir, self.task_mode, request.metadata), paths.staging
+        )
+        if self.task_mode == "template" and "harbor_task" not in (request.metadata or {}):
+            _tasks.write_instruction(task, request.prompt)
+        if request.grade and self.grader_cls is not None and not _tasks.has_own_tests(task):
+            assert self._bundle is not None
+            grader_input = _container_input(request, label=request.label)
+            _tasks.write_grader_tests(
+                task, self._bundle, grader_input.model_dump_json().encode(), self.container_python
+            )
+        verify = request.grade and _tasks.has_own_tests(task)
+        environment = copy.deepcopy(self.environment_config)
+        agent = self._agent_config(request, url, key, paths)
+        elapsed = time.monotonic() - submitted_at
+        if request.agent_timeout_sec is not None:
+            agent.override_timeout_sec = max(request.agent_timeout_sec - elapsed, 0.001)
+        to_environment, to_agent = _tasks.allowlist_hosts(task, url)
+        host = _hostname(url)
+        if to_environment and host not in environment.extra_allowed_hosts:
+            environment.extra_allowed_hosts.append(host)
+        if to_agent and host not in agent.extra_allowed_hosts:
+            agent.extra_allowed_hosts.append(host)
+        return TrialConfig(
+            task=TaskConfig(path=task),
+            trial_name=paths.trial.name,
+            trials_dir=paths.trial.parent,
+            agent=agent,
+            environment=environment,
+            verifier=VerifierConfig(
+                disable=not verify, override_timeout_sec=request.grader_timeout_sec
+            ),
+        )
+
+    def _agent_config(self, request: ExecutionRequest, url: str, key: str, paths: _Paths) -> Any:
+        metadata = request.metadata or {}
+        model = str(metadata.get("harbor_model") or self.model_name)
+        if self.native is None:
+            assert self._bundle is not None
+            data = _container_input(
+                request,
+                label=None,  # agents never see the ground truth
+                preview_path=f"/logs/agent/{_PREVIEW_FILES[None]}",
+                preview_interval_sec=self.preview_interval_sec,
+            )
+            paths.input_file.write_bytes(data.model_dump_json().encode())
+            return AgentConfig(
+                import_path=HARNESS_AGENT,
+                kwargs={
+                    "bundle_wheel": str(self._bundle.wheel),
+                    "bundle_package": self._bundle.package,
+                    "input_file": str(paths.input_file),
+                    "python": self.container_python,
+                },
+                env=_endpoint_env(url, key, request.id),
+            )
+        if self.native == "oracle":
+            return AgentConfig(name="oracle")
+        kwargs = copy.deepcopy(self.native_agent_kwargs)
+        env: dict[str, str] = {}
+        if self.native == "terminus-2":
+            llm_kwargs = {**kwargs.get("llm_kwargs", {}), "api_key": key}
+            kwargs.update(api_base=url, llm_kwargs=llm_kwargs)  # the endpoint wins
+        else:  # mini-swe-agent and opencode read OpenAI-style variables
+            env = {
+                "OPENAI_API_BASE": url,
+                "OPENAI_BASE_URL": url,
+                "OPENAI_API_KEY": key,
+                "MSWEA_COST_TRACKING": "ignore_errors",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network at import
+            }
+        host_agent = (
+            _HOST_AGENTS.get(self.native)
+            if self.environment_config.import_path == _BUBBLEWRAP
+            else None
+        )
+        return AgentConfig(
+            name=None if host_agent else self.native,
+            import_path=host_agent,
+            model_name=model,
+            kwargs=kwargs,
+            env=env,
+        )
+
+    # -- after the trial -----------------------------------------------------------------
+
+    def _outcome(self, request: ExecutionRequest, result: Any, paths: _Paths) -> ExecutionOutcome:
+        diagnostics = _diagnostics(result)
+        workflow = self._workflow_result(request, result, paths, diagnostics)
+        if workflow.sample is not None:
+            _add_trial_metrics(workflow.sample, result)
+            if workflow.sample.label is None:
+                workflow.sample.label = request.label
+        if not workflow.ok or not request.grade:
+            return ExecutionOutcome(workflow=workflow)
+        return ExecutionOutcome(
+            workflow=workflow, grader=_grader_result(result, paths, workflow, diagnostics)
+        )
+
+    def _workflow_result(
+        self, request: ExecutionRequest, result: Any, paths: _Paths, diagnostics: dict[str, Any]
+    ) -> ExecutionResult:
+        error = result.exception_info
+        agent_dir = paths.trial / "agent"
+        if error is not None and _before_verifier(result):
+            category = _TIMEOUT if error.exception_type == "AgentTimeoutError" else _AGENT
+            message = f"agent phase failed in Harbor: {error.exception_type}: "
+            message += error.exception_message.strip()[:_TAIL_CHARS]
+            failure = _failure("agent", message, category, diagnostics)
+            failure.sample = self._native_sample(agent_dir) if self.native else None
+            return failure
+        if self.native is not None:
+            sample = self._native_sample(agent_dir)
+            if sample is None:
+                return _failure(
+                    "agent", "the native agent left no trajectory.json", _AGENT, diagnostics
+                )
+            return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
+        container = read_result(agent_dir / RESULT_FILE)
+        if container is None:
+            tail = _tail(agent_dir / AGENT_LOG)
+            return _failure(
+                "agent",
+                "the workflow's container runner wrote no result (it crashed, or the image "
+                f"lacks {self.container_python} with osmosis-ai)",
+                _AGENT,
+                {**diagnostics, "output_tail": tail},
+            )
+        phase = container.to_execution_result()
+        phase.extra_fields = {**diagnostics, **(phase.extra_fields or {})}
+        return phase
+
+    def _native_sample(self, agent_dir: Path) -> RolloutSample | None:
+        if self.native == "oracle":
+            return RolloutSample(trajectory_messages=None, extra_fields={"trainable": False})
+        from osmosis_ai.rollout.trajectory.convert import messages_from_trajectory
+
+        try:
+            document = _read_json(agent_dir / "trajectory.json")
+            messages = messages_from_trajectory(document)
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        return RolloutSample(messages=messages)
+
+    def _tidy(self, paths: _Paths, key: str | None) -> None:
+        """Remove the staging copy; scrub the key from the trial (also when cancelled)."""
+        shutil.rmtree(paths.staging, ignore_errors=True)
+        if key:
+            scrub_tree(paths.trial, [key])
+
+    def _archive(self, rollout_id: str, paths: _Paths, outcome: ExecutionOutcome) -> None:
+        if not paths.trial.exists():
+            return
+        rollout_dir = self.artifact_root / rollout_id
+        rollout_dir.mkdir(parents=True, exist_ok=True)
+        keep_trial_files(paths.trial, rollout_dir)
+        if self.cleanup_successful_trials and outcome.result.ok:
+            shutil.rmtree(paths.trial, ignore_errors=True)
+
+
+class _NoWorkflow(AgentWorkflow):
+    """Stands in for the workflow of a grader-only bundle (native agents)."""
+
+    async def run(self, ctx: Any) -> None:
+        raise AssertionError("a native agent's bundle runs no workflow")
+
+
+_AGENT = RolloutErrorCategory.AGENT_ERROR
+_TIMEOUT = RolloutErrorCategory.TIMEOUT
+_VALIDATION = RolloutErrorCategory.VALIDATION_ERROR
+_INTERNAL = RolloutErrorCategory.INTERNAL_ERROR
+
+
+def _container_input(
+    request: ExecutionRequest, *, label: str | None, **fields: Any
+) -> ContainerInput:
+    # The key reaches the sandbox through the agent's environment, never a file.
+    return ContainerInput(
+        rollout_id=request.id,
+        prompt=request.prompt,
+        label=label,
+        metadata=request.metadata,
+        **fields,
+    )
+
+
+def _endpoint_env(url: str, key: str, rollout_id: str) -> dict[str, str]:
+    return {
+        "OSMOSIS_CHAT_COMPLETIONS_URL": url,
+        "OSMOSIS_API_KEY": key,
+        "OSMOSIS_ROLLOUT_ID": rollout_id,
+    }
+
+
+def _hostname(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or ""
+
+
+def _before_verifier(result: Any) -> bool:
+    """Whether the trial's exception happened before its verifier started."""
+    error = result.exception_info
+    verifier = result.verifier
+    if verifier is None or verifier.started_at is None:
+        return True
+    return bool(error.occurred_at < verifier.started_at)
+
+
+def _grader_result(
+    result: Any, paths: _Paths, workflow: ExecutionResult, diagnostics: dict[str, Any]
+) -> ExecutionResult:
+    sample = workflow.sample
+    rewards = result.verifier_result.rewards if result.verifier_result is not None else None
+    error = result.exception_info
+    if rewards is None or "reward" not in (rewards or {}):
+        if error is not None and error.exception_type == "VerifierTimeoutError":
+            failure = _failure("verifier", "grader exceeded its deadline", _TIMEOUT, diagnostics)
+        elif not (paths.trial / "verifier").exists() and result.verifier is None:
+            failure = _failure(
+                "grading",
+                "the task has no reward source: it has no tests/test.sh and the backend no "
+                "grader (pass grader=..., add tests/test.sh, or send grade=false)",
+                _VALIDATION,
+                diagnostics,
+            )
+        else:
+            graded = read_result(paths.trial / "verifier" / RESULT_FILE)
+            message = (
+                graded.err_message
+                if graded is not None and graded.err_message
+                else "the verifier wrote no reward (reward.json or reward.txt)"
+            )
+            tail = _tail(paths.trial / "verifier" / "test-stdout.txt")
+            category = graded.err_category if graded and graded.err_category else _VALIDATION
+            failure = _failure("grading", message, category, {**diagnostics, "output_tail": tail})
+        failure.sample = sample
+        return failure
+    graded = read_result(paths.trial / "verifier" / RESULT_FILE)
+    if graded is not None and graded.sample is not None:
+        graded.sample.metrics = {**(sample.metrics if sample else {}), **graded.sample.metrics}
+        graded.sample.label = graded.sample.label or (sample.label if sample else None)
+        sample = graded.sample
+    if sample is None:
+        sample = RolloutSample(trajectory_messages=None)
+    try:
+        sample.reward = float(rewards["reward"])
+    except (TypeError, ValueError):
+        return _failure("grading", "the verifier's reward is not a number", _VALIDATION)
+    return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
+
+
+def _add_trial_metrics(sample: RolloutSample, result: Any) -> None:
+    context = result.agent_result
+    if context is None:
+        return
+    for name, value in (
+        ("input_tokens", context.n_input_tokens),
+        ("cached_tokens", context.n_cache_tokens),
+        ("output_tokens", context.n_output_tokens),
+        ("cost_usd", context.cost_usd),
+    ):
+        if value is not None:
+            sample.metrics.setdefault(name, value)
+
+
+def _diagnostics(result: Any) -> dict[str, Any]:
+    timings: dict[str, float] = {}
+    for name in ("environment_setup", "agent_setup", "agent_execution", "verifier"):
+        span = getattr(result, name, None)
+        if span is not None and span.started_at and span.finished_at:
+            timings[name] = round((span.finished_at - span.started_at).total_seconds(), 2)
+    diagnostics: dict[str, Any] = {"backend": "harbor", "timings_sec": timings}
+    if result.exception_info is not None:
+        diagnostics["harbor_exception_type"] = result.exception_info.exception_type
+    return diagnostics
+
+
+def _failure(
+    phase: str,
+    message: str,
+    category: RolloutErrorCategory,
+    diagnostics: dict[str, Any] | None = None,
+) -> ExecutionResult:
+    logger.warning("%s", message)
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        err_message=message,
+        err_category=category,
+        extra_fields={"backend": "harbor", **(diagnostics or {}), "phase": phase},
+    )
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    return json.loads(path.read_bytes())
+
+
+def _tail(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_bytes()[-_TAIL_CHARS:].decode(errors="replace")
+    return ""

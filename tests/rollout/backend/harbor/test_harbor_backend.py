@@ -1,0 +1,186 @@
+"""HarborBackend end to end: real Harbor trials in bubblewrap sandboxes, a real rollout
+server, and the embedded model behind a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harbor_rollout import AnsweredAtAll, AskConfig, AskTheModel
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.rollout import ExecutionRequest, RolloutContext
+from osmosis_ai.rollout.backend.harbor import HarborBackend
+from tests.rollout.backend.harbor.conftest import PROJECT, ServeHarbor, bubblewrap, write_task
+
+# The gateway fixture lives on the module's event loop; the tests must run on it too.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CONFIG = AskConfig(name="ask", max_tokens=16)
+REWARD_QUARTER = "echo 0.25 > /logs/verifier/reward.txt\n"
+HELLO_CHECK = """\
+grep -q hello /app/hello.txt 2>/dev/null && reward=1 || reward=0
+echo $reward > /logs/verifier/reward.txt
+"""
+
+
+def _workflow(tasks_dir: Path, **kwargs: Any) -> dict[str, Any]:
+    return {
+        "tasks_dir": tasks_dir,
+        "agent": AskTheModel,
+        "workflow_config": CONFIG,
+        "grader": AnsweredAtAll,
+        "code_dir": PROJECT,
+        **kwargs,
+    }
+
+
+def _files(*roots: Path) -> list[Path]:
+    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
+
+
+async def test_template_task_runs_the_bundled_workflow_and_grader(
+    serve_harbor: ServeHarbor, tmp_path: Path, artifact_root: Path
+) -> None:
+    tasks = write_task(tmp_path, "ask")
+    async with serve_harbor(**_workflow(tasks)) as served:
+        result = await served.run("h-template", label="hello")
+    assert result.status == "success", result.err_message
+    assert result.sample.reward == 1.0
+    messages = result.sample.messages
+    assert messages[0] == {"role": "user", "content": "Say hello."}
+    assert messages[-1]["role"] == "assistant" and messages[-1]["content"]
+    assert result.sample.metrics["label_seen"] == 1.0  # the grader saw the label
+    rollout = artifact_root / "h-template"
+    assert (rollout / "artifacts" / "answer.txt").read_text() == messages[-1]["content"]
+    assert (rollout / "artifacts" / "where.txt").read_text() == "/app"  # ran in the sandbox
+    agent_input = json.loads((rollout / "logs" / "agent" / "container_input.json").read_text())
+    assert agent_input["label"] is None and agent_input["api_key"] is None
+    assert (rollout / "logs" / "verifier" / "reward.json").exists()
+    assert (rollout / "trajectory.json").exists()
+    # The gateway saw the rollout's call: the workflow really reached it from the sandbox.
+    assert served.gateway.records.calls("h-template")
+
+
+async def test_task_tests_win_over_the_grader(serve_harbor: ServeHarbor, tmp_path: Path) -> None:
+    tasks = write_task(tmp_path, "own-tests", test_sh=REWARD_QUARTER)
+    async with serve_harbor(**_workflow(tasks)) as served:
+        result = await served.run("h-own-tests", label="hello")
+    assert result.status == "success", result.err_message
+    assert result.sample.reward == 0.25
+
+
+async def test_oracle_runs_the_reference_solution(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    tasks = write_task(
+        tmp_path,
+        "hello-file",
+        instruction="Create /app/hello.txt containing hello.",
+        solve_sh="echo hello > /app/hello.txt\n",
+        test_sh=HELLO_CHECK,
+    )
+    async with serve_harbor(tasks_dir=tasks, agent="oracle", task_mode="template") as served:
+        result = await served.run("h-oracle", label="x")
+    assert result.status == "success", result.err_message
+    assert result.sample.reward == 1.0
+    assert result.sample.extra_fields["trainable"] is False
+
+
+async def test_mini_swe_agent_on_the_embedded_model(
+    serve_harbor: ServeHarbor, tmp_path: Path, artifact_root: Path
+) -> None:
+    tasks = write_task(tmp_path, "hello-shell", test_sh=HELLO_CHECK)
+    instruction = [{"role": "user", "content": "Run: echo hello > /app/hello.txt"}]
+    async with serve_harbor(
+        tasks_dir=tasks,
+        agent="mini-swe-agent",
+        native_agent_kwargs={"config": {"agent": {"step_limit": 2}}},
+    ) as served:
+        result = await served.run("h-mini", prompt=instruction, label="x")
+    # The tiny model may or may not solve it; the trajectory and the reward come back.
+    assert result.status == "success", result.err_message
+    assert result.sample.reward in (0.0, 1.0)
+    roles = [m["role"] for m in result.sample.messages]
+    assert "assistant" in roles and "user" in roles
+    assert served.gateway.records.calls("h-mini")  # mini-swe-agent called the gateway
+    assert (artifact_root / "h-mini" / "logs" / "agent" / "trajectory.json").exists()
+
+
+async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path) -> None:
+    tasks = write_task(tmp_path, "slow")
+    backend = HarborBackend(
+        **_workflow(tasks, grader=None),
+        environment_config=bubblewrap(),
+        container_python=sys.executable,
+        trials_dir=tmp_path / "trials",
+    )
+    request = ExecutionRequest(id="h-cancel", prompt=[], metadata={"sleep": 60})
+    context = RolloutContext(
+        chat_completions_url="http://127.0.0.1:9/v1",
+        api_key="sk-cancel-canary",
+        rollout_id="h-cancel",
+    )
+
+    async def run() -> object:
+        with context:
+            return await backend.execute(request)
+
+    task = asyncio.create_task(run())
+    async with asyncio.timeout(60):
+        while not (tmp_path / "trials" / "trial-h-cancel" / "agent").exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not any((tmp_path / "trials" / "rollouts").iterdir())  # staging removed
+    leftovers = [p for p in _files(tmp_path / "trials") if b"sk-cancel-canary" in p.read_bytes()]
+    assert leftovers == []
+
+
+async def test_the_rollout_key_is_absent_from_every_kept_file(
+    serve_harbor: ServeHarbor, tmp_path: Path, artifact_root: Path
+) -> None:
+    tasks = write_task(tmp_path, "leaky")
+    async with serve_harbor(
+        **_workflow(tasks, cleanup_successful_trials=False), trials_dir=tmp_path / "kept-trials"
+    ) as served:
+        key = served.gateway.token
+        result = await served.run("h-leak", label="hello", metadata={"leak_key": True})
+    assert result.status == "success", result.err_message
+    kept = _files(artifact_root, tmp_path / "kept-trials")
+    assert len(kept) > 10
+    assert [p for p in kept if key.encode() in p.read_bytes()] == []
+    # The key the agent echoed was replaced, not silently dropped with its file.
+    answer = (artifact_root / "h-leak" / "artifacts" / "answer.txt").read_text()
+    assert "[REDACTED]" in answer
+
+
+async def test_dataset_mode_picks_the_task_and_refuses_escapes(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    root = tmp_path / "dataset"
+    write_task(root, "quarter", test_sh=REWARD_QUARTER)
+    async with serve_harbor(**_workflow(root, task_mode="dataset")) as served:
+        picked = await served.run("h-pick", label="x", metadata={"harbor_task_id": "quarter"})
+        escaped = await served.run("h-escape", label="x", metadata={"harbor_task_id": "../x"})
+    assert picked.status == "success" and picked.sample.reward == 0.25
+    assert escaped.status == "failure" and escaped.err_category == "validation_error"
+    assert "harbor_task_id" in escaped.err_message
+
+
+async def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    tasks = write_task(tmp_path, "t")
+    with pytest.raises(ConfigError, match="native_agent_kwargs"):
+        HarborBackend(tasks_dir=tasks, agent=AskTheModel, native_agent_kwargs={"x": 1})
+    with pytest.raises(ConfigError, match="max_queue_depth"):
+        HarborBackend(tasks_dir=tasks, agent="oracle", max_queue_depth=0)
+    with pytest.raises(ConfigError, match="tasks_dir"):
+        HarborBackend(tasks_dir=tmp_path / "missing", agent="oracle")
+    with pytest.raises(ConfigError, match="task_mode"):
+        HarborBackend(tasks_dir=tasks, agent="oracle", task_mode="pool")  # type: ignore[arg-type]
