@@ -53,6 +53,8 @@ def _class_ref(cls: type[Any], label: str, root: Path | None) -> dict[str, Any]:
         file = str(_source_file(cls, label))
         if root is not None:
             file = _inside(Path(file), root, label)
+    elif root is not None:
+        _inside(_source_file(cls, label), root, label)  # a bundle must contain the module
     return {"module": module, "qualname": qualname, "file": file}
 
 
