@@ -13,7 +13,7 @@ import pytest
 _ISOLATED_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 
 # Harbor needs Python 3.12+: its tests run in their own environment (`make test-harbor`).
-collect_ignore_glob = ["rollout/backend/harbor/*"] if sys.version_info < (3, 12) else []
+collect_ignore = ["rollout/backend/harbor"] if sys.version_info < (3, 12) else []
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -75,6 +75,9 @@ async def test_example_runs_on_the_embedded_model(
     assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
     assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
     run_dir = Path(payload["output_path"])
+    if backend == "process:sandbox":
+        logs = (run_dir / "logs.txt").read_text()
+        assert "rollouts run in child processes inside bubblewrap" in logs
     trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
     agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
     assert agent and all(

@@ -392,13 +392,15 @@ def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
             "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
         )
         return backend
-    logger.info("%s=%s: rollouts run on %s", BACKEND_ENV, spec, kind)
     if kind == "process":
         from osmosis_ai.rollout.backend.process import ProcessBackend
 
+        where = "child processes inside bubblewrap" if option else "child processes"
+        logger.info("%s=%s: rollouts run in %s", BACKEND_ENV, spec, where)
         return ProcessBackend.from_local(backend, sandbox=option == "sandbox")
     from osmosis_ai.rollout.backend.ray import RayBackend
 
+    logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
     return RayBackend.from_local(backend, address=option or None)
 
 

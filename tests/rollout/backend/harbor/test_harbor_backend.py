@@ -10,12 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor_rollout import AnsweredAtAll, AskConfig, AskTheModel
+from harbor_rollout import AnsweredAtAll, AskConfig, AskTheModel, Narrate
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import ExecutionRequest, RolloutContext
 from osmosis_ai.rollout.backend.harbor import HarborBackend
-from tests.rollout.backend.harbor.conftest import PROJECT, ServeHarbor, bubblewrap, write_task
+from tests.rollout.backend.harbor.conftest import (
+    PROJECT,
+    PROMPT,
+    ServeHarbor,
+    bubblewrap,
+    write_task,
+)
 
 # The gateway fixture lives on the module's event loop; the tests must run on it too.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -159,6 +165,36 @@ async def test_the_rollout_key_is_absent_from_every_kept_file(
     # The key the agent echoed was replaced, not silently dropped with its file.
     answer = (artifact_root / "h-leak" / "artifacts" / "answer.txt").read_text()
     assert "[REDACTED]" in answer
+
+
+async def test_previews_flow_from_the_sandboxed_workflow(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    tasks = write_task(tmp_path, "narrate")
+    async with serve_harbor(
+        tasks_dir=tasks,
+        agent=Narrate,
+        code_dir=PROJECT,
+        preview_interval_sec=0.2,
+        server={"previews": True, "preview_interval_sec": 0.2},
+    ) as served:
+        handle = await served.client.run_rollout(
+            PROMPT,
+            served.gateway.chat_completions_url("h-preview"),
+            "h-preview",
+            llm_api_key=served.gateway.token,
+            grade=False,
+        )
+        seen: list[str] = []
+        async with asyncio.timeout(60):
+            while not handle.done():
+                preview = await handle.preview()
+                if preview is not None and preview["extra"]["osmosis"]["status"] == "running":
+                    seen.extend(step.get("message", "") for step in preview["steps"])
+                await asyncio.sleep(0.1)
+            result = await handle
+    assert result.status == "success", result.err_message
+    assert "Say hello." in seen and any(m.startswith("turn ") for m in seen)
 
 
 async def test_dataset_mode_picks_the_task_and_refuses_escapes(

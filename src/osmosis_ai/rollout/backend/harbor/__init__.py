@@ -26,15 +26,18 @@ import copy
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, CredentialScrubError
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
+from osmosis_ai.rollout.backend._relay import serve_tcp_forward
 from osmosis_ai.rollout.backend._spec import project_root
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
@@ -42,7 +45,7 @@ from osmosis_ai.rollout.backend.base import (
     ExecutionRequest,
     ExecutionResult,
 )
-from osmosis_ai.rollout.backend.harbor import _tasks
+from osmosis_ai.rollout.backend.harbor import _docker, _tasks
 from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_tree
 from osmosis_ai.rollout.backend.local import _resolve_class, _resolve_config
 from osmosis_ai.rollout.bundle import Bundle, build_bundle
@@ -133,6 +136,8 @@ class HarborBackend(ExecutionBackend):
         container_python: The interpreter with ``osmosis-ai`` inside the sandbox.
         artifact_root: Root of per-rollout directories (default as for `LocalBackend`).
         preview_interval_sec: How often the in-container runner writes its preview window.
+        docker_bridge: With Harbor's Docker environment on Linux, the bridge through which a
+            loopback chat endpoint is forwarded to containers.
 
     Raises:
         ConfigError: Bad arguments (named in the message).
@@ -161,6 +166,7 @@ class HarborBackend(ExecutionBackend):
         container_python: str = "python3",
         artifact_root: Path | str | None = None,
         preview_interval_sec: float = 3.0,
+        docker_bridge: str = "docker0",
     ) -> None:
         self.tasks_dir = Path(tasks_dir).expanduser().resolve()
         if not self.tasks_dir.is_dir():
@@ -198,6 +204,8 @@ class HarborBackend(ExecutionBackend):
         self.max_queue_depth = max_queue_depth
         self.container_python = container_python
         self.preview_interval_sec = preview_interval_sec
+        self.docker_bridge = docker_bridge
+        self._forwards: dict[tuple[str, int], asyncio.Server] = {}
         self._code_dir = Path(code_dir).resolve() if code_dir else None
         self._trials_dir = Path(trials_dir) if trials_dir else None
         self._artifact_root = artifact_root
@@ -240,6 +248,30 @@ class HarborBackend(ExecutionBackend):
                 grader=self.grader_cls,
                 grader_config=self.grader_config,
             )
+
+    async def shutdown(self) -> None:
+        """Stop the loopback forwarders (Docker on Linux)."""
+        forwards, self._forwards = self._forwards, {}
+        for server in forwards.values():
+            server.close()
+
+    def _uses_docker_on_linux(self) -> bool:
+        config = self.environment_config
+        kind = getattr(config.type, "value", config.type)
+        return sys.platform == "linux" and config.import_path is None and kind in (None, "docker")
+
+    async def _reachable_url(self, url: str) -> str:
+        """The chat URL as the sandbox must use it (a loopback gateway forwarded to Docker)."""
+        if not (url and _tasks.is_loopback_url(url) and self._uses_docker_on_linux()):
+            return url
+        parts = urlsplit(url)
+        target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        server = self._forwards.get(target)
+        if server is None:
+            listen = await asyncio.to_thread(_docker.bridge_address, self.docker_bridge)
+            server = await serve_tcp_forward(listen, *target)
+            self._forwards[target] = server
+        return _docker.container_url(url, server.sockets[0].getsockname()[1])
 
     # -- ExecutionBackend ----------------------------------------------------------------
 
@@ -295,8 +327,9 @@ class HarborBackend(ExecutionBackend):
         key = context.api_key if context is not None else None
         try:
             try:
+                url = await self._reachable_url(context.chat_completions_url if context else "")
                 config = await asyncio.to_thread(
-                    self._trial_config, request, context, paths, submitted_at
+                    self._trial_config, request, url, key, paths, submitted_at
                 )
             except ConfigError as exc:
                 return ExecutionOutcome(workflow=_failure("setup", str(exc), _VALIDATION))
@@ -325,12 +358,12 @@ class HarborBackend(ExecutionBackend):
     def _trial_config(
         self,
         request: ExecutionRequest,
-        context: RolloutContext | None,
+        url: str,
+        key: str | None,
         paths: _Paths,
         submitted_at: float,
     ) -> Any:
-        url = context.chat_completions_url if context is not None else ""
-        key = (context.api_key if context is not None else None) or "dummy"
+        key = key or "dummy"
         if not url and self.native != "oracle":
             raise ConfigError("this rollout has no chat_completions_url; the agent needs one")
         task = _tasks.materialize(
@@ -346,6 +379,10 @@ class HarborBackend(ExecutionBackend):
             )
         verify = request.grade and _tasks.has_own_tests(task)
         environment = copy.deepcopy(self.environment_config)
+        if _hostname(url) == "host.docker.internal" and self._uses_docker_on_linux():
+            overlay = paths.staging / "osmosis-host-gateway.yaml"
+            overlay.write_text(_docker.COMPOSE_OVERLAY)
+            environment.extra_docker_compose.append(overlay)
         agent = self._agent_config(request, url, key, paths)
         elapsed = time.monotonic() - submitted_at
         if request.agent_timeout_sec is not None:
@@ -528,8 +565,6 @@ def _endpoint_env(url: str, key: str, rollout_id: str) -> dict[str, str]:
 
 
 def _hostname(url: str) -> str:
-    from urllib.parse import urlsplit
-
     return urlsplit(url).hostname or ""
 
 

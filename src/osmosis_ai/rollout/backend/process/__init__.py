@@ -366,7 +366,7 @@ class _Run:
     rollout_id: str
     context: RolloutContext | None
     artifacts_dir: Path | None = None
-    relay: asyncio.AbstractServer | None = None
+    relay: asyncio.Server | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -383,7 +383,7 @@ class _Run:
         self.artifacts_dir.mkdir(parents=True, exist_ok=True)
 
     async def relay_gateway(self) -> None:
-        from osmosis_ai.rollout.backend.process._relay import serve_gateway_socket
+        from osmosis_ai.rollout.backend._relay import serve_gateway_socket
 
         parts = urlsplit(self.url)
         if not parts.hostname:

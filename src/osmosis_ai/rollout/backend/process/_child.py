@@ -36,7 +36,7 @@ def _route_through_relay() -> None:
     url = os.environ.get(ENV_CHAT_COMPLETIONS_URL, "")
     if not socket_path or not url:
         return
-    from osmosis_ai.rollout.backend.process._relay import start_loopback_relay
+    from osmosis_ai.rollout.backend._relay import start_loopback_relay
 
     port = start_loopback_relay(socket_path)
     parts = urlsplit(url)

@@ -65,3 +65,18 @@ class AnsweredAtAll(Grader):
         assert ctx.sample is not None
         ctx.sample.metrics["label_seen"] = 1.0 if ctx.label else 0.0
         ctx.set_reward(1.0 if ctx.sample.messages[-1].get("content") else 0.0)
+
+
+class Narrate(AgentWorkflow):
+    """Grows its history for a few seconds (a previewable source), without the model."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> None:
+        from osmosis_ai.testing import HistorySource
+
+        source = HistorySource([*ctx.prompt])
+        context = get_rollout_context()
+        assert context is not None
+        context.set_sample_source(source)
+        for turn in range(6):
+            await asyncio.sleep(0.5)
+            source.messages.append({"role": "assistant", "content": f"turn {turn}"})

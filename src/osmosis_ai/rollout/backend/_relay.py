@@ -1,9 +1,12 @@
-"""A byte relay that lets a network-less sandbox reach exactly one endpoint: the gateway.
+"""Byte relays that let a sandbox reach exactly one endpoint: the model gateway.
 
-The host listens on a Unix socket inside the rollout's private directory and connects each
-client to the gateway's TCP address; inside the sandbox (its own network namespace, only
-loopback) a relay thread listens on ``127.0.0.1`` and connects each client to that socket.
-The workflow sees an ordinary ``http://127.0.0.1:<port>/...`` endpoint.
+* ProcessBackend's network-less sandbox: the host listens on a Unix socket inside the
+  rollout's private directory and connects each client to the gateway's TCP address;
+  inside the sandbox (its own network namespace, only loopback) a relay thread listens on
+  ``127.0.0.1`` and connects each client to that socket. The workflow sees an ordinary
+  ``http://127.0.0.1:<port>/...`` endpoint.
+* Docker on Linux: a gateway bound to the host's loopback is invisible from containers, so
+  the host forwards one port on the Docker bridge's address to it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 
-__all__ = ["serve_gateway_socket", "start_loopback_relay"]
+__all__ = ["serve_gateway_socket", "serve_tcp_forward", "start_loopback_relay"]
 
 _Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 _CHUNK = 65536
@@ -49,13 +52,22 @@ async def _bridge(
                 await w.wait_closed()
 
 
-async def serve_gateway_socket(path: str, host: str, port: int) -> asyncio.AbstractServer:
+async def serve_gateway_socket(path: str, host: str, port: int) -> asyncio.Server:
     """Host side: accept on the Unix socket ``path``, connect each client to ``host:port``."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _bridge(reader, writer, lambda: asyncio.open_connection(host, port))
 
     return await asyncio.start_unix_server(handle, path=path)
+
+
+async def serve_tcp_forward(listen_host: str, host: str, port: int) -> asyncio.Server:
+    """Accept on ``listen_host`` (an ephemeral port), connect each client to ``host:port``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _bridge(reader, writer, lambda: asyncio.open_connection(host, port))
+
+    return await asyncio.start_server(handle, listen_host, 0)
 
 
 def start_loopback_relay(socket_path: str) -> int:
