@@ -112,7 +112,7 @@ async def main() -> None:
             Figure("ProcessBackend, cold", cold, "ms"),
             Figure("ProcessBackend, bubblewrap", sandboxed, "ms"),
             Figure("overhead, warm pool", warm - local, "ms", 10),
-            Figure("overhead, cold", cold - local, "ms", 60),
+            Figure("overhead, cold", cold - local, "ms"),
             Figure("overhead, bubblewrap (cold)", sandboxed - local, "ms"),
         ],
     )

@@ -196,10 +196,13 @@ async def test_a_dead_pool_fails_its_rollouts_and_restarts(pooled: ProcessBacken
 async def test_capacity_is_bounded_by_max_processes(artifact_root: Path) -> None:
     backend = ProcessBackend(workflow=Behave, max_processes=1)
     try:
+        await backend.start()
         assert backend.has_capacity()
-        task = asyncio.create_task(_execute(backend, _request("r-busy", "async_sleep", timeout=1)))
-        await asyncio.sleep(0.3)
-        assert not backend.has_capacity()
+        task = asyncio.create_task(_execute(backend, _request("r-busy", "async_sleep", timeout=2)))
+        async with asyncio.timeout(5):
+            while backend.has_capacity():  # noqa: ASYNC110 -- a slot taken by the task
+                await asyncio.sleep(0.01)
+        assert backend.health()["concurrency"]["running"] == 1
         await task
         assert backend.has_capacity()
     finally:

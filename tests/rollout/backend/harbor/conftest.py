@@ -111,13 +111,17 @@ def serve_harbor(gateway: Gateway, tmp_path: Path) -> ServeHarbor:
     """``async with serve_harbor(tasks_dir=..., agent=..., **backend_kwargs) as served``."""
 
     @contextlib.asynccontextmanager
-    async def start(server: dict[str, Any] | None = None, **kwargs: Any) -> AsyncIterator[Served]:
+    async def start(
+        server_options: dict[str, Any] | None = None, **kwargs: Any
+    ) -> AsyncIterator[Served]:
         kwargs.setdefault("environment_config", bubblewrap())
         kwargs.setdefault("container_python", sys.executable)
         kwargs.setdefault("trials_dir", tmp_path / "trials")
         kwargs.setdefault("n_concurrent", 2)
         backend = HarborBackend(**kwargs)
-        app = create_rollout_server(backend=backend, configure_logging=False, **(server or {}))
+        app = create_rollout_server(
+            backend=backend, configure_logging=False, **(server_options or {})
+        )
         async with running_server(app) as server, RolloutClient(url=server.base_url) as client:
             yield Served(backend, client, gateway)
 

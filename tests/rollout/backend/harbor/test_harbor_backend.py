@@ -80,6 +80,17 @@ async def test_task_tests_win_over_the_grader(serve_harbor: ServeHarbor, tmp_pat
     assert result.sample.reward == 0.25
 
 
+async def test_a_task_without_reward_source_says_so(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    tasks = write_task(tmp_path, "no-tests")
+    async with serve_harbor(**_workflow(tasks, grader=None)) as served:
+        result = await served.run("h-no-reward", label="hello")
+    assert result.status == "failure" and result.err_category == "validation_error"
+    assert "no reward source" in str(result.err_message)
+    assert result.sample is not None  # the workflow's sample is kept
+
+
 async def test_oracle_runs_the_reference_solution(
     serve_harbor: ServeHarbor, tmp_path: Path
 ) -> None:
@@ -176,7 +187,7 @@ async def test_previews_flow_from_the_sandboxed_workflow(
         agent=Narrate,
         code_dir=PROJECT,
         preview_interval_sec=0.2,
-        server={"previews": True, "preview_interval_sec": 0.2},
+        server_options={"previews": True, "preview_interval_sec": 0.2},
     ) as served:
         handle = await served.client.run_rollout(
             PROMPT,

@@ -103,6 +103,8 @@ class _Paths:
     staging: Path
     trial: Path
     input_file: Path = field(init=False)
+    verified: bool = False
+    """Whether the trial runs a verifier (the task's tests or the bundled grader)."""
 
     def __post_init__(self) -> None:
         self.input_file = self.staging / INPUT_FILE
@@ -350,6 +352,7 @@ class HarborBackend(ExecutionBackend):
         if scrub_error is not None:
             return ExecutionOutcome(workflow=_failure("archive", str(scrub_error), _INTERNAL))
         outcome = await asyncio.to_thread(self._outcome, request, result, paths)
+        _redact(outcome, key)
         await asyncio.shield(asyncio.to_thread(self._archive, request.id, paths, outcome))
         return outcome
 
@@ -377,7 +380,7 @@ class HarborBackend(ExecutionBackend):
             _tasks.write_grader_tests(
                 task, self._bundle, grader_input.model_dump_json().encode(), self.container_python
             )
-        verify = request.grade and _tasks.has_own_tests(task)
+        paths.verified = request.grade and _tasks.has_own_tests(task)
         environment = copy.deepcopy(self.environment_config)
         if _hostname(url) == "host.docker.internal" and self._uses_docker_on_linux():
             overlay = paths.staging / "osmosis-host-gateway.yaml"
@@ -400,7 +403,7 @@ class HarborBackend(ExecutionBackend):
             agent=agent,
             environment=environment,
             verifier=VerifierConfig(
-                disable=not verify, override_timeout_sec=request.grader_timeout_sec
+                disable=not paths.verified, override_timeout_sec=request.grader_timeout_sec
             ),
         )
 
@@ -584,9 +587,7 @@ def _grader_result(
     rewards = result.verifier_result.rewards if result.verifier_result is not None else None
     error = result.exception_info
     if rewards is None or "reward" not in (rewards or {}):
-        if error is not None and error.exception_type == "VerifierTimeoutError":
-            failure = _failure("verifier", "grader exceeded its deadline", _TIMEOUT, diagnostics)
-        elif not (paths.trial / "verifier").exists() and result.verifier is None:
+        if not paths.verified:
             failure = _failure(
                 "grading",
                 "the task has no reward source: it has no tests/test.sh and the backend no "
@@ -594,6 +595,8 @@ def _grader_result(
                 _VALIDATION,
                 diagnostics,
             )
+        elif error is not None and error.exception_type == "VerifierTimeoutError":
+            failure = _failure("verifier", "grader exceeded its deadline", _TIMEOUT, diagnostics)
         else:
             graded = read_result(paths.trial / "verifier" / RESULT_FILE)
             message = (
@@ -618,6 +621,21 @@ def _grader_result(
     except (TypeError, ValueError):
         return _failure("grading", "the verifier's reward is not a number", _VALIDATION)
     return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
+
+
+def _redact(outcome: ExecutionOutcome, key: str | None) -> None:
+    """Messages and output tails come from inside the sandbox: scrub them like files."""
+    from osmosis_ai.rollout.trajectory.redact import redact_text
+
+    secrets = [key] if key else []
+    for phase in (outcome.workflow, outcome.grader):
+        if phase is None:
+            continue
+        if phase.err_message:
+            phase.err_message = redact_text(phase.err_message, secrets=secrets)
+        extra = phase.extra_fields or {}
+        if isinstance(extra.get("output_tail"), str):
+            extra["output_tail"] = redact_text(extra["output_tail"], secrets=secrets)
 
 
 def _add_trial_metrics(sample: RolloutSample, result: Any) -> None:
