@@ -117,15 +117,27 @@ async def test_mini_swe_agent_on_the_embedded_model(
         tasks_dir=tasks,
         agent="mini-swe-agent",
         native_agent_kwargs={"config": {"agent": {"step_limit": 2}}},
+        server_options={"previews": True, "preview_interval_sec": 0.2},
     ) as served:
-        result = await served.run("h-mini", prompt=instruction, label="x")
+        handle = await served.client.run_rollout(
+            instruction,
+            served.gateway.chat_completions_url("h-mini"),
+            "h-mini",
+            llm_api_key=served.gateway.token,
+            label="x",
+        )
+        result = await handle
+        preview = await handle.preview()
     # The tiny model may or may not solve it; the trajectory and the reward come back.
     assert result.status == "success", result.err_message
-    assert result.sample.reward in (0.0, 1.0)
+    assert result.sample is not None and result.sample.reward in (0.0, 1.0)
     roles = [m["role"] for m in result.sample.messages]
     assert "assistant" in roles and "user" in roles
     assert served.gateway.records.calls("h-mini")  # mini-swe-agent called the gateway
     assert (artifact_root / "h-mini" / "logs" / "agent" / "trajectory.json").exists()
+    # Previews came from mini-swe-agent's own trajectory file, redacted like any other.
+    assert preview is not None and len(preview["steps"]) >= 2
+    assert served.gateway.token not in json.dumps(preview)
 
 
 async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path) -> None:
@@ -231,3 +243,34 @@ async def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         HarborBackend(tasks_dir=tmp_path / "missing", agent="oracle")
     with pytest.raises(ConfigError, match="task_mode"):
         HarborBackend(tasks_dir=tasks, agent="oracle", task_mode="pool")  # type: ignore[arg-type]
+
+
+async def test_admission_stops_at_max_queue_depth(tmp_path: Path) -> None:
+    backend = HarborBackend(
+        tasks_dir=write_task(tmp_path, "narrate"),
+        agent=Narrate,
+        code_dir=PROJECT,
+        environment_config=bubblewrap(),
+        container_python=sys.executable,
+        trials_dir=tmp_path / "trials",
+        n_concurrent=1,
+        max_queue_depth=1,
+    )
+
+    async def run(rollout_id: str) -> Any:
+        request = ExecutionRequest(id=rollout_id, prompt=PROMPT, grade=False)
+        with RolloutContext(chat_completions_url="http://127.0.0.1:9/v1", rollout_id=rollout_id):
+            return await backend.execute(request)
+
+    assert backend.has_capacity()
+    first = asyncio.create_task(run("h-q1"))
+    second = asyncio.create_task(run("h-q2"))
+    async with asyncio.timeout(60):
+        while backend.health()["harbor"] != {  # noqa: ASYNC110 -- Harbor's hooks update it
+            "queued": 1, "running": 1, "max_queue_depth": 1, "agent": "workflow",
+        }:  # fmt: skip
+            await asyncio.sleep(0.05)
+    assert not backend.has_capacity()
+    outcomes = await asyncio.gather(first, second)
+    assert all(o.result.ok for o in outcomes), [o.result.err_message for o in outcomes]
+    assert backend.has_capacity()

@@ -33,7 +33,7 @@ def _scrub_file(path: Path, secrets: list[bytes]) -> None:
 def scrub_tree(root: Path, secrets: list[str]) -> bool:
     """Replace every secret in every file below ``root``; whether ``root`` still exists.
 
-    Symlinks are removed (they could point anywhere). Returns ``False`` when the tree had
+    Symlinks, FIFOs and sockets are removed. Returns ``False`` when the tree had
     to be deleted because a file could be neither scrubbed nor deleted.
 
     Raises:
@@ -47,8 +47,8 @@ def scrub_tree(root: Path, secrets: list[str]) -> bool:
         for name in filenames:
             path = Path(directory, name)
             try:
-                if path.is_symlink():
-                    path.unlink()
+                if path.is_symlink() or not path.is_file():
+                    path.unlink()  # links could point anywhere; a FIFO would block a read
                 else:
                     _scrub_file(path, needles)
             except OSError:
