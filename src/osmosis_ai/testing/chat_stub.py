@@ -2,7 +2,8 @@
 
 It listens on 127.0.0.1 (an ephemeral port), answers instantly, and records every request,
 so tests exercise real HTTP without any model. Queue behaviours with ``push``; when the
-queue is empty it echoes the last user message.
+queue is empty it asks ``respond(body)`` if given (a per-request rule, e.g. for concurrent
+conversations), else echoes the last user message.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +54,15 @@ class ChatStub(ServedApp):
         requests: Every request received, as ``{"body": ..., "headers": ...}``.
     """
 
-    def __init__(self, *, model: str = "stub-model", delay_sec: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        model: str = "stub-model",
+        delay_sec: float = 0.0,
+        respond: Callable[[dict[str, Any]], Behaviour] | None = None,
+    ) -> None:
         self.model = model
+        self._respond = respond
         self.delay_sec = delay_sec
         """Delay of the default (echo) answer; change it at any time."""
         self.requests: list[dict[str, Any]] = []
@@ -79,6 +87,8 @@ class ChatStub(ServedApp):
     def _next(self, body: dict[str, Any]) -> Behaviour:
         if self._script:
             return self._script.popleft()
+        if self._respond is not None:
+            return self._respond(body)
         last = next(
             (
                 m.get("content")

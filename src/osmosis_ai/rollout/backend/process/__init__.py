@@ -213,7 +213,14 @@ class ProcessBackend(ExecutionBackend):
         if self._bwrap is None:
             return argv
         assert self._root is not None
-        readable = [self._root / "spec.json", *source_paths(self._spec)]
+        # The interpreter and the code it imports stay visible even under the private /tmp.
+        readable = [
+            self._root / "spec.json",
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            Path(self._python).parent,
+            *source_paths(self._spec),
+        ]
         writable = [Path(env[AGENT_LOGS_DIR_ENV]).parent, Path(env[ARTIFACTS_DIR_ENV])]
         return bwrap_command(
             self._bwrap, argv, writable=writable, readable=readable, network=self.network
