@@ -48,7 +48,7 @@ class BubblewrapEnvironment(BaseEnvironment):
     Args:
         readable_paths: Host paths to keep visible read-only although a private directory
             hides them (e.g. a virtual environment under ``/tmp`` or ``/root``). The
-            running interpreter's prefixes are always kept.
+            running interpreter's prefixes and import path are always kept.
         bwrap: The bubblewrap program.
         *args, **kwargs: Harbor's environment arguments.
     """
@@ -75,9 +75,10 @@ class BubblewrapEnvironment(BaseEnvironment):
             PurePosixPath(target): self._scratch / target.strip("/").replace("/", "_")
             for target in (*_PRIVATE, self._workdir)
         }
-        self._readable = [
-            Path(p) for p in dict.fromkeys([*(readable_paths or []), sys.prefix, sys.base_prefix])
-        ]
+        # This interpreter and its import path (an editable osmosis-ai under /tmp, say) stay
+        # visible, so `container_python=sys.executable` works inside the sandbox.
+        host_python = [sys.prefix, sys.base_prefix, *(p for p in sys.path if p)]
+        self._readable = [Path(p) for p in dict.fromkeys([*(readable_paths or []), *host_python])]
 
     @staticmethod
     def type() -> str:
