@@ -42,9 +42,7 @@ async def main(url: str) -> None:
     raw = openai.AsyncOpenAI(base_url=url, api_key="bench")
 
     async def raw_call(index: int) -> None:
-        stream = await raw.chat.completions.create(
-            model="stub-model", messages=PROMPT, stream=True
-        )
+        stream = await raw.chat.completions.create(model="stub-model", messages=PROMPT, stream=True)
         async for _ in stream:
             pass
 
