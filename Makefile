@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 HARBOR_VENV ?= .venv-harbor
 HARBOR_BIN := $(HARBOR_VENV)/bin
 
-.PHONY: demo test check debian-packages install-dev install-eval install-harbor test-harbor bench
+.PHONY: demo test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,3 +61,8 @@ bench: install-dev
 	$(BIN)/python benchmarks/previews.py
 	$(BIN)/python benchmarks/ray_backend.py
 	$(BIN)/python benchmarks/process_backend.py
+
+## Side by side with the reference SDK (osmosis-ai 0.3.8, installed once into a cached
+## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.
+bench-compare: install-dev
+	$(BIN)/python benchmarks/compare_reference.py

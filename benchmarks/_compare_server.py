@@ -1,10 +1,12 @@
-"""A rollout server for the side-by-side benchmark: ``python _compare_server.py PORT KIND``.
+"""A rollout server for the side-by-side benchmark: ``_compare_server.py PORT KIND [documented]``.
 
 Written against the API both SDKs share (the user guide's), so the same file runs under our
 package and under the reference's — each interpreter brings its own ``osmosis_ai``. KIND:
 ``noop`` returns at once; ``chat3`` makes 3 chat calls with a raw HTTP client; ``strands3``
 runs a Strands agent (the SDK's integration) whose stub model calls a tool twice, so 3 calls;
-``idle`` waits so rollouts stay in flight.
+``idle`` waits so rollouts stay in flight. By default the backend gets a config without a
+concurrency cap; with ``documented`` it is built as the user guide shows,
+``LocalBackend(workflow=...)`` (the reference then runs 4 rollouts at a time).
 """
 
 from __future__ import annotations
@@ -89,8 +91,9 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     port, kind = int(sys.argv[1]), sys.argv[2]
+    documented = sys.argv[3:] == ["documented"]
     # A config without a concurrency cap: the reference caps config-less backends at 4.
-    config = AgentWorkflowConfig(name=f"bench-{kind}")
+    config = None if documented else AgentWorkflowConfig(name=f"bench-{kind}")
     app = create_rollout_server(
         backend=LocalBackend(workflow=WORKFLOWS[kind], workflow_config=config),
         configure_logging=False,

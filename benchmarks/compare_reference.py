@@ -35,6 +35,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 REFERENCE = "0.3.8"
 REFERENCE_VENV = HERE / ".cache" / f"reference-{REFERENCE}"
+# pip resolves the reference's Strands extra to a LiteLLM (1.106.12) whose proxy route fails
+# to import (`acompletion_with_mcp`); the version our own litellm extra resolves to works.
+REFERENCE_PINS = ["litellm==1.110.2"]
 PROMPT = [{"role": "user", "content": "hi"}]
 REPEATS = 3
 WINDOW_SEC = 8.0
@@ -42,19 +45,22 @@ IDLE_ROLLOUTS = 2000
 IMPORT_RUNS = 5
 NOISY_SPREAD = 1.3
 
-#: (name, workflow kind, concurrency) of the throughput/latency runs.
+#: (name, workflow kind, concurrency, documented) of the throughput/latency runs.
+#: ``documented``: the backend exactly as the user guide builds it, ``LocalBackend(workflow=
+#: ...)``; otherwise with a config that lifts the reference's default cap of 4 rollouts.
 LOADS = [
-    ("no-op, 64 concurrent", "noop", 64),
-    ("no-op, 512 concurrent", "noop", 512),
-    ("3 raw chat calls, 64 concurrent", "chat3", 64),
-    ("Strands, 3 calls, 64 concurrent", "strands3", 64),
+    ("no-op, 64 conc., as documented", "noop", 64, True),
+    ("no-op, 64 conc., uncapped", "noop", 64, False),
+    ("no-op, 512 conc., uncapped", "noop", 512, False),
+    ("3 raw chat calls, 64 conc., uncapped", "chat3", 64, False),
+    ("Strands 3 calls, 64 conc., uncapped", "strands3", 64, False),
 ]
 
 
 def reference_python() -> Path:
     """The reference's interpreter, installing it on first use."""
     python = REFERENCE_VENV / "bin" / "python"
-    marker = REFERENCE_VENV / ".installed"
+    marker = REFERENCE_VENV / f".installed-{'-'.join(REFERENCE_PINS)}"
     if marker.exists():
         return python
     shutil.rmtree(REFERENCE_VENV, ignore_errors=True)
@@ -67,7 +73,8 @@ def reference_python() -> Path:
     log = REFERENCE_VENV / "install.log"
     with log.open("w") as output:
         installed = subprocess.run(
-            [str(python), "-m", "pip", "install", f"osmosis-ai[server,strands]=={REFERENCE}"],
+            [str(python), "-m", "pip", "install", f"osmosis-ai[server,strands]=={REFERENCE}",
+             *REFERENCE_PINS],
             stdout=output, stderr=subprocess.STDOUT, check=False,
         )  # fmt: skip
     if installed.returncode != 0:
@@ -102,12 +109,8 @@ def _process(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.kill()  # measurements are over; a graceful drain would only cost time
+        process.wait()
 
 
 @contextmanager
@@ -120,12 +123,15 @@ def _stub(tool_turns: int | None) -> Iterator[str]:
 
 
 @contextmanager
-def _server(side: Side, kind: str, artifact_root: str) -> Iterator[tuple[int, str]]:
+def _server(
+    side: Side, kind: str, artifact_root: str, documented: bool = False
+) -> Iterator[tuple[int, str]]:
     probe = bind_socket()
     port = probe.getsockname()[1]
     probe.close()
     env = {**side.env, "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": artifact_root}
     argv = [side.python, str(HERE / "_compare_server.py"), str(port), kind]
+    argv += ["documented"] if documented else []
     with _process(argv, env) as process:
         yield process.pid, f"http://127.0.0.1:{port}"
 
@@ -140,8 +146,9 @@ async def _ready(client: RolloutClient) -> None:
                 await asyncio.sleep(0.1)
 
 
-async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[float], int]:
-    """Rollouts/s, latencies (ms) and failures over a WINDOW_SEC window of closed-loop load."""
+async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[float], int, float]:
+    """Rollouts/s, latencies (ms), failures and the load generator's own CPU seconds over a
+    WINDOW_SEC window of closed-loop load."""
     latencies: list[float] = []
     failures = 0
     counter = 0
@@ -154,17 +161,26 @@ async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[
             while time.perf_counter() < deadline:
                 counter += 1
                 started = time.perf_counter()
-                handle = await client.run_rollout(PROMPT, chat_url, f"b{counter}-{started}")
+                # No grader in these rollouts: grade=false (the reference fails a rollout
+                # asked to be graded without one).
+                handle = await client.run_rollout(
+                    PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
+                )
                 result = await handle
                 if result.status == "success":
                     latencies.append((time.perf_counter() - started) * 1000)
                 else:
                     failures += 1
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return len(latencies) / elapsed, latencies, failures
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return len(latencies) / elapsed, latencies, failures, cpu
+
+
+def _cpu_sec(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -183,7 +199,13 @@ async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
             for start in range(0, IDLE_ROLLOUTS, 200):
                 await asyncio.gather(
                     *(
-                        client.run_rollout(PROMPT, "http://127.0.0.1:9/v1", f"idle-{i}")
+                        client.run_rollout(
+                            PROMPT,
+                            "http://127.0.0.1:9/v1",
+                            f"idle-{i}",
+                            llm_api_key="bench",
+                            grade=False,
+                        )
                         for i in range(start, start + 200)
                     )
                 )
@@ -267,13 +289,19 @@ async def main() -> None:
     root = tempfile.mkdtemp(prefix="osmosis-compare-")
     try:
         with _stub(None) as echo_url, _stub(2) as tool_url:
-            for name, kind, concurrency in LOADS:
+            for name, kind, concurrency, documented in LOADS:
                 chat_url = tool_url if kind == "strands3" else echo_url
                 for repeat in range(REPEATS):
                     for side in (ours, theirs) if repeat % 2 == 0 else (theirs, ours):
-                        with _server(side, kind, root) as (_, url):
-                            per_sec, latencies, failures = await _load(url, chat_url, concurrency)
+                        with _server(side, kind, root, documented) as (pid, url):
+                            cpu = _cpu_sec(pid)
+                            load = await _load(url, chat_url, concurrency)
+                            cpu = _cpu_sec(pid) - cpu
+                        per_sec, latencies, failures, client_cpu = load
+                        done = max(len(latencies), 1)
                         side.add(f"{name}: rollouts/s", per_sec)
+                        side.add(f"{name}: server CPU per rollout (ms)", cpu * 1000 / done)
+                        side.add(f"{name}: client CPU per rollout (ms)", client_cpu * 1000 / done)
                         ordered = sorted(latencies) or [float("nan")]
                         side.add(f"{name}: p50 latency (ms)", ordered[len(ordered) // 2])
                         side.add(f"{name}: p99 latency (ms)", ordered[int(len(ordered) * 0.99)])

@@ -34,7 +34,11 @@ from osmosis_ai.eval.run_dir import (
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.gateway import Gateway, build_policy, preflight
 from osmosis_ai.rollout.client import RolloutClient
-from osmosis_ai.rollout.server.app import BACKEND_ENV, parse_backend_spec
+from osmosis_ai.rollout.server.app import (
+    BACKEND_ENV,
+    SECRET_ENV_NAMES_ENV,
+    parse_backend_spec,
+)
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.redact import Redactor
@@ -277,6 +281,7 @@ async def _dispatch(
                 env={
                     **config.env,
                     **secrets,
+                    SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
                     # Live previews of in-flight rollouts, for `osmosis view`.
                     PREVIEW_ROOT_ENV: str((outcome.run_dir / PREVIEWS_DIR).resolve()),
                     BACKEND_ENV: options.backend,

@@ -26,10 +26,10 @@ REPORT_URL_FIELD = "trajectory_report_url"
 _REPORT_TIMEOUT_SEC = 5.0
 
 
-def secrets_of(entry: Entry) -> tuple[str, ...]:
-    """The rollout's own key, which must never leave the server."""
+def secrets_of(state: ServerState, entry: Entry) -> tuple[str, ...]:
+    """The rollout's own key and the configured secrets, which must never leave the server."""
     key = entry.request.llm_api_key
-    return (key,) if key else ()
+    return (key, *state.secrets) if key else state.secrets
 
 
 def cancelled_result(state: ServerState) -> ExecutionResult:
@@ -50,7 +50,7 @@ def lease_expired_result(state: ServerState) -> ExecutionResult:
 async def run_rollout(state: ServerState, entry: Entry) -> None:
     """Execute ``entry`` on the backend, save its files, then publish its final result."""
     request = entry.request
-    secrets = secrets_of(entry)
+    secrets = secrets_of(state, entry)
     if not state.backend.reports_progress:
         entry.progress.set_status(RolloutStatus.RUNNING)
     outcome: ExecutionOutcome | None = None
@@ -94,7 +94,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
 def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -> None:
     if state.preview_hub is not None and preview_id_allowed(entry.rollout_id):
         entry.preview = state.preview_hub.add(
-            entry.rollout_id, context, entry.progress, secrets=secrets_of(entry)
+            entry.rollout_id, context, entry.progress, secrets=secrets_of(state, entry)
         )
 
 
@@ -104,7 +104,7 @@ async def _save(
     """Write ``trajectory.json`` and ``diagnostics.json``; best-effort, never raises."""
     saved = outcome.result_to_save if outcome is not None else result
     request = entry.request
-    secrets = secrets_of(entry)
+    secrets = secrets_of(state, entry)
     if saved.sample is not None:
         await save_trajectory(
             rollout_id=entry.rollout_id,
@@ -138,7 +138,7 @@ async def _report(state: ServerState, entry: Entry) -> TrajectoryReport | None:
         logger.warning(
             "rollout %s: no per-call metrics for its trajectory (%s)",
             entry.rollout_id,
-            redact_text(describe(exc, phase="the report source"), secrets=secrets_of(entry)),
+            redact_text(describe(exc, phase="the report source"), secrets=secrets_of(state, entry)),
         )
     return None
 

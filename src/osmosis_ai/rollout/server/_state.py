@@ -45,6 +45,9 @@ class ServerState:
     """aiohttp session for fetching trajectory reports, opened on first use."""
     preview_hub: PreviewHub | None = None
     """Publishes live previews; ``None`` when previews are off."""
+    secrets: tuple[str, ...] = ()
+    """Configured secrets: scrubbed, like each rollout's key, from everything the server
+    writes or answers."""
 
     def health(self) -> dict[str, Any]:
         """The ``/health`` payload: the backend's facts plus identity and lifecycle."""

@@ -10,7 +10,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -69,6 +69,9 @@ INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 #: `LocalBackend`'s rollouts on Ray or in child processes instead (``osmosis eval run
 #: --backend`` sets it for the rollout server it starts).
 BACKEND_ENV = "OSMOSIS_ROLLOUT_BACKEND"
+#: Comma-separated names of environment variables holding secrets (``osmosis eval run`` sets
+#: it from the config's ``[secrets]``): their values are scrubbed like rollout keys.
+SECRET_ENV_NAMES_ENV = "OSMOSIS_ROLLOUT_SECRET_ENV_NAMES"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
 _LEASE_HEADER = POLLING_LEASE_HEADER.lower().encode()
@@ -141,12 +144,14 @@ def _task_ended(state: ServerState, entry: Entry, task: asyncio.Task[None]) -> N
     else:
         logger.error("rollout %s: task crashed: %r", entry.rollout_id, task.exception())
         result = failure("rollout task crashed", RolloutErrorCategory.INTERNAL_ERROR)
-    state.registry.finish(entry, result, secrets=secrets_of(entry))
+    state.registry.finish(entry, result, secrets=secrets_of(state, entry))
 
 
 def _expire(state: ServerState, entry: Entry) -> None:
     """Finish an unfinished rollout as ``lease_expired`` and stop its execution."""
-    if not state.registry.finish(entry, lease_expired_result(state), secrets=secrets_of(entry)):
+    if not state.registry.finish(
+        entry, lease_expired_result(state), secrets=secrets_of(state, entry)
+    ):
         return
     logger.warning("rollout %s: polling lease expired; cancelling it", entry.rollout_id)
     _cancel_execution(state, entry)
@@ -365,6 +370,12 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
+def _configured_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+    names = [n.strip() for n in os.environ.get(SECRET_ENV_NAMES_ENV, "").split(",") if n.strip()]
+    values = [*secrets, *(os.environ.get(name, "") for name in names)]
+    return tuple(dict.fromkeys(value for value in values if value))
+
+
 def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str]:
     """``(kind, option)`` of a backend choice such as ``ray:ADDRESS`` or ``process:sandbox``.
 
@@ -419,6 +430,7 @@ def create_rollout_server(
     block_threshold_sec: float = 0.5,
     previews: bool | None = None,
     preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
+    secrets: Iterable[str] = (),
 ) -> RolloutServerApp:
     """An ASGI app serving ``backend`` over the polling-lease rollout protocol.
 
@@ -460,6 +472,9 @@ def create_rollout_server(
             valid directory, where ``<rollout_id>/preview.json`` files are written; ``True``
             also without one (served over HTTP only); ``False``: off.
         preview_interval_sec: Seconds between two looks at a rollout's sample source.
+        secrets: Values scrubbed (``[REDACTED]``) from results, trajectories, diagnostics,
+            previews and messages, like each rollout's key; the values of the environment
+            variables named in ``$OSMOSIS_ROLLOUT_SECRET_ENV_NAMES`` are added.
 
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
@@ -495,6 +510,7 @@ def create_rollout_server(
         report_provider=report_provider,
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
+        secrets=_configured_secrets(secrets),
         preview_hub=(
             PreviewHub(directory=preview_root, interval_sec=preview_interval_sec)
             if (previews if previews is not None else preview_root is not None)

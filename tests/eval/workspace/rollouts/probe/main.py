@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from typing import Any
 
 import httpx
@@ -27,10 +29,18 @@ class Probe(AgentWorkflow):
             print("x" * 300_000, flush=True)  # longer than any line buffer
             for index in range(2000):
                 print(f"line {index}", flush=True)
+        if what == "raise":
+            raise RuntimeError("injected tool failure")
+        if what == "hang":
+            await asyncio.sleep(60)
+        if what == "block":
+            time.sleep(5)  # noqa: ASYNC251 -- blocks its process's loop on purpose
         if what == "print_secret":
             print(f"the secret is {os.environ['PROBE_SECRET']}", flush=True)
         rollout = get_rollout_context()
         assert rollout is not None
+        if what == "leak":
+            return await _leak(ctx, rollout.chat_completions_url, rollout.api_key or "")
         async with httpx.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
@@ -39,6 +49,39 @@ class Probe(AgentWorkflow):
             )
         response.raise_for_status()
         return [*ctx.prompt, response.json()["choices"][0]["message"]]
+
+
+async def _leak(ctx: AgentWorkflowContext, url: str, key: str) -> list[dict[str, Any]]:
+    """A careless agent: the rollout key and a configured secret end up everywhere."""
+    meta = ctx.metadata or {}
+    secret = os.environ["PROBE_SECRET"]
+    # Tells the test the key, outside the output root.
+    await asyncio.to_thread(_append, meta["key_drop"], key + "\n")
+    async with httpx.AsyncClient(timeout=60) as http:
+        response = await http.post(
+            f"{url}/chat/completions",
+            json={"model": "policy", "messages": ctx.prompt},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    if response.status_code != 200:
+        raise RuntimeError(f"model call failed ({key}, {secret}): {response.text}")
+    tool_call = {"id": "c1", "type": "function",
+                 "function": {"name": "env", "arguments": f'{{"show": "{secret}"}}'}}  # fmt: skip
+    messages = [
+        *ctx.prompt,
+        {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+        {"role": "tool", "tool_call_id": "c1", "content": f"OPENAI_API_KEY={key} SECRET={secret}"},
+        {"role": "assistant", "content": f"fetched https://bot:{key}@example.com/x?token={secret}"},
+    ]
+    print(f"debug {key} {secret}", flush=True)
+    if meta.get("raise"):
+        raise RuntimeError(f"tool failed with {key} and {secret}")
+    return messages
+
+
+def _append(path: str, text: str) -> None:
+    with open(path, "a") as file:
+        file.write(text)
 
 
 class Contains(Grader):

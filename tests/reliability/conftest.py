@@ -1,0 +1,5 @@
+"""Reliability fixtures: the eval workspace of tests/eval."""
+
+from tests.eval.conftest import workspace
+
+__all__ = ["workspace"]
