@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
+import itertools
 import secrets
 import time
 from collections.abc import Iterable
@@ -21,6 +23,25 @@ __all__ = ["Entry", "Registry"]
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+class _LeaseTokens:
+    """Unguessable lease tokens, cheaply: keyed BLAKE2b of a counter.
+
+    The 32-byte key comes from the OS once per registry; each token is a PRF output for a
+    fresh counter value, so tokens never repeat and cannot be predicted without the key.
+    (``secrets.token_urlsafe`` per admission cost ~0.14 ms of ``getrandom`` on our VMs, a
+    tenth of a no-op rollout's server CPU.)
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._counter = itertools.count()
+
+    def new(self) -> str:
+        block = next(self._counter).to_bytes(16, "big")
+        digest = hashlib.blake2b(block, key=self._key, digest_size=32).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 class Entry:
@@ -77,6 +98,7 @@ class Registry:
         self.lease_timeout_sec = lease_timeout_sec
         self.retention_sec = retention_sec
         self._entries: dict[str, Entry] = {}
+        self._tokens = _LeaseTokens()
 
     def __contains__(self, rollout_id: str) -> bool:
         return rollout_id in self._entries
@@ -87,7 +109,7 @@ class Registry:
 
     def admit(self, request: RolloutInitRequest) -> tuple[Entry, str]:
         """Register ``request``; returns its entry and the new lease token."""
-        token = secrets.token_urlsafe(32)
+        token = self._tokens.new()
         entry = Entry(request, _digest(token), time.monotonic() + self.lease_timeout_sec)
         self._entries[request.rollout_id] = entry
         return entry, token
