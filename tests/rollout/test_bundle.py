@@ -115,3 +115,15 @@ def test_a_class_outside_the_project_is_refused(project: Any, tmp_path: Path) ->
     elsewhere.mkdir()
     with pytest.raises(ConfigError, match="outside the project"):
         build_bundle(project=elsewhere, workflow=flow.Flow, cache_dir=tmp_path / "c")
+
+
+def test_a_grader_only_bundle_needs_no_workflow_in_the_project(
+    project: Any, tmp_path: Path
+) -> None:
+    from osmosis_ai.rollout.container import GraderOnlyWorkflow
+
+    root, flow = project
+    bundle = build_bundle(
+        project=root, workflow=GraderOnlyWorkflow, grader=flow.Judge, cache_dir=tmp_path / "c"
+    )
+    assert bundle.wheel.exists()

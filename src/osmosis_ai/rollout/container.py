@@ -52,6 +52,7 @@ __all__ = [
     "ContainerInput",
     "ContainerPaths",
     "ContainerResult",
+    "GraderOnlyWorkflow",
     "agent_main",
     "grader_main",
     "run_agent_phase",
@@ -264,18 +265,19 @@ async def run_grader_phase(
 ) -> ContainerResult:
     """Grade ``sample`` against ``data.label`` and return the phase's result."""
     backend = _FixedDirBackend(
-        artifacts_dir, workflow=_NoWorkflow, grader=grader, grader_config=config
+        artifacts_dir, workflow=GraderOnlyWorkflow, grader=grader, grader_config=config
     )
     with _rollout_context(data):
         result = await backend.run_grader(_request(data, label=data.label), sample)
     return ContainerResult.from_execution_result(_with_memory_note(result))
 
 
-class _NoWorkflow(AgentWorkflow):
-    """Placeholder workflow of the grader phase's backend (never run)."""
+class GraderOnlyWorkflow(AgentWorkflow):
+    """The workflow slot of a grader-only setup (a native Harbor agent with a ``Grader``,
+    the grader phase here): never run."""
 
-    async def run(self, ctx: Any) -> None:  # pragma: no cover - never called
-        raise AssertionError("the grader phase runs no workflow")
+    async def run(self, ctx: Any) -> None:
+        raise RuntimeError("GraderOnlyWorkflow stands in for a workflow and is never run")
 
 
 async def _collect_previews(context: RolloutContext, path: Path, interval: float) -> None:

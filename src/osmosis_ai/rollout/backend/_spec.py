@@ -53,8 +53,9 @@ def _class_ref(cls: type[Any], label: str, root: Path | None) -> dict[str, Any]:
         file = str(_source_file(cls, label))
         if root is not None:
             file = _inside(Path(file), root, label)
-    elif root is not None:
-        _inside(_source_file(cls, label), root, label)  # a bundle must contain the module
+    elif root is not None and not module.startswith("osmosis_ai."):
+        # A bundle must contain the user's module (the image brings osmosis-ai itself).
+        _inside(_source_file(cls, label), root, label)
     return {"module": module, "qualname": qualname, "file": file}
 
 

@@ -140,6 +140,23 @@ async def test_mini_swe_agent_on_the_embedded_model(
     assert served.gateway.token not in json.dumps(preview)
 
 
+async def test_a_native_agent_graded_by_a_bundled_grader(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    tasks = write_task(tmp_path, "no-tests")  # no tests/test.sh: the grader decides
+    async with serve_harbor(
+        tasks_dir=tasks,
+        agent="mini-swe-agent",
+        grader=AnsweredAtAll,
+        code_dir=PROJECT,
+        native_agent_kwargs={"config": {"agent": {"step_limit": 1}}},
+    ) as served:
+        result = await served.run("h-mini-graded", label="x")
+    assert result.status == "success", result.err_message
+    assert result.sample is not None and result.sample.reward in (0.0, 1.0)
+    assert result.sample.metrics["label_seen"] == 1.0  # our grader ran, on ATIF messages
+
+
 async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path) -> None:
     tasks = write_task(tmp_path, "slow")
     backend = HarborBackend(

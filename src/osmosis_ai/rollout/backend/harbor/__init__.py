@@ -50,7 +50,13 @@ from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_t
 from osmosis_ai.rollout.backend.local import _resolve_class, _resolve_config
 from osmosis_ai.rollout.bundle import Bundle, build_bundle
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
-from osmosis_ai.rollout.container import INPUT_FILE, RESULT_FILE, ContainerInput, read_result
+from osmosis_ai.rollout.container import (
+    INPUT_FILE,
+    RESULT_FILE,
+    ContainerInput,
+    GraderOnlyWorkflow,
+    read_result,
+)
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import RolloutSample
@@ -245,7 +251,7 @@ class HarborBackend(ExecutionBackend):
         if owner is not None:
             self._bundle = build_bundle(
                 project=self._code_dir or project_root(owner),
-                workflow=self.workflow_cls or _NoWorkflow,
+                workflow=self.workflow_cls or GraderOnlyWorkflow,
                 workflow_config=self.workflow_config,
                 grader=self.grader_cls,
                 grader_config=self.grader_config,
@@ -531,13 +537,6 @@ class HarborBackend(ExecutionBackend):
         keep_trial_files(paths.trial, rollout_dir)
         if self.cleanup_successful_trials and outcome.result.ok:
             shutil.rmtree(paths.trial, ignore_errors=True)
-
-
-class _NoWorkflow(AgentWorkflow):
-    """Stands in for the workflow of a grader-only bundle (native agents)."""
-
-    async def run(self, ctx: Any) -> None:
-        raise AssertionError("a native agent's bundle runs no workflow")
 
 
 _AGENT = RolloutErrorCategory.AGENT_ERROR
