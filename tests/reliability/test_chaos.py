@@ -30,7 +30,7 @@ CONCURRENCY = 64
 FAULTS: dict[str, tuple[float, float, tuple[str, str | None]]] = {
     "raise": (0.10, 30.0, ("failure", "agent_error")),
     "hang": (0.05, 0.5, ("failure", "timeout")),
-    "block": (0.05, 0.1, ("failure", "timeout")),
+    "block": (0.05, 0.1, ("failure", "timeout")),  # blocks 0.15 s (metadata block_sec)
     "upstream_5xx": (0.05, 30.0, ("failure", "agent_error")),
     "upstream_timeout": (0.05, 30.0, ("failure", "agent_error")),
 }
@@ -50,7 +50,7 @@ def _respond(body: dict[str, Any]) -> StubReply | StubFailure:
     if "upstream_5xx" in text:
         return StubFailure(503, message="upstream overloaded")
     if "upstream_timeout" in text:
-        return StubReply(content="too late", delay_sec=3.0)  # past the policy's 1 s timeout
+        return StubReply(content="too late", delay_sec=12.0)  # past the policy's timeout
     return StubReply(content="ok")
 
 
@@ -149,7 +149,7 @@ async def _drive(
                 gateway.chat_completions_url(rollout_id),
                 rollout_id,
                 llm_api_key=gateway.token,
-                metadata={"fault": fault},
+                metadata={"fault": fault, "block_sec": 0.15},
                 grade=False,
                 agent_timeout_sec=deadline,
             )
@@ -164,7 +164,9 @@ async def _drive(
 async def test_chaos_run_loses_nothing_and_leaks_nothing(artifact_root: Path) -> None:
     rng = random.Random(20261129)
     async with ChatStub(respond=_respond) as stub:
-        policy = OpenAICompatiblePolicy(base_url=stub.base_url, timeout_sec=1.0)
+        # Well above the longest chain of loop-blocking faults (25 x 0.15 s): innocent calls
+        # stalled by a blocked loop must not time out; the upstream_timeout fault still does.
+        policy = OpenAICompatiblePolicy(base_url=stub.base_url, timeout_sec=8.0)
         app = create_rollout_server(
             backend=LocalBackend(workflow=Chaos), configure_logging=False, result_wait_timeout_sec=2
         )
