@@ -71,14 +71,17 @@ def reference_python() -> Path:
     print(f"installing osmosis-ai=={REFERENCE} into {REFERENCE_VENV} ...", flush=True)
     subprocess.run([find.stdout.strip(), "-m", "venv", str(REFERENCE_VENV)], check=True)
     log = REFERENCE_VENV / "install.log"
+    # Two steps: the pinned LiteLLM is outside what the reference's Strands extra declares, so
+    # pip cannot resolve both at once; installed second, it replaces the broken one.
+    steps = [[f"osmosis-ai[server,strands]=={REFERENCE}"], REFERENCE_PINS]
     with log.open("w") as output:
-        installed = subprocess.run(
-            [str(python), "-m", "pip", "install", f"osmosis-ai[server,strands]=={REFERENCE}",
-             *REFERENCE_PINS],
-            stdout=output, stderr=subprocess.STDOUT, check=False,
-        )  # fmt: skip
-    if installed.returncode != 0:
-        raise SystemExit(f"installing the reference failed; see {log}")
+        for packages in steps:
+            installed = subprocess.run(
+                [str(python), "-m", "pip", "install", *packages],
+                stdout=output, stderr=subprocess.STDOUT, check=False,
+            )  # fmt: skip
+            if installed.returncode != 0:
+                raise SystemExit(f"installing the reference failed; see {log}")
     marker.touch()
     return python
 
