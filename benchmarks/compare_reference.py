@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _server_process import wait_ready
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.rollout.client import RolloutClient
 
@@ -139,16 +140,6 @@ def _server(
         yield process.pid, f"http://127.0.0.1:{port}"
 
 
-async def _ready(client: RolloutClient) -> None:
-    async with asyncio.timeout(60):
-        while True:
-            try:
-                await client.health()
-                return
-            except Exception:
-                await asyncio.sleep(0.1)
-
-
 async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[float], int, float]:
     """Rollouts/s, latencies (ms), failures and the load generator's own CPU seconds over a
     WINDOW_SEC window of closed-loop load."""
@@ -156,7 +147,7 @@ async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[
     failures = 0
     counter = 0
     async with RolloutClient(url=url) as client:
-        await _ready(client)
+        await wait_ready(client)
         deadline = time.perf_counter() + WINDOW_SEC
 
         async def worker() -> None:
@@ -196,7 +187,7 @@ def _rss_mb(pid: int) -> float:
 async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
     with _server(side, "idle", artifact_root) as (pid, url):
         async with RolloutClient(url=url) as client:
-            await _ready(client)
+            await wait_ready(client)
             await asyncio.sleep(1.0)
             before = _rss_mb(pid)
             for start in range(0, IDLE_ROLLOUTS, 200):

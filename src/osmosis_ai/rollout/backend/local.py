@@ -137,6 +137,17 @@ class LocalBackend(ExecutionBackend):
         self._workflows = ConcurrencyLimiter(cap)
         self._graders = ConcurrencyLimiter(grader_cap)
 
+    def arguments(self) -> dict[str, Any]:
+        """This backend's resolved constructor arguments, for building another backend
+        (`RayBackend`, `ProcessBackend`) that runs the same workflow, grader and configs."""
+        return {
+            "workflow": self.workflow_cls,
+            "workflow_config": self.workflow_config,
+            "grader": self.grader_cls,
+            "grader_config": self.grader_config,
+            "artifact_root": self.artifact_root,
+        }
+
     # -- ExecutionBackend ----------------------------------------------------------------
 
     def has_capacity(self) -> bool:

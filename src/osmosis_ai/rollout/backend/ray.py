@@ -217,14 +217,7 @@ class RayBackend(ExecutionBackend):
     @classmethod
     def from_local(cls, backend: LocalBackend, **ray_options: Any) -> RayBackend:
         """A RayBackend running the same workflow, grader and configs as ``backend``."""
-        return cls(
-            workflow=backend.workflow_cls,
-            workflow_config=backend.workflow_config,
-            grader=backend.grader_cls,
-            grader_config=backend.grader_config,
-            artifact_root=backend.artifact_root,
-            **ray_options,
-        )
+        return cls(**backend.arguments(), **ray_options)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -164,14 +164,7 @@ class ProcessBackend(ExecutionBackend):
     @classmethod
     def from_local(cls, backend: LocalBackend, **options: Any) -> ProcessBackend:
         """A ProcessBackend running the same workflow, grader and configs as ``backend``."""
-        return cls(
-            workflow=backend.workflow_cls,
-            workflow_config=backend.workflow_config,
-            grader=backend.grader_cls,
-            grader_config=backend.grader_config,
-            artifact_root=backend.artifact_root,
-            **options,
-        )
+        return cls(**backend.arguments(), **options)
 
     # -- lifecycle -----------------------------------------------------------------------
 
