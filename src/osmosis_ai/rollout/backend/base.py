@@ -14,6 +14,7 @@ from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 
 __all__ = [
     "CancelDisposition",
+    "backend_failure",
     "ExecutionBackend",
     "ExecutionOutcome",
     "ExecutionRequest",
@@ -87,6 +88,23 @@ class ExecutionResult:
     def ok(self) -> bool:
         """Whether the phase succeeded."""
         return self.status is RolloutStatus.SUCCESS
+
+
+def backend_failure(
+    backend: str,
+    phase: str,
+    message: str,
+    category: RolloutErrorCategory,
+    details: dict[str, Any] | None = None,
+) -> ExecutionResult:
+    """A failed phase reported by a backend itself (not raised by user code), with its
+    diagnostics: ``{"backend", "phase", **details}``."""
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        err_message=message,
+        err_category=category,
+        extra_fields={"backend": backend, **(details or {}), "phase": phase},
+    )
 
 
 @dataclass(slots=True)

@@ -44,6 +44,7 @@ from osmosis_ai.rollout.backend.base import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
+    backend_failure,
 )
 from osmosis_ai.rollout.backend.harbor import _docker, _tasks
 from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_tree
@@ -670,12 +671,7 @@ def _failure(
     diagnostics: dict[str, Any] | None = None,
 ) -> ExecutionResult:
     logger.warning("%s", message)
-    return ExecutionResult(
-        status=RolloutStatus.FAILURE,
-        err_message=message,
-        err_category=category,
-        extra_fields={"backend": "harbor", **(diagnostics or {}), "phase": phase},
-    )
+    return backend_failure("harbor", phase, message, category, diagnostics)
 
 
 def _read_json(path: Path) -> Any:

@@ -45,6 +45,7 @@ from osmosis_ai.rollout.backend.base import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
+    backend_failure,
 )
 from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.backend.process._child import GATEWAY_SOCKET_ENV
@@ -451,9 +452,4 @@ def _failure(
     phase: str, message: str, category: RolloutErrorCategory, details: dict[str, Any]
 ) -> ExecutionResult:
     logger.warning("%s", message)
-    return ExecutionResult(
-        status=RolloutStatus.FAILURE,
-        err_message=message,
-        err_category=category,
-        extra_fields={"backend": "process", "phase": phase, **details},
-    )
+    return backend_failure("process", phase, message, category, details)
