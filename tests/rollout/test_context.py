@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from osmosis_ai.errors import ConfigError, GradingError
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import (
     GraderContext,
     RolloutContext,
@@ -121,9 +121,17 @@ def test_set_status_without_progress_is_a_noop() -> None:
     RolloutContext().set_status(RolloutStatus.RUNNING)
 
 
-def test_set_reward_without_sample_raises() -> None:
-    with pytest.raises(GradingError, match="no sample"):
-        GraderContext(label="1", sample=None).set_reward(1.0)
+def test_grader_context_can_be_built_from_a_sample_alone() -> None:
+    # A user's grader unit test, as written against the reference SDK.
+    ctx = GraderContext(sample=RolloutSample(messages=[{"role": "assistant", "content": "4"}]))
+    assert (ctx.label, ctx.metadata, ctx.artifacts_dir) == (None, None, None)
+    ctx.set_reward(1.0)
+    assert ctx.sample is not None and ctx.sample.reward == 1.0
+
+
+def test_set_reward_without_sample_raises_a_value_error_naming_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"no sample to reward.*sample=RolloutSample"):
+        GraderContext().set_reward(1.0)
 
 
 def test_terminal_statuses_cannot_be_reported_by_user_code() -> None:

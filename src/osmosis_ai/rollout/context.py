@@ -15,7 +15,7 @@ from typing import Any, Generic
 
 from typing_extensions import TypeVar
 
-from osmosis_ai.errors import ConfigError, GradingError
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.config import AgentWorkflowConfig
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
@@ -292,12 +292,16 @@ class AgentWorkflowContext(Generic[TConfig]):
 
 @dataclass(slots=True)
 class GraderContext:
-    """What ``Grader.grade()`` receives: the workflow's sample and the row's label."""
+    """What ``Grader.grade()`` receives: the workflow's sample and the row's label.
 
-    label: str | None
+    Every field defaults to ``None``, so a grader's unit test can build one from what it
+    needs: ``GraderContext(sample=RolloutSample(messages=[...]), label="42")``.
+    """
+
+    label: str | None = None
     """Ground truth of the dataset row, if any."""
 
-    sample: RolloutSample | None
+    sample: RolloutSample | None = None
     """The sample the workflow produced; the grader rewards it with ``set_reward``."""
 
     metadata: dict[str, Any] | None = None
@@ -310,12 +314,14 @@ class GraderContext:
         """Set the sample's reward.
 
         Raises:
-            GradingError: There is no sample to reward.
+            ConfigError: There is no sample to reward (a ``ValueError``, as in the reference
+                SDK). A backend never grades without a sample, so this means the context
+                was built by hand without one.
             pydantic.ValidationError: ``reward`` is not a finite number.
         """
         if self.sample is None:
-            raise GradingError(
-                "GraderContext has no sample to reward: the workflow returned None and "
-                "registered no sample source"
+            raise ConfigError(
+                "GraderContext has no sample to reward: build it with "
+                "sample=RolloutSample(messages=[...])"
             )
         self.sample.reward = reward
