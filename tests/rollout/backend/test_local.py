@@ -457,6 +457,47 @@ async def test_grader_deadline_is_independent_of_agent_time() -> None:
     assert late.result.err_message == "grader exceeded its 0.05s deadline"
 
 
+class _SwallowsThenSleeps(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # keeps going past its deadline, then returns unrewarded
+
+
+class _SwallowsThenReturns(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+
+
+@pytest.mark.parametrize("grader", [_SwallowsThenSleeps, _SwallowsThenReturns])
+async def test_grader_that_swallows_cancellation_still_times_out(grader: type[Grader]) -> None:
+    started = time.monotonic()
+    outcome = await LocalBackend(workflow=Answer, grader=grader).execute(
+        request(grader_timeout_sec=0.05)
+    )
+    assert time.monotonic() - started < 2.0
+    result = outcome.result
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.TIMEOUT
+    assert result.err_message == "grader exceeded its 0.05s deadline"
+    assert result.sample is not None and result.sample.messages[-1]["content"] == "42"
+
+
+async def test_workflow_that_swallows_cancellation_then_returns_garbage_is_a_timeout() -> None:
+    class StubbornAndWrong(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> Any:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+            return "interrupted"  # not a sample shape, but the deadline is what went wrong
+
+    backend = LocalBackend(workflow=StubbornAndWrong)
+    result = (await backend.execute(request(agent_timeout_sec=0.05))).result
+    assert result.err_category is RolloutErrorCategory.TIMEOUT
+    assert result.err_message == "workflow exceeded its 0.05s deadline"
+
+
 async def test_status_progresses_through_running_and_grading() -> None:
     from osmosis_ai.rollout.context import RolloutProgress
 

@@ -304,15 +304,12 @@ async def _within(
 ) -> T:
     """Run ``body`` under a deadline that also catches blocked loops and swallowed cancels."""
     started = time.monotonic()
+    deadline: asyncio.Timeout | None = None
     try:
         if budget is None:
             return await body()
         async with asyncio.timeout(budget) as deadline:
             value = await body()
-    except TimeoutError:
-        if budget is not None and deadline.expired():
-            raise _PhaseDeadline(phase, limit, queued_sec) from None
-        raise  # a TimeoutError of the user's own keeps its message
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is None or task.cancelling():
@@ -322,11 +319,24 @@ async def _within(
             f"{phase} raised CancelledError although the rollout was not cancelled "
             "(an awaited task or future inside it was cancelled)"
         ) from None
-    # The body returned although the deadline fired (it swallowed the cancellation), or it
-    # never yielded to the loop so the timer could not fire: the deadline was still missed.
-    if deadline.expired() or time.monotonic() - started > budget:
+    except Exception as exc:
+        # Past the deadline, whatever the body raised (a TimeoutError, or a missing reward
+        # after it swallowed the cancellation) is a consequence of being interrupted.
+        if _missed(deadline, started, budget):
+            raise _PhaseDeadline(phase, limit, queued_sec) from exc
+        raise  # a TimeoutError of the user's own keeps its message
+    # The body returned although the deadline was missed: still a timeout.
+    if _missed(deadline, started, budget):
         raise _PhaseDeadline(phase, limit, queued_sec)
     return value
+
+
+def _missed(deadline: asyncio.Timeout | None, started: float, budget: float | None) -> bool:
+    """Whether the timer fired (even if the body swallowed its cancellation), or the body
+    never yielded to the loop so the timer could not fire."""
+    if deadline is None or budget is None:
+        return False
+    return deadline.expired() or time.monotonic() - started > budget
 
 
 def _ungradable_reason(request: ExecutionRequest, sample: RolloutSample | None) -> str | None:
