@@ -547,6 +547,46 @@ async def test_grader_config_caps_simultaneous_gradings() -> None:
     assert peak == 1
 
 
+# -- one phase at a time, from a custom harness --------------------------------------------
+
+
+async def test_custom_harness_grades_what_run_workflow_returned() -> None:
+    backend = LocalBackend(workflow=Answer, grader=ExactMatch)
+    req = request()
+    graded = await backend.run_grader(req, await backend.run_workflow(req))
+    assert graded.status is RolloutStatus.SUCCESS, graded.err_message
+    assert graded.sample is not None and graded.sample.reward == 1.0
+
+
+async def test_run_grader_passes_a_failed_workflow_result_through_ungraded() -> None:
+    graded: list[GraderContext] = []
+
+    class Recording(ExactMatch):
+        async def grade(self, ctx: GraderContext) -> None:
+            graded.append(ctx)
+            await super().grade(ctx)
+
+    class Broken(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> None:
+            raise RuntimeError("boom")
+
+    backend = LocalBackend(workflow=Broken, grader=Recording)
+    req = request()
+    workflow = await backend.run_workflow(req)
+    result = await backend.run_grader(req, workflow)
+    assert graded == []
+    assert result is workflow  # its category and message stay the rollout's
+    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+
+
+async def test_run_grader_still_grades_a_sample_given_directly() -> None:
+    backend = LocalBackend(workflow=Answer, grader=ExactMatch)
+    sample = RolloutSample(messages=[{"role": "assistant", "content": "41"}])
+    result = await backend.run_grader(request(), sample)
+    assert result.status is RolloutStatus.SUCCESS
+    assert result.sample is not None and result.sample.reward == 0.0
+
+
 # -- artifacts ----------------------------------------------------------------------------
 
 

@@ -182,17 +182,33 @@ class LocalBackend(ExecutionBackend):
         result, _ = await self._run_workflow(request, started)
         return result
 
-    async def run_grader(self, request: ExecutionRequest, sample: RolloutSample | None) -> Result:
-        """Run only the grader phase on ``sample`` and return its result.
+    async def run_grader(
+        self, request: ExecutionRequest, result: Result | RolloutSample | None
+    ) -> Result:
+        """Run only the grader phase and return its result.
 
-        The result carries the sample whatever happens, so a failed grading still shows
-        what was graded.
+        As in the reference SDK, a harness passes on what the workflow phase returned:
+        ``await backend.run_grader(request, await backend.run_workflow(request))``. A
+        failed workflow result comes back unchanged and the grader does not run: there is
+        nothing to grade, and the workflow's category and message stay the rollout's.
+
+        Args:
+            request: The rollout being graded (its label and metadata reach the grader).
+            result: The result of ``run_workflow(request)``, or the sample itself
+                (``None``: no sample, which fails saying so).
+
+        Returns:
+            The grading's result. It carries the sample whatever happens, so a failed
+            grading still shows what was graded.
 
         Raises:
             ConfigError: The backend has no grader.
         """
         if self.grader_cls is None:
             raise ConfigError("this LocalBackend has no grader; pass grader=... to grade")
+        if isinstance(result, Result) and not result.ok:
+            return result
+        sample = result.sample if isinstance(result, Result) else result
         artifacts_dir = await self._artifacts_dir(request.id)
         return await self._run_grader(request, sample, artifacts_dir)
 
