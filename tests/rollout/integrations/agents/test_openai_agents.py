@@ -20,6 +20,7 @@ from osmosis_ai.rollout import (
     ExecutionRequest,
     LocalBackend,
     RolloutContext,
+    RolloutErrorCategory,
     RolloutStatus,
 )
 from osmosis_ai.rollout.integrations.agents.openai_agents import (
@@ -126,6 +127,26 @@ async def test_session_reused_by_another_rollout_is_refused(stub: ChatStub) -> N
         with pytest.raises(RuntimeError, match=r"belongs to rollout 'first'.*'second'"):
             await session.get_items()
     assert await session.get_items() == [{"role": "user", "content": "hi"}]  # no rollout: fine
+
+
+async def test_session_created_outside_the_rollout_fails_loudly_inside_it(stub: ChatStub) -> None:
+    stub.push(StubReply(content="5"))
+    outside = OsmosisMemorySession()  # e.g. at import time or in a test fixture
+
+    class Outside(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> None:
+            await Runner.run(_agent(), ctx.prompt, session=outside)
+
+    request = ExecutionRequest(id="r1", prompt=PROMPT, label="5")
+    with RolloutContext(chat_completions_url=stub.base_url, api_key=API_KEY, rollout_id="r1"):
+        result = (await LocalBackend(workflow=Outside).execute(request)).result
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert result.err_message is not None
+    assert "RuntimeError" in result.err_message
+    assert "must be created inside the rollout" in result.err_message
+    assert stub.requests == []  # refused before any model call was spent
+    assert outside.items == []
 
 
 async def test_session_outside_a_rollout_is_a_plain_session() -> None:

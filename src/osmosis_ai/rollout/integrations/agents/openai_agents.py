@@ -120,13 +120,15 @@ class OsmosisMemorySession(SessionABC):
 
     Created inside ``run()`` it registers itself as the rollout's one sample source and
     refuses to be used by a different rollout later (create one per ``run()``). Created
-    outside any rollout it is a plain in-memory session.
+    outside any rollout it is a plain in-memory session as long as it stays outside: used
+    inside a rollout it raises, since that rollout would get no sample from it.
 
     Attributes:
         items: The conversation, in the SDK's Responses-API item shape.
 
     Raises:
         ConfigError: This rollout already has a sample source.
+        RuntimeError: (on use) The session was created outside the active rollout.
     """
 
     def __init__(self, session_id: str | None = None) -> None:
@@ -138,12 +140,19 @@ class OsmosisMemorySession(SessionABC):
 
     def _check_rollout(self) -> None:
         active = get_rollout_context()
-        if self._rollout_ctx is None or active is None or active is self._rollout_ctx:
+        if active is None or active is self._rollout_ctx:
             return
+        # Recording silently into a session the rollout does not know would leave the
+        # rollout without a sample; refuse before any model call is spent.
+        owner = (
+            "was created outside any rollout"
+            if self._rollout_ctx is None
+            else f"belongs to rollout {self._rollout_ctx.rollout_id!r}"
+        )
         raise RuntimeError(
-            f"this OsmosisMemorySession belongs to rollout {self._rollout_ctx.rollout_id!r} "
-            f"and cannot record rollout {active.rollout_id!r}; create a new "
-            "OsmosisMemorySession inside each run()"
+            f"this OsmosisMemorySession {owner} and cannot record rollout "
+            f"{active.rollout_id!r}: the session must be created inside the rollout "
+            "(construct a new OsmosisMemorySession inside each AgentWorkflow.run())"
         )
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
