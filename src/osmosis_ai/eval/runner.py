@@ -409,18 +409,6 @@ async def _work(
                     error_message=str(exc),
                 )
             raise
-        except (ValueError, TypeError, RecursionError) as exc:
-            # This row's request cannot be built or encoded: it fails alone.
-            return _record(
-                item,
-                run_index,
-                rollout_id,
-                started,
-                "failed",
-                error_type="validation_error",
-                error_message=f"the rollout request for dataset row {item.source_row_index} "
-                f"cannot be encoded ({type(exc).__name__}); check its metadata",
-            )
         try:
             async with asyncio.timeout(item_deadline):
                 result = await handle
