@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import shutil
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from osmosis_ai.testing import ChatStub
@@ -82,3 +85,31 @@ async def workspace(tmp_path: Path) -> AsyncIterator[Workspace]:
         ws.write_config()
         ws.write_rows(rows(4))
         yield ws
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MiB tmpfs, so writes can really fail with ENOSPC (needs root, as CI has)."""
+    mount_point = tmp_path / "small-fs"
+    mount_point.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(mount_point)],
+        check=True,
+    )
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def fill_filesystem(path: Path) -> None:
+    """Write ``path`` until its filesystem has no space left (the file then holds it all)."""
+    block = b"\0" * 65536
+    with path.open("wb", buffering=0) as file:
+        try:
+            for _ in range(1 << 16):  # bounded: 4 GiB, far beyond any test filesystem
+                file.write(block)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return
+    raise AssertionError(f"{path} never filled its filesystem")

@@ -110,6 +110,33 @@ def test_jsonl_invalid_json_names_file_line_and_row(tmp_path):
     assert info.value.row == 1
 
 
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("levels", [300, 5000])  # 5000 is past what the JSON parser reads
+def test_a_row_nested_past_the_limit_fails_alone_named_by_file_and_row(tmp_path, levels):
+    path = tmp_path / "rows.jsonl"
+    deep = json.dumps({"user_prompt": "x", "ground_truth": "y"})[:-1] + ', "metadata": '
+    deep += "{" + '"k": {' * (levels - 1) + "}" * levels + "}"
+    path.write_text("\n".join([json.dumps(ROWS[0]), deep, json.dumps(ROWS[1])]) + "\n")
+    dataset = load_dataset(path)
+    assert [item.error is None for item in dataset.items] == [True, False, True]
+    bad = dataset.items[1]
+    assert bad.error is not None and bad.error.startswith(f"{path}, line 2: dataset row 1")
+    assert "deeper than 64 levels" in bad.error and bad.metadata is None
+    assert dataset.items[2].label == ROWS[1]["ground_truth"]
+
+
+def test_metadata_just_under_the_limit_is_kept(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{**ROWS[0], "metadata": _nested(63)}])
+    (item,) = load_dataset(path).items
+    assert item.error is None and item.metadata == _nested(63)
+
+
 def test_jsonl_line_that_is_not_an_object_is_a_row_error(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("[1, 2]\n", encoding="utf-8")

@@ -18,11 +18,13 @@ import pytest
 
 from osmosis_ai.errors import ConfigError, InvalidIdError
 from osmosis_ai.eval.journal import (
+    STORAGE_ERROR,
     Journal,
     JournalCorruptError,
     JournalRecord,
     pending_items,
 )
+from tests.eval.conftest import fill_filesystem
 
 ROLLOUT_ID = "9b1e0d5c2a7f4e3d8c6b5a4f3e2d1c0b"
 
@@ -303,6 +305,28 @@ def test_pending_items_are_those_without_a_record() -> None:
         (2, 1): _record(2, 1, status="skipped"),
     }
     assert pending_items(items, records, retry_failed=False) == [(1, 0), (1, 1), (2, 0)]
+
+
+def test_pending_items_include_items_whose_outputs_could_not_be_stored() -> None:
+    records = {
+        (0, 0): _record(0, 0, status="failed", error_type=STORAGE_ERROR, error_message="full"),
+        (1, 0): _record(1, 0, status="failed", error_type="x"),
+    }
+    assert pending_items([(0, 0), (1, 0)], records, retry_failed=False) == [(0, 0)]
+
+
+def test_a_failed_append_on_a_full_disk_leaves_no_partial_line(small_filesystem: Path) -> None:
+    path = small_filesystem / "events.jsonl"
+    with Journal(path) as journal:
+        journal.append(_record(0, 0))
+        fill_filesystem(small_filesystem / "filler")
+        # Longer than what is left of the file's last page: part of it could be written.
+        with pytest.raises(OSError, match="No space left"):
+            journal.append(_record(1, 0, status="failed", error_message="m" * 20_000))
+        (small_filesystem / "filler").unlink()
+        journal.append(_record(2, 0))
+    assert sorted(Journal(path).replay()) == [(0, 0), (2, 0)]
+    assert path.read_bytes().count(b"\n") == 2
 
 
 def test_pending_items_with_retry_failed_add_failed_and_skipped() -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_ai.eval.journal import STORAGE_ERROR, read_records
 from osmosis_ai.eval.run_dir import run_lock
+from osmosis_ai.viewer.runs import run_items
 from tests.eval.conftest import Workspace, rows
 
 
@@ -115,6 +117,83 @@ async def test_dead_rollout_server_halts_with_work_pending(workspace: Workspace)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["eval_run"]["status"] == "incomplete"
     assert len(_index(run_dir)) == 2  # the rest stays pending, not failed
+
+
+def _journal_lines(run_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+async def test_a_full_disk_stops_the_run_in_one_line_and_resume_redoes_what_was_lost(
+    workspace: Workspace, small_filesystem: Path
+) -> None:
+    fill = {"do": "fill_disk", "path": str(small_filesystem / "filler"),
+            "marker": str(workspace.root / "filled")}  # fmt: skip
+    workspace.write_rows([*rows(2), *rows(1, metadata=fill), *rows(3)])
+    workspace.write_config(evaluation="batch_size = 1")
+    code, out = await workspace.run("--name", "full", "-o", str(small_filesystem))
+    assert code == 1, out
+    assert "Traceback" not in out and "Logging error" not in out and "Errno" not in out
+    (stopped,) = [line for line in out.splitlines() if "No space left on device" in line]
+    assert stopped.startswith("stopped early:") and "free space" in stopped, stopped
+    run_dir = small_filesystem / "full"
+    done = read_records(run_dir / "events.jsonl")
+    # The item whose trajectory could not be written is not done.
+    assert (2, 0) not in done or done[2, 0].error_type == STORAGE_ERROR
+    assert all(record.status == "success" for key, record in done.items() if key != (2, 0))
+
+    (small_filesystem / "filler").unlink()
+    code, out = await workspace.run("--name", "full", "-o", str(small_filesystem))
+    assert code == 0, out
+    lines = _journal_lines(run_dir)
+    terminal = [line for line in lines if line.get("error_type") != STORAGE_ERROR]
+    assert sorted((line["row_index"], line["run_index"]) for line in terminal) == [
+        (row, 0) for row in range(6)
+    ]
+    assert all(line["status"] == "success" for line in terminal)
+    for line in terminal:
+        assert (run_dir / "rollout_trials" / str(line["rollout_id"]) / "trajectory.json").is_file()
+        assert (run_dir / "trajectories" / f"row_{line['row_index']}_run_0.json").is_file()
+
+
+async def test_a_deeply_nested_row_fails_alone_named_by_file_and_row(
+    workspace: Workspace,
+) -> None:
+    deep: dict[str, object] = {}
+    for _ in range(300):
+        deep = {"k": deep}
+    workspace.write_rows([*rows(1), *rows(1, metadata=deep), *rows(1)])
+    code, out = await workspace.run("--name", "deep")
+    assert code == 0, out
+    run_dir = workspace.root / ".osmosis" / "evals" / "deep"
+    assert [r["status"] for r in _index(run_dir)] == ["success", "failed", "success"]
+    record = read_records(run_dir / "events.jsonl")[1, 0]
+    assert record.error_type == "validation_error" and record.error_message is not None
+    assert record.error_message.startswith(f"{workspace.dataset}, line 2: dataset row 1")
+    assert "deeper than 64 levels" in record.error_message
+    assert "rollout_trials" not in out  # nothing was sent, so no folder to point at
+    assert f"{workspace.dataset}, line 2: dataset row 1" in out
+    code, out = await workspace.run("--name", "deep", "--json")
+    assert code == 0 and json.loads(out[out.index("{") :])["dispatched"] == 0
+
+
+async def test_an_oversized_row_records_what_was_too_large_and_the_limit(
+    workspace: Workspace,
+) -> None:
+    workspace.write_rows([*rows(1), {"user_prompt": "x" * (33 * 1024 * 1024), "label": "x"}])
+    code, out = await workspace.run("--name", "big")
+    assert code == 0, out
+    run_dir = workspace.root / ".osmosis" / "evals" / "big"
+    record = read_records(run_dir / "events.jsonl")[1, 0]
+    assert record.status == "failed" and record.error_type == "rollout_protocol_error"
+    assert record.error_message is not None
+    assert "413" in record.error_message and "over the rollout server's 32 MiB limit" in (
+        record.error_message
+    )
+    assert not (run_dir / "rollout_trials" / record.rollout_id).exists()
+    assert "rollout_trials" not in out and "32 MiB limit" in out
+    # The viewer's items (its rollout page shows the item's error) carry the message.
+    (item,) = [item for item in run_items(run_dir) if item["row_index"] == 1]
+    assert item["error_message"] == record.error_message
 
 
 async def test_bad_dataset_row_is_reported_with_file_row_and_column(workspace: Workspace) -> None:

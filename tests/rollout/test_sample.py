@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import numpy
 import pytest
 from pydantic import ValidationError
 
@@ -81,9 +82,35 @@ def test_output_revalidates_instances() -> None:
         AgentWorkflowOutput.model_validate(output)
 
 
-def test_json_safe_copy_keeps_clean_samples_as_they_are() -> None:
+def test_json_safe_copy_keeps_clean_values_as_they_are() -> None:
     sample = RolloutSample(metrics={"a": 1, "b": [1.5, "x"]}, extra_fields={"k": None})
-    assert sample.json_safe_copy() is sample
+    safe = sample.json_safe_copy()
+    assert safe.metrics == sample.metrics and safe.extra_fields == sample.extra_fields
+
+
+def test_json_safe_copy_converts_numpy_scalars_even_when_nothing_is_dropped() -> None:
+    sample = RolloutSample(
+        messages=[{"role": "assistant", "content": "42"}],
+        metrics={
+            "f32": numpy.float32(0.5),
+            "i64": numpy.int64(7),
+            "ok": numpy.bool_(True),
+            "nested": {"scores": [numpy.float64(0.25), numpy.int32(3)]},
+            "name": numpy.str_("x"),
+        },
+        extra_fields={"per_key": {numpy.int64(3): numpy.float32(1.5), True: 1, 2.5: "half"}},
+    )
+    safe = sample.json_safe_copy()
+    assert safe.metrics == {
+        "f32": 0.5, "i64": 7, "ok": True, "nested": {"scores": [0.25, 3]}, "name": "x"
+    }  # fmt: skip
+    assert [type(value) for value in safe.metrics.values()][:3] == [float, int, bool]
+    # Keys become strings exactly as JSON writes the converted value.
+    assert safe.extra_fields == {"per_key": {"3": 1.5, "true": 1, "2.5": "half"}}
+    assert json.loads(json.dumps(safe.model_dump(mode="json"), allow_nan=False))["metrics"]
+    assert type(sample.metrics["f32"]) is numpy.float32  # the original is untouched
+    only_finite = RolloutSample(metrics={"f32": numpy.float32(0.5)}).json_safe_copy()
+    assert type(only_finite.metrics["f32"]) is float
 
 
 def test_json_safe_copy_drops_what_json_cannot_carry(caplog: pytest.LogCaptureFixture) -> None:

@@ -70,6 +70,8 @@ async def test_failed_item_shows_its_error_and_steps(page: Page, viewer_url: str
     await error.wait_for()
     assert "agent_error" in await error.inner_text()
     assert FAILURE in await error.inner_text()
+    # The message the journal recorded, also when no diagnostics were written.
+    assert FAILURE in await error.locator(".error-message").inner_text()
     await page.wait_for_selector("#steps .step")
     assert await page.locator("#steps .step").count() >= 2
 

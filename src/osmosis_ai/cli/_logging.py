@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "quiet_logging_errors"]
 
 # Libraries that log every request at INFO: useful when debugging them, noise otherwise.
 _CHATTY = ("httpx", "httpcore", "uvicorn.access", "aiohttp.access")
+
+
+def quiet_logging_errors() -> None:
+    """Never print ``--- Logging error ---`` tracebacks (a full disk under ``logs.txt``...).
+
+    A log line that cannot be written is dropped; what the command stores matters is
+    checked where it is written, and reported there in one line.
+    """
+    # Handler.handleError prints a traceback to stderr only while this is true.
+    logging.raiseExceptions = False
 
 
 def configure_logging(level: int = logging.INFO) -> None:

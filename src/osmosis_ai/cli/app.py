@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from osmosis_ai import __version__
+from osmosis_ai.cli._logging import quiet_logging_errors
 from osmosis_ai.cli.eval import eval_app
 from osmosis_ai.cli.gateway import gateway_command
 from osmosis_ai.cli.rollout import rollout_app
@@ -38,6 +39,7 @@ def root(
     ),
 ) -> None:
     """Run AgentWorkflow rollouts: local evaluation, rollout servers and tools around them."""
+    quiet_logging_errors()
 
 
 app.command("gateway")(gateway_command)

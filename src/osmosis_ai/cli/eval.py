@@ -46,9 +46,12 @@ def _render_results(outcome: Any, console: Any) -> None:
     table.add_row("tokens", f"{summary.get('tokens_used', 0):,}")
     console.print(table)
     for row in outcome.failed_rows[:20]:
+        where = f" -> {row['rollout_dir']}" if row["rollout_dir"] else ""
+        why = f": {row['error_message']}" if row["error_message"] else ""
         console.print(
-            f"  row {row['row_index']} run {row['run_index']}: error_type={row['error_type']} "
-            f"-> {row['rollout_dir']}"
+            f"  row {row['row_index']} run {row['run_index']}: error_type={row['error_type']}"
+            f"{why}{where}",
+            markup=False,
         )
     console.print(f"results in {outcome.run_dir}")
 

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, DatasetRowError
+from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
 from osmosis_ai.rollout.dataset import normalize_dataset_row
 
 __all__ = [
@@ -57,6 +58,9 @@ class DatasetItem:
 
     metadata: dict[str, Any] | None
     """The row's metadata object, if it has a non-empty one."""
+
+    error: str | None = None
+    """Why this row cannot be sent (named by file, line and row); it then fails alone."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ def load_dataset(path: Path, *, rows: str | None = None, limit: int | None = Non
             is invalid or names rows past the end of the file; or nothing is selected.
         DatasetRowError: A selected row cannot be normalised; the message starts with the
             file and names the row and the column.
+
+    A row that is valid but nested past what a rollout request may carry
+    (``MAX_JSON_DEPTH``) is kept as an item with an ``error``, so it fails alone.
         MissingExtraError: A Parquet file is read without pyarrow installed.
     """
     extension = path.suffix.lower().lstrip(".")
@@ -159,6 +166,12 @@ def load_dataset(path: Path, *, rows: str | None = None, limit: int | None = Non
                 row = normalize_dataset_row(load(), row_index=index)
             except DatasetRowError as exc:
                 raise _located(f"{path}{where}", exc) from exc
+            except RecursionError:  # deeper than the parser reads
+                items.append(_too_deep(f"{path}{where}", len(items), index, column=None))
+                continue
+            if nests_deeper_than(row.metadata, MAX_JSON_DEPTH - 1):
+                items.append(_too_deep(f"{path}{where}", len(items), index, column="metadata"))
+                continue
             items.append(
                 DatasetItem(
                     row_index=len(items),
@@ -229,6 +242,28 @@ def _selected(index: int, ranges: _Ranges | None, stop: int | None) -> bool:
 
 def _first(pair: tuple[int, int]) -> int:
     return pair[0]
+
+
+def _too_deep(
+    where: str, row_index: int, source_row_index: int, *, column: str | None
+) -> DatasetItem:
+    # Sending it would fail at the rollout server, or deeper still at serialisation, with
+    # no row named: it fails alone here, and the other rows run.
+    error = DatasetRowError(
+        f"{column or 'the row'} nests too deeply: a rollout request may not nest deeper than "
+        f"{MAX_JSON_DEPTH} levels and the metadata sits one level down (docs/protocol.md); "
+        "flatten it",
+        row=source_row_index,
+        column=column,
+    )
+    return DatasetItem(
+        row_index=row_index,
+        source_row_index=source_row_index,
+        prompt=[],
+        label=None,
+        metadata=None,
+        error=str(_located(where, error)),
+    )
 
 
 def _located(where: str, exc: DatasetRowError) -> DatasetRowError:

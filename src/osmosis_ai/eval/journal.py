@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -22,6 +23,7 @@ __all__ = [
     "JournalCorruptError",
     "JournalRecord",
     "JournalStatus",
+    "STORAGE_ERROR",
     "WorkItem",
     "pending_items",
     "read_records",
@@ -33,10 +35,14 @@ JournalStatus = Literal["success", "failed", "skipped"]
 #: A work item: ``(row_index, run_index)``.
 WorkItem = tuple[int, int]
 
+#: ``error_type`` of an item whose outputs could not be stored (disk full, read-only...).
+#: Such a record says why the item is not done; it is not a result, so resume redoes it.
+STORAGE_ERROR: Final = "storage_error"
+
 _STATUSES: Final[frozenset[str]] = frozenset(get_args(JournalStatus))
 _REQUIRED_KEYS: Final = frozenset({"row_index", "run_index", "rollout_id", "status"})
 _OPTIONAL_KEYS: Final = frozenset(
-    {"source_row_index", "reward", "tokens", "duration_ms", "error_type"}
+    {"source_row_index", "reward", "tokens", "duration_ms", "error_type", "error_message"}
 )
 _FILE_MODE: Final = 0o600
 
@@ -88,6 +94,7 @@ class JournalRecord:
         tokens: Tokens used by the rollout, when counted.
         duration_ms: Wall time of the rollout in milliseconds, when measured.
         error_type: Short failure category (``rollout_protocol_error``...), when failed.
+        error_message: What went wrong and how to fix it, when known.
 
     Raises:
         ConfigError: A field has the wrong type or an out-of-range value.
@@ -103,6 +110,7 @@ class JournalRecord:
     tokens: int | None = None
     duration_ms: float | None = None
     error_type: str | None = None
+    error_message: str | None = None
 
     _FIELDS: ClassVar[tuple[str, ...]] = (
         "row_index",
@@ -114,6 +122,7 @@ class JournalRecord:
         "tokens",
         "duration_ms",
         "error_type",
+        "error_message",
     )
 
     def __post_init__(self) -> None:
@@ -137,10 +146,10 @@ class JournalRecord:
                 raise ConfigError(f"duration_ms {value!r} must not be negative")
             # One representation on disk and in memory: 1 and 1.0 are the same reward.
             object.__setattr__(self, name, float(value))
-        if self.error_type is not None and (
-            not isinstance(self.error_type, str) or not self.error_type
-        ):
-            raise ConfigError(f"error_type {self.error_type!r} must be a non-empty string or None")
+        for name in ("error_type", "error_message"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"{name} {value!r} must be a non-empty string or None")
 
     @property
     def key(self) -> WorkItem:
@@ -335,18 +344,25 @@ class Journal:
             record: The outcome to commit.
 
         Raises:
-            OSError: The write or fsync failed; the record may then be absent or partial,
-                and a later `replay` discards a partial line.
+            OSError: The write or fsync failed (a full disk...); the record is then absent:
+                what part of the line was written is truncated away.
         """
         line = record.encode()
         with self._lock:
             self._open_locked()
             assert self._fd is not None
-            view = memoryview(line)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
+            start = os.fstat(self._fd).st_size  # one writer: O_APPEND lands here
+            try:
+                view = memoryview(line)
+                while view:
+                    written = os.write(self._fd, view)
+                    view = view[written:]
+                os.fsync(self._fd)
+            except OSError:
+                # A partial line followed by a later append would be a corrupt middle line.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                raise
 
     async def append_async(self, record: JournalRecord) -> None:
         """`append` in a worker thread, so the event loop never waits on disk.
@@ -413,11 +429,16 @@ def pending_items(
             (``--retry-failed``); successes are always kept.
 
     Returns:
-        Items without a record, plus failed and skipped ones when ``retry_failed``.
+        Items without a record or whose outputs could not be stored (`STORAGE_ERROR`),
+        plus failed and skipped ones when ``retry_failed``.
     """
     pending: list[WorkItem] = []
     for item in all_items:
         record = records.get(item)
-        if record is None or (retry_failed and record.status != "success"):
+        if (
+            record is None
+            or record.error_type == STORAGE_ERROR
+            or (retry_failed and record.status != "success")
+        ):
             pending.append(item)
     return pending

@@ -29,6 +29,7 @@ class IndexRow:
         trajectory_filename: ``trajectory.json`` when the rollout's trajectory exists and
             carries its identity, else ``None``.
         error_type: Failure category, when failed.
+        error_message: What went wrong and how to fix it, when recorded.
         resumed: The outcome was carried forward from an earlier invocation of the run.
         source_row_index: Offset of the row in the dataset file (local only, see `to_json`).
     """
@@ -42,6 +43,7 @@ class IndexRow:
     duration_ms: float | None = None
     trajectory_filename: str | None = None
     error_type: str | None = None
+    error_message: str | None = None
     resumed: bool = False
     source_row_index: int | None = None
 
@@ -59,7 +61,7 @@ class IndexRow:
         Returns:
             A dict in the platform key order (``row_index``, ``run_index``, ``rollout_id``,
             ``trajectory_filename``, ``status``, ``reward``, ``tokens``, ``duration_ms``,
-            ``error_type``, ``resumed``).
+            ``error_type``, ``error_message``, ``resumed``).
         """
         ordered: JSONObject = {
             "row_index": self.row_index,
@@ -71,6 +73,7 @@ class IndexRow:
             "tokens": self.tokens,
             "duration_ms": self.duration_ms,
             "error_type": self.error_type,
+            "error_message": self.error_message,
             "resumed": True if self.resumed else None,
         }
         return {name: value for name, value in ordered.items() if value is not None}
@@ -105,6 +108,7 @@ def index_rows(
             duration_ms=record.duration_ms,
             trajectory_filename=trajectory_filenames.get(record.rollout_id),
             error_type=record.error_type,
+            error_message=record.error_message,
             resumed=record.key in resumed_keys,
             source_row_index=record.source_row_index,
         )

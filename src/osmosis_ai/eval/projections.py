@@ -100,7 +100,11 @@ def write_projections(
             "run_index": row.run_index,
             "rollout_id": row.rollout_id,
             "error_type": row.error_type,
-            "rollout_dir": str(trials / row.rollout_id),
+            "error_message": row.error_message,
+            # Only a rollout the server ran has a folder (not one refused at admission).
+            "rollout_dir": str(trials / row.rollout_id)
+            if (trials / row.rollout_id).is_dir()
+            else None,
         }
         for row in rows
         if row.status == "failed"

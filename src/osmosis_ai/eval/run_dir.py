@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import hashlib
@@ -176,4 +177,6 @@ def run_log(path: Path, redactor: Redactor) -> Iterator[logging.Logger]:
     finally:
         listener.stop()
         logger.removeHandler(queue_handler)
-        handler.close()
+        # Closing flushes what a full disk refused; the run reports its storage failure itself.
+        with contextlib.suppress(OSError):
+            handler.close()

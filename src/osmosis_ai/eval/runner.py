@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -21,7 +22,7 @@ from typing import Any
 from osmosis_ai.errors import ConfigError, RolloutProtocolError
 from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, DatasetItem, load_dataset
-from osmosis_ai.eval.journal import Journal, JournalRecord, pending_items
+from osmosis_ai.eval.journal import STORAGE_ERROR, Journal, JournalRecord, pending_items
 from osmosis_ai.eval.projections import write_projections
 from osmosis_ai.eval.run_dir import (
     PREVIEWS_DIR,
@@ -42,12 +43,14 @@ from osmosis_ai.rollout.server.app import (
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.redact import Redactor
+from osmosis_ai.rollout.trajectory.save import describe_storage_error
 
 __all__ = ["EvalOptions", "EvalOutcome", "run_eval"]
 
 _ROLLOUT_PROTOCOL = "0.4"
 _ITEM_SLACK_SEC = 60.0
 _DEFAULT_CONCURRENCY = 4
+_MAX_ERROR_MESSAGE_CHARS = 2000
 
 Item = tuple[int, int]  # (row_index, run_index)
 
@@ -217,7 +220,6 @@ async def run_eval(
                     config,
                     dataset,
                     pending,
-                    records,
                     journal,
                     secrets,
                     options,
@@ -240,11 +242,22 @@ async def run_eval(
                     rollout_name=config.experiment.rollout,
                 )
 
-            finished = await asyncio.to_thread(project)
-            outcome.metrics = finished.metrics
-            outcome.failed_rows = finished.failed_rows
-            outcome.complete = finished.complete
+            try:
+                finished = await asyncio.to_thread(project)
+            except OSError as exc:
+                # The journal stays the authority: the next run rebuilds these files.
+                outcome.halted = outcome.halted or _storage_halt(
+                    run_dir, describe_storage_error(exc)
+                )
+            else:
+                outcome.metrics = finished.metrics
+                outcome.failed_rows = finished.failed_rows
+                outcome.complete = finished.complete
     return outcome
+
+
+def _storage_halt(run_dir: Path, reason: str) -> str:
+    return f"cannot store results under {run_dir}: {reason}; free space there (or make it writable)"
 
 
 def _open_journal(journal: Journal) -> dict[Item, JournalRecord]:
@@ -256,7 +269,6 @@ async def _dispatch(
     config: EvalConfig,
     dataset: Dataset,
     pending: list[Item],
-    records: dict[Item, JournalRecord],
     journal: Journal,
     secrets: dict[str, str],
     options: EvalOptions,
@@ -318,9 +330,10 @@ async def _dispatch(
                         journal,
                         outcome,
                         concurrency,
-                        len(records),
+                        outcome.resumed,  # items redone (failed, unstored) are not done yet
                         on_item,
                         log,
+                        redactor.text,
                     )
             finally:
                 await server.stop()
@@ -341,6 +354,7 @@ async def _work(
     already_done: int,
     on_item: ItemCallback | None,
     log: logging.Logger,
+    redact: Callable[[str], str],
 ) -> None:
     queue: asyncio.Queue[Item] = asyncio.Queue()
     for item in pending:
@@ -354,6 +368,18 @@ async def _work(
         item = by_row[row_index]
         rollout_id = uuid.uuid4().hex
         started = time.monotonic()
+        if item.error is not None:
+            # Found unsendable when the dataset was read (named by file and row): the row
+            # fails alone, nothing is sent, and the other rows run.
+            return _record(
+                item,
+                run_index,
+                rollout_id,
+                started,
+                "failed",
+                error_type="validation_error",
+                error_message=item.error,
+            )
         try:
             handle = await client.run_rollout(
                 item.prompt,
@@ -372,6 +398,7 @@ async def _work(
             )
         except RolloutProtocolError as exc:
             if exc.status_code is not None and 400 <= exc.status_code < 500:
+                # The server's answer says what it refused (too large, too deep...) and why.
                 return _record(
                     item,
                     run_index,
@@ -379,6 +406,7 @@ async def _work(
                     started,
                     "failed",
                     error_type="rollout_protocol_error",
+                    error_message=str(exc),
                 )
             raise
         try:
@@ -394,7 +422,27 @@ async def _work(
         if result.status is not RolloutStatus.SUCCESS:
             error = (result.err_category.value if result.err_category else None) or "rollout_failed"
             return _record(
-                item, run_index, rollout_id, started, "failed", tokens=tokens, error_type=error
+                item,
+                run_index,
+                rollout_id,
+                started,
+                "failed",
+                tokens=tokens,
+                error_type=error,
+                error_message=result.err_message or None,
+            )
+        if result.err_message is not None:
+            # A successful result carries a message only when the server could not store
+            # the rollout's files: the item is not done until they exist.
+            return _record(
+                item,
+                run_index,
+                rollout_id,
+                started,
+                "failed",
+                tokens=tokens,
+                error_type=STORAGE_ERROR,
+                error_message=result.err_message,
             )
         sample = result.sample
         if sample is not None and sample.remove_sample:
@@ -406,12 +454,23 @@ async def _work(
 
     async def worker() -> None:
         nonlocal done
-        while not queue.empty():
+        while not queue.empty() and outcome.halted is None:
             row_index, run_index = queue.get_nowait()
             record = await run_item(row_index, run_index)
             if record is None:
                 continue
-            await journal.append_async(record)  # durable before it counts
+            if record.error_message is not None:
+                message = redact(record.error_message)[:_MAX_ERROR_MESSAGE_CHARS]
+                record = dataclasses.replace(record, error_message=message)
+            try:
+                await journal.append_async(record)  # durable before it counts
+            except OSError as exc:
+                outcome.halted = _storage_halt(outcome.run_dir, describe_storage_error(exc))
+                return
+            if record.error_type == STORAGE_ERROR:
+                assert record.error_message is not None
+                outcome.halted = _storage_halt(outcome.run_dir, record.error_message)
+                return
             outcome.dispatched += 1
             done += 1
             log.info(
@@ -452,6 +511,7 @@ def _record(
     tokens: int | None = None,
     reward: float | None = None,
     error_type: str | None = None,
+    error_message: str | None = None,
 ) -> JournalRecord:
     return JournalRecord(
         row_index=item.row_index,
@@ -463,4 +523,5 @@ def _record(
         tokens=tokens,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
         error_type=error_type,
+        error_message=error_message,
     )

@@ -20,9 +20,9 @@ def default_artifact_root() -> Path:
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
 
-    The bytes go to a temporary file in the same directory, are flushed to disk (unless
-    ``durable`` is false: for files worthless after a crash), and replace ``path`` in one
-    rename. Refuses to replace a symlink (it could point anywhere).
+    The bytes go to a temporary file in the same directory, are flushed to disk and
+    replace ``path`` in one rename, which is flushed too (unless ``durable`` is false: for
+    files worthless after a crash). Refuses to replace a symlink (it could point anywhere).
 
     Raises:
         OSError: The directory is missing or unwritable, or ``path`` is a symlink.
@@ -44,3 +44,10 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if durable:
+        # Until the directory is flushed, a crash can still lose the rename.
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

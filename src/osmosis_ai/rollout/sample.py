@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import numbers
@@ -90,25 +91,31 @@ class RolloutSample(BaseModel):
     def json_safe_copy(self) -> RolloutSample:
         """A copy whose ``metrics`` and ``extra_fields`` can be JSON-encoded.
 
-        Integers and finite reals become ``int``/``float``; tuples become lists; numeric dict
-        keys become strings; anything else (objects, NaN, infinities, other keys) is dropped
-        with one warning naming what was dropped. ``messages`` are left as they are.
+        Integers and finite reals become ``int``/``float``; foreign scalars (NumPy and the
+        like: anything whose ``.item()`` gives a builtin number or bool) become that builtin;
+        string subclasses become ``str``; tuples become lists; non-string dict keys are
+        converted like values and written as JSON writes them (``3``, ``2.5``, ``true``).
+        Anything else (objects, NaN, infinities, container keys) is dropped with one warning
+        naming what was dropped. ``messages`` are left as they are.
         """
         dropped: list[str] = []
         metrics = _json_safe(self.metrics, "metrics", dropped)
         extra_fields = _json_safe(self.extra_fields, "extra_fields", dropped)
-        if not dropped:
-            return self
-        logger.warning("dropped non-JSON values from sample: %s", ", ".join(dropped[:20]))
+        if dropped:
+            logger.warning("dropped non-JSON values from sample: %s", ", ".join(dropped[:20]))
+        # Always the converted copy: a value can need converting without anything dropped.
         return self.model_copy(update={"metrics": metrics, "extra_fields": extra_fields})
 
 
 _DROP = object()
+_SCALARS = (bool, int, float)
 
 
 def _json_safe(value: Any, path: str, dropped: list[str]) -> Any:
     if value is None or type(value) in (bool, str, int):
         return value
+    if isinstance(value, str):
+        return str(value)
     if type(value) is float:
         if math.isfinite(value):
             return value
@@ -125,10 +132,10 @@ def _json_safe(value: Any, path: str, dropped: list[str]) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if isinstance(key, bool) or not isinstance(key, str | numbers.Real):
+            name = _json_key(key)
+            if name is None:
                 dropped.append(f"{path}[{key!r}]")
                 continue
-            name = key if isinstance(key, str) else str(key)
             safe = _json_safe(item, f"{path}.{name}", dropped)
             if safe is not _DROP:
                 out[name] = safe
@@ -136,8 +143,33 @@ def _json_safe(value: Any, path: str, dropped: list[str]) -> Any:
     if isinstance(value, list | tuple):
         items = (_json_safe(item, f"{path}[{i}]", dropped) for i, item in enumerate(value))
         return [item for item in items if item is not _DROP]
+    scalar = _foreign_scalar(value)
+    if scalar is not _DROP:
+        return _json_safe(scalar, path, dropped)
     dropped.append(path)
     return _DROP
+
+
+def _foreign_scalar(value: Any) -> Any:
+    """``value.item()`` when it is a builtin number or bool (NumPy, PyTorch scalars)."""
+    item = getattr(value, "item", None)
+    if not callable(item):
+        return _DROP
+    try:
+        scalar = item()
+    except Exception:  # arrays of several elements raise; anything else is not a scalar
+        return _DROP
+    return scalar if type(scalar) in _SCALARS else _DROP
+
+
+def _json_key(key: Any) -> str | None:
+    """A dict key as JSON writes it, after converting it like a value; ``None`` to drop."""
+    if isinstance(key, str):
+        return str(key)
+    converted = _json_safe(key, "", [])
+    if type(converted) not in _SCALARS:
+        return None  # containers, objects, NaN
+    return json.dumps(converted)
 
 
 class AgentWorkflowOutput(BaseModel):

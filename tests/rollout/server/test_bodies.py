@@ -75,9 +75,32 @@ async def test_validation_errors_never_echo_the_key(http: httpx.AsyncClient) -> 
     assert response.status_code == 422 and "sk-never-echo-4411" not in response.text
 
 
-async def test_oversized_body_is_413(http: httpx.AsyncClient) -> None:
+async def test_oversized_body_is_413_naming_its_size_and_the_limit(
+    http: httpx.AsyncClient,
+) -> None:
     response = await _post(http, b'{"x": "' + b"a" * (33 * 1024 * 1024) + b'"}')
     assert response.status_code == 413
+    detail = response.json()["detail"]
+    assert "33.0 MiB" in detail and "32 MiB limit" in detail
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+async def test_bodies_nested_past_the_limit_are_refused_at_admission(
+    http: httpx.AsyncClient,
+) -> None:
+    # The body object is level 1, so metadata may nest 63 levels under the limit of 64.
+    fits = {**VALID, "rollout_id": "deep-ok", "metadata": _nested(63)}
+    assert (await _post(http, json.dumps(fits).encode())).status_code == 202
+    deep = {**VALID, "rollout_id": "deep", "metadata": _nested(300)}
+    response = await _post(http, json.dumps(deep).encode())
+    assert response.status_code == 422
+    assert "deeper than 64 levels" in response.json()["detail"]
 
 
 async def test_ten_megabyte_strings_and_unicode_garbage_are_accepted_as_data(

@@ -7,18 +7,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy
 
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.rollout import (
     AgentWorkflow,
     AgentWorkflowContext,
+    GraderContext,
     LocalBackend,
     RolloutStatus,
     get_rollout_context,
 )
 from osmosis_ai.testing import ChatStub
 from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory
-from tests.rollout.server.workflows import Behaviours, ExactMatch
+from tests.rollout.server.workflows import Answer, Behaviours, ExactMatch
 
 
 class CallsTheModelTwice(AgentWorkflow):
@@ -53,6 +55,29 @@ async def test_trajectory_exists_when_the_result_is_published(
     assert trajectory["session_id"] == "saved"
     assert trajectory["extra"]["osmosis"]["reward"] == 1.0
     assert trajectory["extra"]["osmosis"]["request_extra_fields"] == {"row_index": 3}
+    assert [step["source"] for step in trajectory["steps"]] == ["user", "agent"]
+
+
+class NumpyMetrics(ExactMatch):
+    """Grades like ExactMatch and reports its scores the way NumPy code produces them."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        await super().grade(ctx)
+        assert ctx.sample is not None
+        # Finite values only, so nothing needs dropping: they must still be converted.
+        ctx.sample.metrics.update({"score": numpy.float32(0.5), "steps": numpy.int64(3)})
+
+
+async def test_numpy_metrics_keep_messages_metrics_and_trajectory(
+    serve: ServeFactory, artifact_root: Path
+) -> None:
+    async with serve(LocalBackend(workflow=Answer, grader=NumpyMetrics)) as server:
+        result = await (await server.client.run_rollout(PROMPT, CHAT_URL, "np", label="42"))
+    assert result.status is RolloutStatus.SUCCESS and result.sample is not None
+    assert result.sample.messages[-1] == {"role": "assistant", "content": "42"}
+    assert result.sample.metrics == {"score": 0.5, "steps": 3}
+    trajectory = json.loads((artifact_root / "np" / "trajectory.json").read_text())
+    assert trajectory["extra"]["osmosis"]["reward"] == 1.0
     assert [step["source"] for step in trajectory["steps"]] == ["user", "agent"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from osmosis_ai._extras import import_optional
@@ -16,6 +17,7 @@ from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
 from osmosis_ai.rollout.trajectory.preview import preview_id_allowed
 from osmosis_ai.rollout.trajectory.redact import redact_text
+from osmosis_ai.rollout.trajectory.save import TRAJECTORY_FILENAME, describe_storage_error
 
 __all__ = ["REPORT_URL_FIELD", "cancelled_result", "lease_expired_result", "run_rollout"]
 
@@ -84,7 +86,11 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         logger.error("rollout %s: %s", entry.rollout_id, message)
         result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
     try:
-        await _save(state, entry, outcome, result)
+        unsaved = await _save(state, entry, outcome, result)
+        if unsaved is not None and result.ok:
+            # Status and reward stand; the message tells a controller that keeps files
+            # (``osmosis eval run``) that this rollout's trajectory is missing.
+            result = dataclasses.replace(result, err_message=unsaved)
     finally:
         state.registry.finish(entry, result, secrets=secrets)
         if entry.preview is not None and state.preview_hub is not None:
@@ -100,22 +106,31 @@ def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -
 
 async def _save(
     state: ServerState, entry: Entry, outcome: ExecutionOutcome | None, result: ExecutionResult
-) -> None:
-    """Write ``trajectory.json`` and ``diagnostics.json``; best-effort, never raises."""
+) -> str | None:
+    """Write ``trajectory.json`` and ``diagnostics.json``; never raises.
+
+    Returns why the trajectory could not be stored (disk full...), if it could not.
+    """
     saved = outcome.result_to_save if outcome is not None else result
     request = entry.request
     secrets = secrets_of(state, entry)
+    unsaved = None
     if saved.sample is not None:
-        await save_trajectory(
-            rollout_id=entry.rollout_id,
-            sample=saved.sample,
-            request_label=request.label,
-            request_metadata=request.metadata,
-            request_extra_fields=request.extra_fields,
-            report=await _report(state, entry),
-            artifact_root=state.artifact_root,
-            secrets=secrets,
-        )
+        try:
+            await save_trajectory(
+                rollout_id=entry.rollout_id,
+                sample=saved.sample,
+                request_label=request.label,
+                request_metadata=request.metadata,
+                request_extra_fields=request.extra_fields,
+                report=await _report(state, entry),
+                artifact_root=state.artifact_root,
+                secrets=secrets,
+                raise_storage_errors=True,
+            )
+        except OSError as exc:
+            unsaved = f"{TRAJECTORY_FILENAME} not saved: {describe_storage_error(exc)}"
+            logger.warning("rollout %s: %s", entry.rollout_id, unsaved)
     diagnostics = saved.extra_fields or result.extra_fields
     if diagnostics:
         await save_diagnostics(
@@ -124,6 +139,7 @@ async def _save(
             artifact_root=state.artifact_root,
             secrets=secrets,
         )
+    return unsaved
 
 
 async def _report(state: ServerState, entry: Entry) -> TrajectoryReport | None:

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
+
 __all__ = [
     "MAX_BODY_BYTES",
     "Answer",
@@ -30,6 +32,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 #: Largest body the server reads.
 MAX_BODY_BYTES = 32 * 1024 * 1024
+_MIB = 1024 * 1024
 
 
 class BodyError(Exception):
@@ -93,15 +96,15 @@ class HttpRequest:
         return None
 
     async def json(self) -> Any:
-        """The body parsed as JSON, at most ``MAX_BODY_BYTES``.
+        """The body parsed as JSON, at most ``MAX_BODY_BYTES`` and ``MAX_JSON_DEPTH`` levels.
 
         Raises:
-            BodyError: Too large (413), or not JSON (422, as FastAPI-style servers answer).
+            BodyError: Too large (413), not JSON or nested too deeply (422, as
+                FastAPI-style servers answer).
         """
-        too_large = BodyError(413, f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB")
         declared = self.header(b"content-length") or ""
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise too_large
+            raise _too_large(int(declared))
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -111,16 +114,36 @@ class HttpRequest:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                raise too_large
+                raise _too_large(None)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         try:
-            return json.loads(b"".join(chunks))
+            value = json.loads(b"".join(chunks))
         except UnicodeDecodeError as exc:
             raise BodyError(422, "request body is not UTF-8 JSON") from exc
         except json.JSONDecodeError as exc:
             where = f"line {exc.lineno} column {exc.colno}"
             raise BodyError(422, f"request body is not valid JSON: {exc.msg} at {where}") from exc
         except RecursionError as exc:
-            raise BodyError(422, "request body is nested too deeply") from exc
+            raise _too_deep() from exc
+        if nests_deeper_than(value, MAX_JSON_DEPTH):
+            raise _too_deep()
+        return value
+
+
+def _too_deep() -> BodyError:
+    return BodyError(
+        422,
+        f"request body nests deeper than {MAX_JSON_DEPTH} levels, the rollout server's limit "
+        "(the request object is level 1); flatten metadata and extra_fields",
+    )
+
+
+def _too_large(size: int | None) -> BodyError:
+    limit = f"the rollout server's {MAX_BODY_BYTES // _MIB} MiB limit"
+    if size is None:
+        return BodyError(413, f"request body exceeds {limit}; shorten the prompt or metadata")
+    return BodyError(
+        413, f"request body is {size / _MIB:.1f} MiB, over {limit}; shorten the prompt or metadata"
+    )

@@ -21,7 +21,13 @@ from osmosis_ai.rollout.trajectory.convert import convert_sample_to_trajectory
 from osmosis_ai.rollout.trajectory.redact import redact_value, scrub_secrets
 from osmosis_ai.rollout.trajectory.report import TrajectoryReport
 
-__all__ = ["DIAGNOSTICS_FILENAME", "TRAJECTORY_FILENAME", "save_diagnostics", "save_trajectory"]
+__all__ = [
+    "DIAGNOSTICS_FILENAME",
+    "TRAJECTORY_FILENAME",
+    "describe_storage_error",
+    "save_diagnostics",
+    "save_trajectory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +37,18 @@ TRAJECTORY_FILENAME = "trajectory.json"
 DIAGNOSTICS_FILENAME = "diagnostics.json"
 
 
+def describe_storage_error(exc: OSError) -> str:
+    """An OS error as its reason and path only (``OSError: No space left on device (path)``)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
+
+
 def _describe(exc: BaseException) -> str:
     # Never str(exc) in general: validation and encoding errors can quote message content.
     if isinstance(exc, InvalidIdError):
         return str(exc)
     if isinstance(exc, OSError):  # paths and OS reasons only
-        where = f" ({exc.filename})" if exc.filename else ""
-        return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
+        return describe_storage_error(exc)
     if isinstance(exc, ValidationError):
         locations = ", ".join(
             ".".join(str(part) for part in error["loc"]) or "<document>"
@@ -96,12 +107,14 @@ async def save_trajectory(
     report: TrajectoryReport | None = None,
     artifact_root: str | os.PathLike[str] | None = None,
     secrets: Iterable[str] = (),
+    raise_storage_errors: bool = False,
 ) -> Path | None:
     """Write the sample's ATIF document to ``<artifact_root>/<rollout_id>/trajectory.json``.
 
     Conversion, encoding and the atomic write all run in one worker thread. The file is
-    indented JSON with number arrays (token ids, logprobs) on one line. Best-effort: a
-    failure is logged as a warning (without message content) and never raised.
+    indented JSON with number arrays (token ids, logprobs) on one line, fsynced with its
+    directory. Best-effort: a failure is logged as a warning (without message content) and
+    never raised, except storage failures when ``raise_storage_errors``.
 
     Args:
         rollout_id: The rollout; must be a single path segment.
@@ -114,10 +127,15 @@ async def save_trajectory(
             else ``~/.osmosis``.
         secrets: Values that must not appear in the file (the rollout's API key, configured
             secrets); every occurrence becomes ``[REDACTED]``. Nothing else is altered.
+        raise_storage_errors: Raise an `OSError` of the storage (disk full, read-only,
+            permissions) instead of logging it, so the host can report the file as missing.
 
     Returns:
         The path written, or ``None`` when nothing was written (no sample, no
         trajectory messages, or an error).
+
+    Raises:
+        OSError: The file could not be stored, when ``raise_storage_errors``.
     """
     if sample is None:
         logger.info("rollout %r has no sample; no trajectory saved", rollout_id)
@@ -138,6 +156,11 @@ async def save_trajectory(
             artifact_root,
             tuple(secrets),
         )
+    except OSError as exc:
+        if raise_storage_errors:
+            raise
+        logger.warning("trajectory of rollout %r not saved: %s", rollout_id, _describe(exc))
+        return None
     except Exception as exc:
         logger.warning("trajectory of rollout %r not saved: %s", rollout_id, _describe(exc))
         return None

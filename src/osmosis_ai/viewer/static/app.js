@@ -227,6 +227,7 @@ async function rolloutPage(runName, rolloutId, gen) {
   if ((item && item.status === "failed") || diagnostics) {
     nodes.push(h("h2", {}, "Error"), h("div", { class: "error", id: "error" },
       h("div", {}, h("strong", {}, item && item.error_type ? item.error_type : "error"), diagnostics && diagnostics.exception_type ? ` · ${diagnostics.exception_type}` : "", diagnostics && diagnostics.phase ? ` in ${diagnostics.phase}` : ""),
+      item && item.error_message ? h("p", { class: "error-message" }, item.error_message) : null,
       diagnostics && diagnostics.traceback ? h("details", { open: true }, h("summary", {}, "traceback"), h("pre", {}, diagnostics.traceback)) : null));
   }
   nodes.push(h("h2", {}, live ? "Live preview (updates while the rollout runs)" : "Trajectory"));

@@ -35,6 +35,8 @@ class Probe(AgentWorkflow):
             await asyncio.sleep(60)
         if what == "block":
             time.sleep(5)  # noqa: ASYNC251 -- blocks its process's loop on purpose
+        if what == "fill_disk":
+            await asyncio.to_thread(_fill_once, ctx.metadata or {})
         if what == "print_secret":
             print(f"the secret is {os.environ['PROBE_SECRET']}", flush=True)
         rollout = get_rollout_context()
@@ -77,6 +79,21 @@ async def _leak(ctx: AgentWorkflowContext, url: str, key: str) -> list[dict[str,
     if meta.get("raise"):
         raise RuntimeError(f"tool failed with {key} and {secret}")
     return messages
+
+
+def _fill_once(meta: dict[str, Any]) -> None:
+    """Fill the filesystem of ``meta["path"]`` (the run's output), the first time only."""
+    if os.path.exists(meta["marker"]):
+        return
+    open(meta["marker"], "w").close()
+    with open(meta["path"], "wb", buffering=0) as file:
+        try:
+            for _ in range(1 << 16):  # bounded: 4 GiB, far beyond the test filesystem
+                file.write(b"\0" * 65536)
+        except OSError:
+            pass  # full
+    for index in range(100):  # server output the runner logs to the full disk
+        print(f"filled the disk, line {index}", flush=True)
 
 
 def _append(path: str, text: str) -> None:
