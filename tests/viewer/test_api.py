@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import pytest_asyncio
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.viewer import Viewer
-from tests.viewer.conftest import ARTIFACT_TEXT, FAILURE
+from tests.viewer.conftest import ARTIFACT_TEXT, FAILURE, copy_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -138,22 +137,6 @@ async def test_symlinks_out_of_a_rollout_are_not_followed(
     assert served.status_code == 404 and "private" not in served.text
 
 
-@pytest.fixture
-def damaged_root(finished_run_root: Path, tmp_path: Path) -> Path:
-    """The finished run, beside copies of it whose files were damaged after the run."""
-    root = tmp_path / "evals"
-    root.mkdir()
-    shutil.copytree(finished_run_root / "finished", root / "finished")
-    bad_journal = shutil.copytree(root / "finished", root / "bad-journal")
-    with (bad_journal / "events.jsonl").open("a") as journal:
-        journal.write('{"row_index": "zero"}\n')
-    not_an_object = shutil.copytree(root / "finished", root / "bad-manifest")
-    (not_an_object / "manifest.json").write_text("[]")
-    bad_metrics = shutil.copytree(root / "finished", root / "bad-metrics")
-    (bad_metrics / "metrics.json").write_text('{"eval_run": "x", "summary": []}')
-    return root
-
-
 async def test_a_damaged_run_is_flagged_and_the_others_still_listed(damaged_root: Path) -> None:
     async with Viewer(damaged_root) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as c:
         listed = await c.get("/api/runs")
@@ -176,21 +159,14 @@ async def test_a_damaged_run_is_flagged_and_the_others_still_listed(damaged_root
         assert items.json()["detail"] == runs["bad-journal"]["problem"]
 
 
-def _live_run_dir(finished_run_root: Path, tmp_path: Path) -> Path:
-    """A copy of the finished run as it was before its end: journal only, no metrics."""
-    run_dir = shutil.copytree(finished_run_root / "finished", tmp_path / "evals" / "live")
-    (run_dir / "metrics.json").unlink()
-    return run_dir
-
-
 async def test_a_live_run_has_its_summary_from_the_journal(
     http: httpx.AsyncClient, finished_run_root: Path, tmp_path: Path
 ) -> None:
     finished = (await http.get("/api/runs/finished")).json()["summary"]
-    run_dir = _live_run_dir(finished_run_root, tmp_path)
+    run_dir = copy_run(finished_run_root / "finished", tmp_path / "evals", live=True)
     async with Viewer(run_dir.parent) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as c:
         (listed,) = (await c.get("/api/runs")).json()
-        overview = (await c.get("/api/runs/live")).json()
+        overview = (await c.get("/api/runs/finished")).json()
     assert overview["status"] == "running"
     assert overview["summary"]["pass_rate"] == finished["pass_rate"]
     assert overview["summary"]["reward_stats"] == finished["reward_stats"]
