@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -12,7 +14,14 @@ from typing import Any, Self
 
 from osmosis_ai._extras import import_optional
 
-__all__ = ["RunningServer", "ServedApp", "bind_socket", "running_server"]
+__all__ = [
+    "RunningServer",
+    "ServedApp",
+    "bind_socket",
+    "is_loopback_host",
+    "new_token",
+    "running_server",
+]
 
 _STARTUP_TIMEOUT_SEC = 60.0
 
@@ -26,6 +35,23 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+def new_token() -> str:
+    """A random bearer token for a server that must not be open to whoever reaches it."""
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether binding ``host`` serves only this machine (``localhost``, 127/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name other than localhost, or "" (every interface)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 @dataclass(frozen=True)

@@ -46,18 +46,55 @@ async def chatty_workspace(root: Path) -> AsyncIterator[Workspace]:
         yield workspace
 
 
-@pytest.fixture(scope="module")
-def finished_run_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The output root of one finished run of ``FINISHED_ROWS`` (made once per module)."""
+def _finished_run(root: Path, rows: list[dict[str, Any]], *args: str) -> Path:
+    """The output root of one finished ``osmosis eval run`` of ``rows`` in a new workspace."""
     import asyncio
-
-    root = tmp_path_factory.mktemp("viewer") / "ws"
 
     async def make() -> None:
         async with chatty_workspace(root) as workspace:
-            workspace.write_rows(FINISHED_ROWS)
-            code, output = await workspace.run("--name", "finished")
-            assert code == 0, output  # complete, although one row fails on purpose
+            workspace.write_rows(rows)
+            code, output = await workspace.run(*args)
+            assert code == 0, output  # complete, although a row may fail on purpose
 
     asyncio.run(make())
-    yield root / ".osmosis" / "evals"
+    return root / ".osmosis" / "evals"
+
+
+@pytest.fixture(scope="module")
+def finished_run_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The output root of one finished run of ``FINISHED_ROWS`` (made once per module)."""
+    yield _finished_run(
+        tmp_path_factory.mktemp("viewer") / "ws", FINISHED_ROWS, "--name", "finished"
+    )
+
+
+@pytest.fixture(scope="module")
+def repeated_run_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The output root of a run ``repeated``: one passing row, 4 times (pass@1, 2 and 4)."""
+    rows = [{"user_prompt": "say token0", "ground_truth": "token0"}]
+    root = tmp_path_factory.mktemp("viewer") / "ws"
+    yield _finished_run(root, rows, "--name", "repeated", "--n", "4")
+
+
+def copy_run(run_dir: Path, root: Path, *, live: bool = False) -> Path:
+    """A copy of ``run_dir`` in the folder ``root``; ``live``: as it was before its end
+    (journal and trials written, ``metrics.json`` not yet)."""
+    copy = shutil.copytree(run_dir, root / run_dir.name)
+    if live:
+        (copy / "metrics.json").unlink()
+    return copy
+
+
+@pytest.fixture
+def damaged_root(finished_run_root: Path, tmp_path: Path) -> Path:
+    """The finished run, beside copies of it whose files were damaged after the run."""
+    root = tmp_path / "evals"
+    finished = copy_run(finished_run_root / "finished", root)
+    bad_journal = shutil.copytree(finished, root / "bad-journal")
+    with (bad_journal / "events.jsonl").open("a") as journal:
+        journal.write('{"row_index": "zero"}\n')
+    bad_manifest = shutil.copytree(finished, root / "bad-manifest")
+    (bad_manifest / "manifest.json").write_text("[]")
+    bad_metrics = shutil.copytree(finished, root / "bad-metrics")
+    (bad_metrics / "metrics.json").write_text('{"eval_run": "x", "summary": []}')
+    return root

@@ -15,7 +15,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, async_playwright
 
 from osmosis_ai.viewer import Viewer
-from tests.viewer.conftest import FAILURE, chatty_workspace
+from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -144,3 +144,91 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
             async with asyncio.timeout(30):
                 await process.wait()
     assert process.returncode == 0
+
+
+async def test_a_damaged_run_is_listed_as_broken_and_its_page_says_why(
+    page: Page, damaged_root: Path
+) -> None:
+    async with Viewer(damaged_root) as viewer:
+        await page.goto(viewer.url)
+        await page.wait_for_selector("#runs tbody tr")
+        assert await page.locator("#runs tbody tr").count() == 4
+        broken = page.locator('#runs tr[data-run="bad-journal"] .status-broken')
+        assert "broken" in await broken.inner_text()
+        assert "line 4 is not a valid record" in await broken.inner_text()
+        healthy = page.locator('#runs tr[data-run="finished"] .status-finished')
+        assert await healthy.inner_text() == "finished"
+        await page.locator('#runs tr[data-run="bad-journal"] a').click()
+        problem = page.locator("#problem")
+        await problem.wait_for()
+        assert "line 4 is not a valid record" in await problem.inner_text()
+
+
+async def _cards(page: Page) -> dict[str, str]:
+    await page.wait_for_selector(".cards .card")
+    labels = await page.locator(".cards .card .label").all_inner_texts()
+    values = await page.locator(".cards .card .value").all_inner_texts()
+    return {label.lower(): value for label, value in zip(labels, values, strict=True)}
+
+
+async def test_cards_fill_from_the_journal_while_the_run_goes_on(
+    page: Page, repeated_run_root: Path, tmp_path: Path
+) -> None:
+    live = copy_run(repeated_run_root / "repeated", tmp_path / "evals", live=True)
+    async with Viewer(live.parent) as viewer:
+        await page.goto(f"{viewer.url}#/run/repeated")
+        await page.wait_for_selector("#items tbody tr")
+        assert await page.locator("h1 .pill").inner_text() == "running"
+        cards = await _cards(page)
+    assert cards["pass rate"] == "100.0%" and cards["mean reward"] == "1"
+    assert cards["items"] == "4" and int(cards["tokens"]) > 0
+
+
+async def test_pass_at_k_labels_stay_inside_the_chart(page: Page, repeated_run_root: Path) -> None:
+    async with Viewer(repeated_run_root) as viewer:
+        await page.goto(f"{viewer.url}#/run/repeated")
+        chart = page.locator('svg[aria-label="pass@k"]')
+        await chart.wait_for()
+        box = await chart.bounding_box()
+        texts = chart.locator("text")
+        labels = await texts.all_text_contents()
+        assert labels.count("100.0%") == 3  # pass@1, 2 and 4
+        for index in range(await texts.count()):
+            inner = await texts.nth(index).bounding_box()
+            assert box and inner, labels[index]
+            assert inner["x"] >= box["x"] and inner["y"] >= box["y"], labels[index]
+            assert inner["x"] + inner["width"] <= box["x"] + box["width"], labels[index]
+            assert inner["y"] + inner["height"] <= box["y"] + box["height"], labels[index]
+
+
+async def test_mean_reward_is_defined_beside_the_failed_items(page: Page, viewer_url: str) -> None:
+    await page.goto(f"{viewer_url}#/run/finished")
+    definitions = page.locator("#definitions")
+    await definitions.wait_for()
+    text = await definitions.inner_text()
+    # FINISHED_ROWS: 3 items, the failing one has no reward: the mean is over the other 2.
+    assert "mean reward = average reward of the 2 items that have one" in text
+    assert "failed items without a reward (1 here) are left out, not counted as 0" in text
+    assert "a failed item counts as not passed" in text
+    cards = await _cards(page)
+    assert cards["mean reward"] == "0.500" and cards["failed"] == "1"
+
+
+async def test_the_token_link_lets_the_browser_in_and_nothing_else(
+    browser: Browser, finished_run_root: Path
+) -> None:
+    async with Viewer(finished_run_root, token="a-browser-test-token-0123456789") as viewer:
+        context = await browser.new_context()
+        page = await context.new_page()
+        await page.goto(f"{viewer.url}#/run/finished")  # the printed link, once
+        await page.wait_for_selector("#items tbody tr")
+        assert "token" not in page.url
+        await page.goto(f"{viewer.served_url}/#/")  # the same viewer later: the cookie is kept
+        await page.wait_for_selector("#runs tbody tr")
+        await context.close()
+        stranger = await browser.new_context()
+        other = await stranger.new_page()
+        response = await other.goto(f"{viewer.served_url}/#/run/finished")
+        assert response is not None and response.status == 401
+        assert "needs its token" in await other.inner_text("body")
+        await stranger.close()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import signal
+import socket
 import subprocess
 from pathlib import Path
+
+import httpx
 
 from tests.eval.conftest import OSMOSIS
 
@@ -18,3 +24,62 @@ def test_view_command_refuses_a_missing_directory(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "400"},
     )
     assert result.returncode == 2 and "is not a directory" in result.stderr
+
+
+def _view(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OSMOSIS, "view", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _view(str(tmp_path), "--port", str(port))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "Errno" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"port {port}" in line and "--port" in line
+
+
+def test_a_token_the_cookie_cannot_hold_is_refused(tmp_path: Path) -> None:
+    result = _view(str(tmp_path), "--token", "short")
+    assert result.returncode == 2 and "--token" in result.stderr
+    assert "16 to 256" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_view_with_a_token_prints_the_link_once_and_refuses_without_it(
+    finished_run_root: Path,
+) -> None:
+    token = "a-token-given-on-the-command-line"
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "view", str(finished_run_root), "--token", token,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(60):
+            line = (await process.stdout.readline()).decode()
+        match = re.search(r"viewer: (http://\S+)/\?token=(\S+)", line)
+        assert match and match.group(2) == token, line
+        async with httpx.AsyncClient(base_url=match.group(1), timeout=30) as client:
+            assert (await client.get("/api/runs")).status_code == 401
+            link = await client.get(f"/?token={token}")
+            assert link.status_code == 303
+            assert "samesite=strict" in link.headers["set-cookie"].lower()
+            bearer = {"Authorization": f"Bearer {token}"}
+            assert (await client.get("/api/runs", headers=bearer)).status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        async with asyncio.timeout(30):
+            out, err = await process.communicate()
+    assert process.returncode == 0, err
+    assert (line + out.decode() + err.decode()).count(token) == 1  # printed once

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
+
+if TYPE_CHECKING:
+    from osmosis_ai.viewer import Viewer
 
 __all__ = ["view_command"]
 
@@ -21,11 +26,24 @@ def view_command(
         show_default=False,
     ),
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind (local only by default)."
+        "127.0.0.1",
+        "--host",
+        help="Address to bind (local only by default; any other address requires a token).",
     ),
-    port: int = typer.Option(0, "--port", help="Port to bind; 0 picks a free one."),
+    port: int = typer.Option(
+        0, "--port", min=0, max=65535, help="Port to bind; 0 picks a free one."
+    ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="OSMOSIS_VIEWER_TOKEN",
+        help="Token every request must show; random off 127.0.0.1 when omitted.",
+    ),
 ) -> None:
     """Serve the run viewer until interrupted, printing its address."""
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.viewer import Viewer
+
     root = path if path is not None else _DEFAULT_ROOT
     if not root.is_dir():
         raise typer.BadParameter(
@@ -33,12 +51,36 @@ def view_command(
             "(osmosis eval run writes them under <workspace>/.osmosis/evals)",
             param_hint="PATH",
         )
+    try:
+        viewer = Viewer(root.resolve(), host=host, port=port, token=token)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--token") from exc
     with contextlib.suppress(KeyboardInterrupt):
-        run(_serve(root.resolve(), host, port))
+        run(_serve(viewer, root.resolve()))
 
 
-async def _serve(root: Path, host: str, port: int) -> None:
-    from osmosis_ai.viewer import Viewer
+def _bind_failure(host: str, port: int, exc: OSError) -> str:
+    """One line for a socket that cannot be bound (the port taken, the address not ours)."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"error: port {port} on {host} is in use; pick another --port, or 0 for a free one"
+    reason = exc.strerror or str(exc)
+    return f"error: cannot listen on {host} port {port} ({reason}); check --host and --port"
 
-    async with Viewer(root, host=host, port=port) as viewer:
-        await wait_for_stop_signal(on_ready=lambda: typer.echo(f"viewer: {viewer.url}  ({root})"))
+
+async def _serve(viewer: Viewer, root: Path) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(viewer)
+        except OSError as exc:
+            typer.echo(_bind_failure(viewer.host, viewer.port, exc), err=True)
+            raise typer.Exit(2) from None
+
+        def announce() -> None:
+            typer.echo(f"viewer: {viewer.url}  ({root})")  # the only place the token is shown
+            if viewer.token is not None:
+                typer.echo(
+                    "viewer: every request needs the token in that link; a browser that "
+                    "opened it once keeps it in a cookie for this viewer"
+                )
+
+        await wait_for_stop_signal(on_ready=announce)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from osmosis_ai._serving import ServedApp
+from osmosis_ai._serving import ServedApp, new_token
 from osmosis_ai.gateway.app import create_gateway_app
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecords
@@ -42,7 +41,7 @@ class Gateway(ServedApp):
         port: int = 0,
     ) -> None:
         self.policy = policy
-        self.token = token or _new_token()
+        self.token = token or new_token()
         self.records = records if records is not None else CallRecords()
         app = create_gateway_app(
             policy, token=self.token, records=self.records, secrets=secrets, sampling=sampling
@@ -61,7 +60,3 @@ class Gateway(ServedApp):
     def trajectory_report_url(self, rollout_id: str) -> str:
         """Where a rollout server fetches the rollout's per-call metrics (same bearer)."""
         return f"{self.chat_completions_url(rollout_id)}/trajectory-report"
-
-
-def _new_token() -> str:
-    return secrets.token_urlsafe(32)

@@ -18,7 +18,9 @@ from starlette.routing import Mount, Route  # noqa: E402
 from starlette.staticfiles import StaticFiles  # noqa: E402
 from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
+from osmosis_ai.viewer._auth import TokenGate  # noqa: E402
 from osmosis_ai.viewer.runs import (  # noqa: E402
+    RunUnreadableError,
     ViewerRoot,
     artifact_file,
     live_previews,
@@ -87,11 +89,17 @@ def _not_found(what: str) -> JSONResponse:
     return JSONResponse({"detail": f"no such {what}"}, status_code=404)
 
 
-def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
+def create_viewer_app(
+    path: Path | str, *, host: str = "127.0.0.1", token: str | None = None
+) -> ASGIApp:
     """The viewer of the run directory (or folder of run directories) at ``path``.
 
     Requests must name ``host`` or a loopback name in their Host header, unless ``host``
-    binds every interface (``0.0.0.0``/``::``), which the user chose to expose.
+    binds every interface (``0.0.0.0``/``::``), which the user chose to expose. With a
+    ``token``, every request must show it (see `TokenGate`).
+
+    Raises:
+        ConfigError: ``token`` is not 16 to 256 URL-safe characters.
     """
     root = ViewerRoot(Path(path))
 
@@ -109,7 +117,11 @@ def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
             directory = await asyncio.to_thread(root.run, request.path_params["run"])
             if directory is None:
                 return _not_found("run")
-            result: Response = await asyncio.to_thread(answer, request, directory)
+            try:
+                result: Response = await asyncio.to_thread(answer, request, directory)
+            except RunUnreadableError as exc:
+                # The run's files are damaged: say so, as the runs list does.
+                return JSONResponse({"detail": str(exc)}, status_code=409)
             return result
 
         return handler
@@ -148,4 +160,5 @@ def create_viewer_app(path: Path | str, *, host: str = "127.0.0.1") -> ASGIApp:
         ]
     )
     exposed = host in ("0.0.0.0", "::", "")
-    return _Guard(app, None if exposed else _LOCAL_HOSTS | {host.lower()})
+    gated = app if token is None else TokenGate(app, token)
+    return _Guard(gated, None if exposed else _LOCAL_HOSTS | {host.lower()})

@@ -9,17 +9,20 @@ nothing outside it is ever read.
 from __future__ import annotations
 
 import json
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.eval.journal import read_records
-from osmosis_ai.eval.metrics import index_rows, pass_at_k_points
+from osmosis_ai.eval.journal import JournalCorruptError, JournalRecord, WorkItem, read_records
+from osmosis_ai.eval.metrics import IndexRow, index_rows, pass_at_k_points, summarize
 from osmosis_ai.eval.run_dir import MANIFEST, PREVIEWS_DIR
 from osmosis_ai.rollout.status import TERMINAL_STATUSES
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_FILENAME, preview_id_allowed
 
 __all__ = [
+    "RunUnreadableError",
     "ViewerRoot",
     "artifact_file",
     "live_previews",
@@ -31,6 +34,8 @@ __all__ = [
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _TRIALS = "rollout_trials"
+_JOURNAL = "events.jsonl"
+_METRICS = "metrics.json"
 _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 _MAX_JSON_BYTES = 64 * 1024 * 1024
 
@@ -77,7 +82,7 @@ class ViewerRoot:
             ]
         except OSError:
             return []
-        return sorted(candidates, key=lambda p: (p / MANIFEST).stat().st_mtime, reverse=True)
+        return sorted(candidates, key=lambda p: _mtime(p / MANIFEST), reverse=True)
 
     def run(self, name: str) -> Path | None:
         """The run directory called ``name``, or ``None`` when there is no such run."""
@@ -86,39 +91,115 @@ class ViewerRoot:
         return next((run for run in self.runs() if run.name == name), None)
 
 
-def _status(run_dir: Path, metrics: Any) -> str:
-    if isinstance(metrics, dict):
-        status = (metrics.get("eval_run") or {}).get("status")
-        if isinstance(status, str):
-            return status
-    return "running" if (run_dir / "events.jsonl").exists() else "created"
+class RunUnreadableError(Exception):
+    """A run directory's files cannot be read as a run (damaged or edited by hand).
+
+    The message says which file and what is wrong with it.
+    """
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a missing optional part)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0  # removed since it was listed: sorts last, then reads as unreadable
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the viewer shows of a run, all from one read of its files."""
+
+    manifest: dict[str, Any]
+    status: str
+    rows: list[IndexRow]
+    summary: dict[str, Any]
+    pass_threshold: float
+
+
+def _load(run_dir: Path) -> _Run:
+    """Read a run directory.
+
+    The summary is computed from the journal, as the charts are, so that it is there while
+    the run goes on (``metrics.json`` is written at its end); only the pass threshold,
+    which the journal does not hold, comes from ``metrics.json`` (1.0 until it exists).
+
+    Raises:
+        RunUnreadableError: The manifest, metrics or journal cannot be read.
+    """
+    manifest = _read_json(run_dir / MANIFEST, run_dir)
+    if not isinstance(manifest, dict):
+        raise RunUnreadableError(f"{MANIFEST} is not a readable JSON object")
+    metrics: dict[str, Any] = {}
+    if (run_dir / _METRICS).exists():
+        document = _read_json(run_dir / _METRICS, run_dir)
+        if not isinstance(document, dict) or not all(
+            isinstance(document.get(key, {}), dict) for key in ("eval_run", "summary")
+        ):
+            raise RunUnreadableError(
+                f"{_METRICS} is not a readable JSON object with 'eval_run' and 'summary' objects"
+            )
+        metrics = document
+    rows = _rows(run_dir)
+    found = _object(metrics.get("summary")).get("pass_threshold")
+    threshold = 1.0
+    if isinstance(found, int | float) and not isinstance(found, bool) and math.isfinite(found):
+        threshold = float(found)
+    status = _object(metrics.get("eval_run")).get("status")
+    if not isinstance(status, str):
+        status = "running" if (run_dir / _JOURNAL).exists() else "created"
+    return _Run(
+        manifest=manifest,
+        status=status,
+        rows=rows,
+        # No item yet: nothing to summarize (not a 0% pass rate).
+        summary=summarize(rows, pass_threshold=threshold) if rows else {},
+        pass_threshold=threshold,
+    )
 
 
 def run_summaries(root: ViewerRoot) -> list[dict[str, Any]]:
-    """One line per run for the runs page."""
-    out = []
+    """One line per run for the runs page; a run that cannot be read is ``broken``, with
+    its ``problem``, and does not hide the others."""
+    out: list[dict[str, Any]] = []
     for run_dir in root.runs():
-        manifest = _read_json(run_dir / MANIFEST, run_dir) or {}
-        metrics = _read_json(run_dir / "metrics.json", run_dir)
-        inputs = manifest.get("inputs") or {}
-        summary = (metrics or {}).get("summary") or {}
+        try:
+            run = _load(run_dir)
+        except RunUnreadableError as exc:
+            out.append({"name": run_dir.name, "status": "broken", "problem": str(exc)})
+            continue
+        inputs = _object(run.manifest.get("inputs"))
         out.append(
             {
                 "name": run_dir.name,
-                "created_at": manifest.get("created_at"),
+                "created_at": run.manifest.get("created_at"),
                 "model": inputs.get("model_path"),
-                "rollout": (inputs.get("rollout") or {}).get("name"),
-                "status": _status(run_dir, metrics),
-                "total_samples": summary.get("total_samples"),
-                "pass_rate": summary.get("pass_rate"),
-                "mean_reward": (summary.get("reward_stats") or {}).get("mean"),
+                "rollout": _object(inputs.get("rollout")).get("name"),
+                "status": run.status,
+                "total_samples": run.summary.get("total_samples"),
+                "pass_rate": run.summary.get("pass_rate"),
+                "mean_reward": _object(run.summary.get("reward_stats")).get("mean"),
             }
         )
     return out
 
 
-def _rows(run_dir: Path) -> list[Any]:
-    records = read_records(run_dir / "events.jsonl")
+def _journal(run_dir: Path) -> dict[WorkItem, JournalRecord]:
+    """The run's journal records (``RunUnreadableError`` when it cannot be read)."""
+    try:
+        return read_records(run_dir / _JOURNAL)
+    except JournalCorruptError as exc:
+        raise RunUnreadableError(str(exc)) from exc
+    except OSError as exc:
+        raise RunUnreadableError(f"{_JOURNAL} cannot be read: {exc.strerror}") from exc
+
+
+def _rows(run_dir: Path) -> list[IndexRow]:
+    records = _journal(run_dir)
     trials = run_dir / _TRIALS
     names = {
         record.rollout_id: "trajectory.json"
@@ -129,26 +210,29 @@ def _rows(run_dir: Path) -> list[Any]:
 
 
 def run_items(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's work items, from its journal (so also while the run is going on)."""
+    """The run's work items, from its journal (so also while the run is going on).
+
+    Raises:
+        RunUnreadableError: The journal cannot be read.
+    """
     return [row.to_json() for row in _rows(run_dir)]
 
 
 def run_overview(run_dir: Path) -> dict[str, Any]:
-    """The run page's header: manifest inputs, metrics and pass@k."""
-    manifest = _read_json(run_dir / MANIFEST, run_dir) or {}
-    metrics = _read_json(run_dir / "metrics.json", run_dir)
-    summary = (metrics or {}).get("summary") or {}
-    threshold = summary.get("pass_threshold")
-    if not isinstance(threshold, int | float):
-        threshold = 1.0
+    """The run page's header: manifest inputs, summary and pass@k, all from the journal;
+    for a run that cannot be read, ``status`` ``broken`` and the ``problem``."""
+    try:
+        run = _load(run_dir)
+    except RunUnreadableError as exc:
+        return {"name": run_dir.name, "status": "broken", "problem": str(exc)}
     return {
         "name": run_dir.name,
-        "status": _status(run_dir, metrics),
-        "created_at": manifest.get("created_at"),
-        "inputs": manifest.get("inputs") or {},
-        "summary": summary,
-        "pass_threshold": threshold,
-        "pass_at_k": pass_at_k_points(_rows(run_dir), pass_threshold=float(threshold)),
+        "status": run.status,
+        "created_at": run.manifest.get("created_at"),
+        "inputs": _object(run.manifest.get("inputs")),
+        "summary": run.summary,
+        "pass_threshold": run.pass_threshold,
+        "pass_at_k": pass_at_k_points(run.rows, pass_threshold=run.pass_threshold),
     }
 
 
@@ -215,11 +299,14 @@ def live_previews(run_dir: Path) -> list[dict[str, Any]]:
 
     A preview whose rollout already has a journal record is over even if its last
     publication never said so (a killed server, a rollout the runner gave up on).
+
+    Raises:
+        RunUnreadableError: The journal cannot be read.
     """
     directory = run_dir / PREVIEWS_DIR
     if not directory.is_dir() or not _unlinked(directory, run_dir):
         return []
-    finished = {record.rollout_id for record in read_records(run_dir / "events.jsonl").values()}
+    finished = {record.rollout_id for record in _journal(run_dir).values()}
     live = []
     for child in directory.iterdir():
         if not preview_id_allowed(child.name) or child.name in finished:

@@ -35,7 +35,11 @@ const pct = (v) => (typeof v === "number" ? `${(v * 100).toFixed(1)}%` : "–");
 
 async function api(path) {
   const response = await fetch(path, { headers: { Accept: "application/json" } });
-  if (!response.ok) throw new Error(`${response.status} ${path}`);
+  if (!response.ok) {
+    // The viewer's refusals say what is wrong in "detail" (a damaged run, a missing token).
+    const body = await response.json().catch(() => ({}));
+    throw new Error(typeof body.detail === "string" ? body.detail : `${response.status} ${path}`);
+  }
   return response.json();
 }
 
@@ -44,7 +48,7 @@ function setCrumbs(...parts) {
 }
 
 function show(...nodes) {
-  main.replaceChildren(...nodes);
+  main.replaceChildren(...nodes.filter((node) => node !== null));
 }
 
 function card(label, value) {
@@ -74,20 +78,23 @@ function histogram(values, title) {
 }
 
 function passAtK(points) {
-  const width = 320, height = 160, pad = 24;
+  // The right margin holds the widest value label ("100.0%") beside the last point; the top
+  // one keeps a label at 100% clear of the title.
+  const width = 320, height = 160, left = 24, right = 48, top = 32, bottom = 24;
   if (!points.length) return h("div", { class: "chart" }, h("div", { class: "muted" }, "pass@k: no runs yet"));
   const svg = h("svg", { width, height, role: "img", "aria-label": "pass@k" });
   const maxK = Math.max(...points.map((p) => p.k));
-  const x = (k) => pad + (points.length === 1 ? (width - 2 * pad) / 2 : ((Math.log2(k)) / Math.log2(maxK)) * (width - 2 * pad));
-  const y = (v) => height - pad - v * (height - 2 * pad);
-  svg.append(h("line", { class: "axis", x1: pad, y1: height - pad, x2: width - pad, y2: height - pad }));
+  const span = width - left - right;
+  const x = (k) => left + (points.length === 1 ? span / 2 : (Math.log2(k) / Math.log2(maxK)) * span);
+  const y = (v) => height - bottom - v * (height - top - bottom);
+  svg.append(h("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
   svg.append(h("polyline", { class: "line", points: points.map((p) => `${x(p.k)},${y(p.value)}`).join(" ") }));
   for (const p of points) {
     svg.append(h("circle", { class: "dot", cx: x(p.k), cy: y(p.value), r: 3 }, h("title", {}, `pass@${p.k} = ${pct(p.value)}`)));
-    svg.append(h("text", { x: x(p.k) - 6, y: height - 8 }, `k=${p.k}`));
-    svg.append(h("text", { x: x(p.k) + 5, y: y(p.value) - 5 }, pct(p.value)));
+    svg.append(h("text", { x: x(p.k), y: height - 8, "text-anchor": "middle" }, `k=${p.k}`));
+    svg.append(h("text", { class: "value", x: x(p.k) + 5, y: y(p.value) - 5 }, pct(p.value)));
   }
-  svg.append(h("text", { x: pad, y: 12 }, "pass@k"));
+  svg.append(h("text", { x: left, y: 12 }, "pass@k"));
   return h("div", { class: "chart" }, svg);
 }
 
@@ -99,10 +106,11 @@ async function runsPage(gen) {
   setCrumbs("runs");
   if (!runs.length) return show(h("h1", {}, "Runs"), h("p", { class: "muted" }, "No eval runs here yet."));
   const rows = runs.map((run) =>
-    h("tr", { class: "clickable", onclick: () => (location.hash = `#/run/${enc(run.name)}`) },
+    h("tr", { class: "clickable", "data-run": run.name, onclick: () => (location.hash = `#/run/${enc(run.name)}`) },
       h("td", {}, h("a", { href: `#/run/${enc(run.name)}` }, run.name)),
       h("td", {}, fmt(run.created_at)), h("td", {}, fmt(run.rollout)), h("td", {}, fmt(run.model)),
-      h("td", { class: `status-${run.status}` }, run.status), h("td", {}, fmt(run.total_samples)),
+      h("td", { class: `status-${run.status}` }, run.status, run.problem ? h("div", { class: "problem" }, run.problem) : null),
+      h("td", {}, fmt(run.total_samples)),
       h("td", {}, pct(run.pass_rate)), h("td", {}, fmt(run.mean_reward))));
   show(h("h1", {}, "Runs"), h("table", { id: "runs" },
     h("thead", {}, h("tr", {}, ["run", "created", "rollout", "model", "status", "samples", "pass rate", "mean reward"].map((c) => h("th", {}, c)))),
@@ -161,19 +169,34 @@ function livePanel(runName) {
   return panel;
 }
 
+// What the cards' numbers are (eval/metrics.py's summary), with this run's counts.
+function definitions(summary, items) {
+  if (!items.length) return null;
+  const unrewarded = items.filter((it) => it.status === "failed" && typeof it.reward !== "number").length;
+  return h("p", { class: "muted definitions", id: "definitions" },
+    h("strong", {}, "pass rate"), ` = items whose reward is at least ${fmt(summary.pass_threshold)}, out of the ${fmt(summary.completed_samples)} not skipped; a failed item counts as not passed. `,
+    h("strong", {}, "mean reward"), ` = average reward of the ${fmt(summary.graded)} items that have one; failed items without a reward (${unrewarded} here) are left out, not counted as 0.`);
+}
+
 async function runPage(runName, gen) {
-  const [run, items] = await Promise.all([api(`/api/runs/${enc(runName)}`), api(`/api/runs/${enc(runName)}/items`)]);
+  const run = await api(`/api/runs/${enc(runName)}`);
   current(gen);
   setCrumbs(h("a", { href: "#/" }, "runs"), runName);
+  const title = h("h1", {}, run.name, " ", h("span", { class: `pill status-${run.status}` }, run.status));
+  if (run.problem) return show(title, h("div", { class: "error", id: "problem" }, "This run cannot be read: ", run.problem));
+  const items = await api(`/api/runs/${enc(runName)}/items`);
+  current(gen);
+  // The overview's summary comes from the journal, as the charts do, so both fill while the run goes on.
   const summary = run.summary || {};
   const rewards = items.map((it) => it.reward).filter((r) => typeof r === "number");
   const failed = items.filter((it) => it.status === "failed").length;
   show(
-    h("h1", {}, run.name, " ", h("span", { class: `pill status-${run.status}` }, run.status)),
+    title,
     h("p", { class: "muted" }, `${fmt((run.inputs.rollout || {}).name)} on ${fmt(run.inputs.model_path)} · n=${fmt(run.inputs.n)} · created ${fmt(run.created_at)}`),
     h("div", { class: "cards" },
       card("pass rate", pct(summary.pass_rate)), card("mean reward", fmt((summary.reward_stats || {}).mean)),
       card("items", String(items.length)), card("failed", String(failed)), card("tokens", fmt(summary.tokens_used))),
+    definitions(summary, items),
     h("div", { class: "charts" }, histogram(rewards, "reward"), passAtK(run.pass_at_k || [])),
     h("h2", {}, "In flight"), livePanel(runName),
     h("h2", {}, "Work items"), itemsTable(runName, items));
