@@ -1,0 +1,34 @@
+"""Terminal output of the CLI: user and config text is printed as given, never as markup.
+
+Messages quote config sections (``[experiment]``), paths and server output; rich would read
+their brackets as style tags, dropping them or failing with ``MarkupError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["error_exit", "plain_console"]
+
+
+def plain_console(*, stderr: bool = False) -> Console:
+    """A rich console that never interprets markup and never wraps a line."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, markup=False, soft_wrap=True)
+
+
+def error_exit(message: str, *, code: int = 2) -> typer.Exit:
+    """Print ``error: <message>`` on stderr and return the exit to raise.
+
+    Usage: ``raise error_exit(str(exc)) from None``; code 2 is a usage or config error.
+    """
+    from rich.text import Text
+
+    plain_console(stderr=True).print(Text.assemble(("error:", "bold red"), " ", message))
+    return typer.Exit(code)
