@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from osmosis_ai._serving import bind_socket
 from osmosis_ai.testing import ChatStub
 
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
@@ -73,3 +74,22 @@ async def test_bad_sampling_is_a_usage_error() -> None:
     _, stderr = await process.communicate()
     assert process.returncode == 2
     assert b"sampling cannot set stream" in stderr
+
+
+async def test_port_in_use_is_one_line_naming_the_port() -> None:
+    taken = bind_socket()
+    port = taken.getsockname()[1]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            OSMOSIS, "gateway", "--port", str(port),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            _, stderr = await process.communicate()
+    finally:
+        taken.close()
+    assert process.returncode == 2, stderr
+    text = stderr.decode()
+    assert "Traceback" not in text
+    (line,) = [line for line in text.splitlines() if line.startswith("error:")]
+    assert f"127.0.0.1:{port}" in line and "port 0 for a free one" in line

@@ -10,6 +10,7 @@ import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
+from osmosis_ai.cli._output import error_exit
 
 __all__ = ["gateway_command"]
 
@@ -41,10 +42,15 @@ def gateway_command(
     ),
 ) -> None:
     """Serve rollout-scoped chat completions until interrupted, printing the URL and token."""
+    from osmosis_ai.errors import OsmosisError
+
     configure_logging()
     imposed = _sampling(sampling)
-    with contextlib.suppress(KeyboardInterrupt):
-        run(_serve(policy, host, port, token, api_key, imposed))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run(_serve(policy, host, port, token, api_key, imposed))
+    except OsmosisError as exc:  # e.g. the port is taken
+        raise error_exit(str(exc)) from None
 
 
 def _sampling(pairs: list[str]) -> dict[str, Any]:
