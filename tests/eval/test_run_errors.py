@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.eval.conftest import Workspace
@@ -102,3 +104,11 @@ async def test_entrypoint_that_never_serves_says_what_it_must_do(workspace: Work
     assert "exited with status 0" in out and "_OSMOSIS_ROLLOUT_PORT" in out
     assert "docs/eval.md" in out and "imported, but no server" in out
     assert "re-run to resume" not in out
+
+
+async def test_upstream_timeout_flag_reaches_the_gateway(workspace: Workspace) -> None:
+    workspace.stub.delay_sec = 5  # answered in time under the default 600 s
+    code, out = await workspace.run("--name", "slow", "--upstream-timeout", "0.5", "--json")
+    assert code == 1, out
+    payload = json.loads(out[out.index("{") :])
+    assert "upstream timed out after 0.5s" in payload["halted"]

@@ -14,6 +14,7 @@ import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
+from osmosis_ai.cli._options import upstream_timeout_option
 from osmosis_ai.cli._output import error_exit, plain_console
 
 __all__ = ["eval_app"]
@@ -73,6 +74,7 @@ def run_command(
         envvar="OSMOSIS_POLICY_API_KEY",
         help="Key for an openai-compatible model_path (LiteLLM reads its usual variables).",
     ),
+    upstream_timeout: float | None = upstream_timeout_option(),
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
@@ -121,6 +123,7 @@ def run_command(
         fresh=fresh,
         retry_failed=retry_failed,
         policy_api_key=policy_api_key,
+        upstream_timeout_sec=upstream_timeout,
         backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
