@@ -1,4 +1,4 @@
-"""Serving over HTTP: a port that cannot be bound, and connections slow to send headers."""
+"""Serving over HTTP: connections slow to send their headers are closed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import time
 import httpx
 import pytest
 
-from osmosis_ai._serving import HEADER_TIMEOUT_SEC, bind_socket
-from osmosis_ai.errors import ConfigError
+from osmosis_ai._serving import HEADER_TIMEOUT_SEC
 from osmosis_ai.gateway import Gateway
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub
@@ -28,16 +27,6 @@ async def seconds_until_closed_after_partial_headers(port: int) -> float:
         return time.monotonic() - started
     finally:
         writer.close()
-
-
-def test_a_port_in_use_is_a_config_error_naming_the_address() -> None:
-    taken = bind_socket()
-    port = taken.getsockname()[1]
-    try:
-        with pytest.raises(ConfigError, match=f"127.0.0.1:{port} .*port 0 for a free one"):
-            bind_socket("127.0.0.1", port)
-    finally:
-        taken.close()
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import Any, Self
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.errors import ConfigError
 
 __all__ = [
     "HEADER_TIMEOUT_SEC",
@@ -96,25 +95,12 @@ def bound_header_time_in_lifespan(receive: Any, seconds: float = HEADER_TIMEOUT_
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A listening TCP socket; ``port=0`` picks a free port atomically (no pick-then-bind race).
-
-    Raises:
-        ConfigError: The address cannot be bound (port in use or privileged, unknown host);
-            the message names the address and the fix.
-    """
+    """A listening TCP socket; ``port=0`` picks a free port atomically (no pick-then-bind race)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        raise ConfigError(
-            f"cannot listen on {address} ({exc.strerror or exc}); pass another port, "
-            "or port 0 for a free one"
-        ) from None
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
     sock.setblocking(False)
     return sock
 

@@ -92,7 +92,7 @@ async def test_port_in_use_is_one_line_naming_the_port() -> None:
     text = stderr.decode()
     assert "Traceback" not in text
     (line,) = [line for line in text.splitlines() if line.startswith("error:")]
-    assert f"127.0.0.1:{port}" in line and "port 0 for a free one" in line
+    assert f"port {port} on 127.0.0.1 is in use" in line and "--port" in line
 
 
 async def test_upstream_timeout_flag_bounds_each_upstream_call() -> None:

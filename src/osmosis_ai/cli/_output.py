@@ -6,6 +6,7 @@ their brackets as style tags, dropping them or failing with ``MarkupError``.
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING
 
 import typer
@@ -13,7 +14,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["error_exit", "plain_console"]
+__all__ = ["bind_failure", "error_exit", "plain_console"]
 
 
 def plain_console(*, stderr: bool = False) -> Console:
@@ -21,6 +22,14 @@ def plain_console(*, stderr: bool = False) -> Console:
     from rich.console import Console
 
     return Console(stderr=stderr, markup=False, soft_wrap=True)
+
+
+def bind_failure(host: str, port: int, exc: OSError) -> str:
+    """One line for a socket that cannot be bound (the port taken, the address not ours)."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use; pick another --port, or 0 for a free one"
+    reason = exc.strerror or str(exc)
+    return f"cannot listen on {host} port {port} ({reason}); check --host and --port"
 
 
 def error_exit(message: str, *, code: int = 2) -> typer.Exit:

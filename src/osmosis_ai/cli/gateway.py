@@ -11,7 +11,7 @@ import typer
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
 from osmosis_ai.cli._options import upstream_timeout_option
-from osmosis_ai.cli._output import error_exit
+from osmosis_ai.cli._output import bind_failure, error_exit
 
 __all__ = ["gateway_command"]
 
@@ -44,15 +44,10 @@ def gateway_command(
     upstream_timeout: float | None = upstream_timeout_option(),
 ) -> None:
     """Serve rollout-scoped chat completions until interrupted, printing the URL and token."""
-    from osmosis_ai.errors import OsmosisError
-
     configure_logging()
     imposed = _sampling(sampling)
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            run(_serve(policy, host, port, token, api_key, imposed, upstream_timeout))
-    except OsmosisError as exc:  # e.g. the port is taken
-        raise error_exit(str(exc)) from None
+    with contextlib.suppress(KeyboardInterrupt):
+        run(_serve(policy, host, port, token, api_key, imposed, upstream_timeout))
 
 
 def _sampling(pairs: list[str]) -> dict[str, Any]:
@@ -91,7 +86,12 @@ async def _serve(
         policy = build_policy(spec, api_key=api_key, timeout_sec=upstream_timeout)
     except OsmosisError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-    async with Gateway(policy, token=token, host=host, port=port, sampling=sampling) as gateway:
+    gateway = Gateway(policy, token=token, host=host, port=port, sampling=sampling)
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(gateway)
+        except OSError as exc:
+            raise error_exit(bind_failure(host, port, exc)) from None
 
         def announce() -> None:
             typer.echo(
