@@ -15,15 +15,87 @@ from typing import Any, Self
 from osmosis_ai._extras import import_optional
 
 __all__ = [
+    "HEADER_TIMEOUT_SEC",
     "RunningServer",
     "ServedApp",
     "bind_socket",
+    "bound_header_time",
+    "bound_header_time_in_lifespan",
     "is_loopback_host",
     "new_token",
     "running_server",
 ]
 
 _STARTUP_TIMEOUT_SEC = 60.0
+#: How long a connection may take to send a request's headers. uvicorn has no such bound:
+#: a client that trickles a header (or sends half of one) would hold the connection forever.
+HEADER_TIMEOUT_SEC = 10.0
+
+
+def _with_header_deadline(protocol_class: type[Any], seconds: float) -> type[Any]:
+    """A subclass of a uvicorn HTTP protocol that closes connections slow to send headers.
+
+    Both uvicorn protocols (h11, httptools) set ``self.cycle`` once a request's headers are
+    parsed, and mark it ``response_complete`` when answered; between the two the app owns
+    the connection, otherwise the connection is waiting for headers.
+    """
+    if getattr(protocol_class, "header_timeout_sec", None) is not None:
+        return protocol_class  # already bounded
+
+    class HeaderDeadline(protocol_class):  # type: ignore[misc]
+        header_timeout_sec = seconds
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self._awaiting_headers():
+                self._arm_header_timer()  # the first bytes of a keep-alive request
+            super().data_received(data)
+            if self._header_timer is not None and not self._awaiting_headers():
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+            super().connection_lost(exc)
+
+        def _awaiting_headers(self) -> bool:
+            cycle = getattr(self, "cycle", None)
+            return cycle is None or bool(cycle.response_complete)
+
+        def _arm_header_timer(self) -> None:
+            self._header_timer = self.loop.call_later(seconds, self._header_deadline_passed)
+
+        def _header_deadline_passed(self) -> None:
+            self._header_timer = None
+            if self._awaiting_headers() and not self.transport.is_closing():
+                self.transport.close()
+
+    HeaderDeadline.__name__ = f"HeaderDeadline{protocol_class.__name__}"
+    return HeaderDeadline
+
+
+def bound_header_time(config: Any, seconds: float = HEADER_TIMEOUT_SEC) -> None:
+    """Make the server of a loaded ``uvicorn.Config`` close a connection whose request
+    headers have not all arrived ``seconds`` after its first byte (or its opening)."""
+    config.http_protocol_class = _with_header_deadline(config.http_protocol_class, seconds)
+
+
+def bound_header_time_in_lifespan(receive: Any, seconds: float = HEADER_TIMEOUT_SEC) -> None:
+    """`bound_header_time` for an app users serve themselves with ``uvicorn.run(app)``.
+
+    Called from the app's lifespan startup: uvicorn's ``receive`` there is a method of its
+    lifespan object, which holds the config, and uvicorn builds each connection's protocol
+    from ``config.http_protocol_class`` after startup. Under another server nothing changes.
+    """
+    config = getattr(getattr(receive, "__self__", None), "config", None)
+    if isinstance(getattr(config, "http_protocol_class", None), type):
+        bound_header_time(config, seconds)
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -99,6 +171,8 @@ async def running_server(
         lifespan="on",
         timeout_keep_alive=timeout_keep_alive,
     )
+    config.load()
+    bound_header_time(config)
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -20,7 +20,14 @@ dataset = "data/rows.jsonl"
 """
 
 
+def write_rollout(workspace: Path, name: str = "echo") -> None:
+    """The rollout folder and entry point a config names must exist."""
+    (workspace / "rollouts" / name).mkdir(parents=True, exist_ok=True)
+    (workspace / "rollouts" / name / "main.py").touch()
+
+
 def write_config(workspace: Path, text: str, name: str = "echo") -> Path:
+    write_rollout(workspace)
     path = workspace / "configs" / "eval" / f"{name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text), encoding="utf-8")
@@ -135,6 +142,7 @@ def test_dataset_is_resolved_against_the_toml_directory_without_configs(tmp_path
     path = tmp_path / "elsewhere" / "eval.toml"
     path.parent.mkdir()
     path.write_text(EXPERIMENT, encoding="utf-8")
+    write_rollout(path.parent)
     config = load_eval_config(path)
     assert config.workspace == tmp_path / "elsewhere"
     assert config.experiment.dataset == tmp_path / "elsewhere" / "data" / "rows.jsonl"
@@ -169,6 +177,19 @@ def test_rollout_and_entrypoint_must_be_single_path_segments(tmp_path, key, valu
 
 
 # --- model_path -----------------------------------------------------------------------------------
+
+
+def test_missing_rollout_folder_names_the_key_line_and_folder(tmp_path):
+    message = load_error(tmp_path, EXPERIMENT.replace('"echo"', '"nope"'))
+    assert "line 2: experiment.rollout 'nope'" in message
+    assert str(tmp_path / "rollouts" / "nope") in message
+    assert "osmosis rollout init nope" in message
+
+
+def test_missing_entrypoint_names_the_key_line_and_file(tmp_path):
+    message = load_error(tmp_path, EXPERIMENT.replace('"main.py"', '"server.py"'))
+    assert "line 3: experiment.entrypoint 'server.py'" in message
+    assert str(tmp_path / "rollouts" / "echo" / "server.py") in message
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import runpy
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.scaffold import scaffold_rollout, validate_entrypoint
+from osmosis_ai.rollout import GraderContext, RolloutSample
 from tests.eval.conftest import OSMOSIS, ROOT
 
 
@@ -40,6 +43,47 @@ def test_validate_reports_import_time_errors(tmp_path: Path) -> None:
         [OSMOSIS, "rollout", "validate", str(tmp_path)], capture_output=True, text=True
     )
     assert result.returncode == 1 and "invalid" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("main", "expected"),
+    [
+        ("print('imported, nothing served')\n", "must serve the rollout app on the port in "),
+        ("import sys\nsys.exit(0)\n", "_OSMOSIS_ROLLOUT_PORT"),
+        ('raise RuntimeError("config value [/etc/app] is bad")\n', "[/etc/app] is bad"),
+    ],
+    ids=["no-server", "exit-at-import", "import-error"],
+)
+def test_validate_refuses_an_entrypoint_that_does_not_serve(
+    tmp_path: Path, main: str, expected: str
+) -> None:
+    (tmp_path / "main.py").write_text(main)
+    result = subprocess.run(
+        [OSMOSIS, "rollout", "validate", str(tmp_path)], capture_output=True, text=True
+    )
+    assert result.returncode == 1, result.stdout
+    assert expected in result.stderr
+    assert "ok:" not in result.stdout
+
+
+async def _grade_scaffold(workspace: Path, label: str | None, answer: str) -> float | None:
+    module: dict[str, Any] = runpy.run_path(
+        str(workspace / "rollouts" / "capitals" / "main.py"), run_name="scaffold"
+    )
+    sample = RolloutSample(messages=[{"role": "assistant", "content": answer}])
+    await module["CapitalsGrader"]().grade(GraderContext(label=label, sample=sample))
+    return sample.reward
+
+
+@pytest.mark.parametrize(
+    ("label", "answer", "reward"),
+    [("Paris", "It is Paris.", 1.0), ("Paris", "Lyon", 0.0), ("", "Lyon", 0.0), (None, "x", 0.0)],
+)
+async def test_scaffolded_grader_never_matches_an_empty_label(
+    tmp_path: Path, label: str | None, answer: str, reward: float
+) -> None:
+    scaffold_rollout(tmp_path, "capitals")
+    assert await _grade_scaffold(tmp_path, label, answer) == reward
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,10 @@ from osmosis_ai.rollout import (
     AgentWorkflowConfig,
     AgentWorkflowContext,
     AgentWorkflowOutput,
+    ExecutionRequest,
+    LocalBackend,
+    RolloutErrorCategory,
+    RolloutStatus,
 )
 from osmosis_ai.rollout.workflow import normalize_output
 
@@ -61,3 +65,29 @@ def test_other_shapes_raise_a_type_error_naming_the_three_shapes(bad: Any) -> No
     message = str(info.value)
     assert "AgentWorkflowOutput" in message and "list of message dicts" in message
     assert "None" in message and type(bad).__name__ in message
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        [{"role": "user", "content": "q"}, {"role": 5}],
+        AgentWorkflowOutput(messages=[{"role": "user", "content": "q"}, {"role": None}]),
+        [{"role": "user", "content": "q"}, {"role": ""}],
+    ],
+    ids=["list", "output", "empty-role"],
+)
+async def test_a_message_whose_role_is_no_string_fails_as_validation_error(returned: Any) -> None:
+    class Bad(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> Any:
+            return returned
+
+    request = ExecutionRequest(id="r", prompt=[{"role": "user", "content": "q"}])
+    result = (await LocalBackend(workflow=Bad).execute(request)).result
+    assert result.status is RolloutStatus.FAILURE
+    assert result.err_category is RolloutErrorCategory.VALIDATION_ERROR
+    assert "message 1" in (result.err_message or "") and "'role'" in (result.err_message or "")
+
+
+def test_native_items_without_a_role_are_kept() -> None:
+    items = [{"type": "function_call", "name": "add", "arguments": "{}"}]
+    assert normalize_output(items) == AgentWorkflowOutput(messages=items)

@@ -14,6 +14,8 @@ import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
+from osmosis_ai.cli._options import upstream_timeout_option
+from osmosis_ai.cli._output import error_exit, plain_console
 
 __all__ = ["eval_app"]
 
@@ -75,6 +77,7 @@ def run_command(
         envvar="OSMOSIS_POLICY_API_KEY",
         help="Key for an openai-compatible model_path (LiteLLM reads its usual variables).",
     ),
+    upstream_timeout: float | None = upstream_timeout_option(),
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
@@ -91,7 +94,6 @@ def run_command(
     ),
 ) -> None:
     """Run the rollout over the dataset against the model, then print the results table."""
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -99,13 +101,20 @@ def run_command(
         TextColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
 
-    from osmosis_ai.errors import OsmosisError
+    from osmosis_ai.errors import ConfigError, OsmosisError
+    from osmosis_ai.eval.run_dir import check_run_name
     from osmosis_ai.eval.runner import EvalOptions, run_eval
 
+    if name is not None:
+        try:
+            check_run_name(name, label="--name")
+        except ConfigError as exc:
+            raise error_exit(str(exc)) from None
     if verbose:
         configure_logging()
-    console = Console(stderr=as_json, soft_wrap=True)
+    console = plain_console(stderr=as_json)
     options = EvalOptions(
         config_path=config,
         name=name,
@@ -117,6 +126,7 @@ def run_command(
         fresh=fresh,
         retry_failed=retry_failed,
         policy_api_key=policy_api_key,
+        upstream_timeout_sec=upstream_timeout,
         backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
@@ -156,7 +166,7 @@ def run_command(
 
         table = Table(show_header=False, box=None)
         for key, value in plan.items():
-            table.add_row(f"[bold]{key}[/bold]", value)
+            table.add_row(Text(key, style="bold"), value)
         console.print(table)
 
     def on_message(text: str) -> None:
@@ -181,7 +191,12 @@ def run_command(
         else:
             _render_results(outcome, console)
             if outcome.halted:
-                console.print(f"[yellow]stopped early:[/yellow] {outcome.halted}; re-run to resume")
+                # Resuming helps only once items have run; before that the message says what
+                # to fix (an entry point that serves nothing is not fixed by re-running).
+                advice = "; re-run to resume" if outcome.dispatched else ""
+                console.print(
+                    Text.assemble(("stopped early:", "yellow"), f" {outcome.halted}{advice}")
+                )
 
     async def evaluate() -> Any:
         async with contextlib.AsyncExitStack() as stack:
@@ -214,8 +229,7 @@ def run_command(
         console.print("interrupted: in-flight items stay pending; run the same command to resume")
         raise typer.Exit(130) from None
     except OsmosisError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise error_exit(str(exc)) from None
     if not view:
         report(outcome)
     if not outcome.complete:

@@ -10,6 +10,8 @@ import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
+from osmosis_ai.cli._options import upstream_timeout_option
+from osmosis_ai.cli._output import bind_failure, error_exit
 
 __all__ = ["gateway_command"]
 
@@ -39,12 +41,13 @@ def gateway_command(
         "--sampling",
         help="KEY=VALUE imposed on every call, e.g. temperature=0.7 (repeatable; JSON values).",
     ),
+    upstream_timeout: float | None = upstream_timeout_option(),
 ) -> None:
     """Serve rollout-scoped chat completions until interrupted, printing the URL and token."""
     configure_logging()
     imposed = _sampling(sampling)
     with contextlib.suppress(KeyboardInterrupt):
-        run(_serve(policy, host, port, token, api_key, imposed))
+        run(_serve(policy, host, port, token, api_key, imposed, upstream_timeout))
 
 
 def _sampling(pairs: list[str]) -> dict[str, Any]:
@@ -74,15 +77,21 @@ async def _serve(
     token: str | None,
     api_key: str | None,
     sampling: dict[str, Any],
+    upstream_timeout: float | None,
 ) -> None:
     from osmosis_ai.errors import OsmosisError
     from osmosis_ai.gateway import Gateway, build_policy
 
     try:
-        policy = build_policy(spec, api_key=api_key)
+        policy = build_policy(spec, api_key=api_key, timeout_sec=upstream_timeout)
     except OsmosisError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from exc
-    async with Gateway(policy, token=token, host=host, port=port, sampling=sampling) as gateway:
+    gateway = Gateway(policy, token=token, host=host, port=port, sampling=sampling)
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(gateway)
+        except OSError as exc:
+            raise error_exit(bind_failure(host, port, exc)) from None
 
         def announce() -> None:
             typer.echo(

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from osmosis_ai.cli._output import error_exit
+
 __all__ = ["rollout_app"]
 
 rollout_app = typer.Typer(help="Create and check rollouts.", no_args_is_help=True)
@@ -24,8 +26,7 @@ def init_command(
     try:
         written = scaffold_rollout(workspace, name, force=force)
     except OsmosisError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise error_exit(str(exc)) from None
     for path in written:
         typer.echo(f"wrote {path}")
     typer.echo(f"next: osmosis eval run {workspace / 'configs' / 'eval' / (name + '.toml')}")
@@ -36,13 +37,12 @@ def validate_command(
     rollout_dir: Path = typer.Argument(..., help="The rollout directory (rollouts/<name>)."),
     entrypoint: str = typer.Option("main.py", "--entrypoint", help="Entry point file."),
 ) -> None:
-    """Import the entry point once and report import-time errors."""
+    """Start the entry point once as `osmosis eval run` would; report why it does not serve."""
     from osmosis_ai.eval.scaffold import validate_entrypoint
 
-    ok, output = validate_entrypoint(rollout_dir, entrypoint)
-    if output:
-        typer.echo(output, err=not ok)
+    ok, problem = validate_entrypoint(rollout_dir, entrypoint)
     if not ok:
-        typer.echo(f"invalid: importing {rollout_dir / entrypoint} failed", err=True)
+        typer.echo(problem, err=True)
+        typer.echo(f"invalid: {rollout_dir / entrypoint} does not serve a rollout server", err=True)
         raise typer.Exit(1)
-    typer.echo(f"ok: {rollout_dir / entrypoint} imports cleanly")
+    typer.echo(f"ok: {rollout_dir / entrypoint} starts and answers /health")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
+from osmosis_ai.cli._output import bind_failure, error_exit
 
 if TYPE_CHECKING:
     from osmosis_ai.viewer import Viewer
@@ -59,21 +59,12 @@ def view_command(
         run(_serve(viewer, root.resolve()))
 
 
-def _bind_failure(host: str, port: int, exc: OSError) -> str:
-    """One line for a socket that cannot be bound (the port taken, the address not ours)."""
-    if exc.errno == errno.EADDRINUSE:
-        return f"error: port {port} on {host} is in use; pick another --port, or 0 for a free one"
-    reason = exc.strerror or str(exc)
-    return f"error: cannot listen on {host} port {port} ({reason}); check --host and --port"
-
-
 async def _serve(viewer: Viewer, root: Path) -> None:
     async with contextlib.AsyncExitStack() as stack:
         try:
             await stack.enter_async_context(viewer)
         except OSError as exc:
-            typer.echo(_bind_failure(viewer.host, viewer.port, exc), err=True)
-            raise typer.Exit(2) from None
+            raise error_exit(bind_failure(viewer.host, viewer.port, exc)) from None
 
         def announce() -> None:
             typer.echo(f"viewer: {viewer.url}  ({root})")  # the only place the token is shown

@@ -133,7 +133,8 @@ def load_eval_config(path: Path) -> EvalConfig:
 
     Relative paths inside the file (``experiment.dataset``) are resolved against the
     workspace: the directory that contains the nearest ``configs/`` ancestor of the file, or
-    the file's own directory when it has none. The dataset file is not opened here.
+    the file's own directory when it has none. The rollout directory and its entry point
+    must exist (checked here, before a run creates anything); the dataset is not opened.
 
     Args:
         path: The TOML file, usually ``configs/eval/<name>.toml``.
@@ -143,8 +144,8 @@ def load_eval_config(path: Path) -> EvalConfig:
 
     Raises:
         ConfigError: The file cannot be read or is not valid TOML; or a section or key is
-            unknown, missing, of the wrong type or out of range. The message names the file,
-            the line and the key.
+            unknown, missing, of the wrong type or out of range; or the rollout directory or
+            entry point does not exist. The message names the file, the line and the key.
     """
     path = Path(os.path.abspath(path))
     try:
@@ -282,6 +283,19 @@ def _experiment(src: _Source, table: TOMLTable, workspace: Path) -> ExperimentCo
                 f"experiment.{key} {value!r} must be a single path segment ({hint}); "
                 "'..', absolute paths and '/' or '\\' are not allowed",
             )
+    rollout_dir = workspace / "rollouts" / rollout
+    if not rollout_dir.is_dir():
+        raise src.error(
+            ("experiment", "rollout"),
+            f"experiment.rollout {rollout!r}: there is no folder {rollout_dir}; fix the name "
+            f"or create the rollout (osmosis rollout init {rollout})",
+        )
+    if not (rollout_dir / entrypoint).is_file():
+        raise src.error(
+            ("experiment", "entrypoint"),
+            f"experiment.entrypoint {entrypoint!r}: there is no file {rollout_dir / entrypoint}; "
+            "name the file that starts the rollout server",
+        )
 
     model_path = src.string(table, "experiment", "model_path")
     # Imported here: the gateway package loads its server stack, which config parsing

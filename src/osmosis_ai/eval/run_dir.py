@@ -19,6 +19,7 @@ from typing import Any
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError, OsmosisError
+from osmosis_ai.rollout._ids import is_single_path_segment
 from osmosis_ai.rollout.trajectory.redact import RedactingFilter, Redactor
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "PREVIEWS_DIR",
     "RunLockedError",
     "canonical_digest",
+    "check_run_name",
     "open_run_dir",
     "run_lock",
     "run_log",
@@ -35,6 +37,8 @@ __all__ = [
 MANIFEST = "manifest.json"
 #: Where the rollout server publishes live previews of a run's in-flight rollouts.
 PREVIEWS_DIR = "previews"
+# Room for ".archive-<stamp>-<n>" and ".lock" within the usual 255-byte file name limit.
+_MAX_RUN_NAME_BYTES = 200
 _SKIPPED_DIRS = frozenset(
     {"__pycache__", ".git", ".venv", "venv", "dist", "build", "node_modules", ".pytest_cache",
      ".ruff_cache", ".mypy_cache", ".osmosis"}
@@ -43,6 +47,28 @@ _SKIPPED_DIRS = frozenset(
 
 class RunLockedError(OsmosisError):
     """Another ``osmosis eval run`` holds this run."""
+
+
+def check_run_name(name: str, *, label: str = "run name") -> str:
+    """Return ``name`` if it can name a run folder directly inside the output root.
+
+    The rule of rollout ids (one path segment, printable), plus: no leading ``.`` (the
+    output root keeps its own ``.locks`` there, and hidden folders are not runs) and at
+    most 200 bytes (the archive and lock files add a suffix to it).
+
+    Raises:
+        ConfigError: ``name`` breaks the rule; the message names ``label`` and the fix.
+    """
+    if not is_single_path_segment(name) or not name.isprintable() or name.startswith("."):
+        raise ConfigError(
+            f"{label} {name!r} must be a single folder name: not empty, not starting with "
+            "'.', and without '/', '\\' or control characters (e.g. --name baseline-v2)"
+        )
+    if len(name.encode()) > _MAX_RUN_NAME_BYTES:
+        raise ConfigError(
+            f"{label} is {len(name.encode())} bytes long; use at most {_MAX_RUN_NAME_BYTES}"
+        )
+    return name
 
 
 def canonical_digest(data: Any) -> str:
@@ -83,11 +109,20 @@ def run_lock(output_root: Path, run_name: str) -> Iterator[None]:
     """Hold the exclusive lock of ``run_name`` (outside the run dir, so ``--fresh`` keeps it).
 
     Raises:
+        ConfigError: ``run_name`` is no valid run name, or ``output_root`` is not writable.
         RunLockedError: Another process holds it.
     """
+    check_run_name(run_name)
     locks = output_root / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{run_name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(locks / f"{run_name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        # The first write under the output root: a read-only or misnamed -o fails here.
+        raise ConfigError(
+            f"cannot write to the output folder {output_root} ({exc.strerror}); "
+            "pass -o with a writable folder"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -69,6 +69,8 @@ class EvalOptions:
     fresh: bool = False
     retry_failed: bool = False
     policy_api_key: str | None = None
+    upstream_timeout_sec: float | None = None
+    """Bound of one call to the policy's upstream (``--upstream-timeout``); None: 600 s."""
     backend: str = "local"
     """Where the rollout server runs rollouts: ``local``, ``ray``, ``ray:ADDRESS``,
     ``process`` or ``process:sandbox``."""
@@ -277,7 +279,11 @@ async def _dispatch(
     say: Callable[[str], None],
 ) -> None:
     by_row = {item.row_index: item for item in dataset.items}
-    policy = build_policy(config.experiment.model_path, api_key=options.policy_api_key)
+    policy = build_policy(
+        config.experiment.model_path,
+        api_key=options.policy_api_key,
+        timeout_sec=options.upstream_timeout_sec,
+    )
     async with Gateway(policy, secrets=secrets.values()) as gateway:
         redactor = Redactor((gateway.token, *secrets.values(), *policy.secrets()))
         with run_log(outcome.run_dir / "logs.txt", redactor) as log:

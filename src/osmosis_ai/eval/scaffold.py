@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.rollout._ids import ensure_single_path_segment
 
 __all__ = ["scaffold_rollout", "validate_entrypoint"]
@@ -50,8 +51,10 @@ class {cls}Workflow(AgentWorkflow):
 class {cls}Grader(Grader):
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
-        answer = ctx.sample.messages[-1].get("content") or ""
-        ctx.set_reward(1.0 if (ctx.label or "").lower() in answer.lower() else 0.0)
+        answer = str(ctx.sample.messages[-1].get("content") or "")
+        label = (ctx.label or "").strip().lower()
+        # An empty label is contained in every answer: it matches nothing instead.
+        ctx.set_reward(1.0 if label and label in answer.lower() else 0.0)
 
 
 backend = LocalBackend(workflow={cls}Workflow, grader={cls}Grader)
@@ -115,25 +118,38 @@ def scaffold_rollout(workspace: Path, name: str, *, force: bool = False) -> list
     return list(files)
 
 
-def validate_entrypoint(rollout_dir: Path, entrypoint: str = "main.py") -> tuple[bool, str]:
-    """Import the entry point once, in a fresh process, as a rollout host would.
+def validate_entrypoint(
+    rollout_dir: Path, entrypoint: str = "main.py", *, timeout_sec: float = 90.0
+) -> tuple[bool, str]:
+    """Start the entry point once, as ``osmosis eval run`` does, and stop it once it serves.
 
-    The module runs under a name other than ``__main__``, so its server does not start.
-    Returns whether the import succeeded, and its output (the traceback on failure).
+    It runs as ``__main__`` with ``_OSMOSIS_ROLLOUT_PORT`` set and must answer ``/health``
+    there: an import error, an entry point that never starts a server, and one that exits
+    at import all fail. Returns whether it served, and what went wrong (with its output).
+    Call it outside a running event loop.
     """
     rollout_dir = rollout_dir.resolve()
     path = rollout_dir / entrypoint
     if not path.is_file():
         return False, f"{path} does not exist"
-    code = (
-        "import runpy, sys; sys.path.insert(0, sys.argv[1]); "
-        "runpy.run_path(sys.argv[2], run_name='osmosis_validate')"
+    with tempfile.TemporaryDirectory(prefix="osmosis-validate-") as artifacts:
+        return asyncio.run(_serve_once(rollout_dir, entrypoint, Path(artifacts), timeout_sec))
+
+
+async def _serve_once(
+    rollout_dir: Path, entrypoint: str, artifact_root: Path, timeout_sec: float
+) -> tuple[bool, str]:
+    server = RolloutServerProcess(
+        rollout_dir=rollout_dir,
+        entrypoint=entrypoint,
+        env={},
+        artifact_root=artifact_root,
+        log=lambda line: None,  # the failure quotes the output's tail
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(rollout_dir), str(path)],
-        cwd=rollout_dir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return result.returncode == 0, (result.stdout + result.stderr).strip()
+    try:
+        await server.start(timeout_sec=timeout_sec)
+    except RolloutServerError as exc:
+        return False, str(exc)
+    finally:
+        await server.stop()
+    return True, ""

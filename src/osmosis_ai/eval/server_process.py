@@ -127,8 +127,10 @@ class RolloutServerProcess:
         self.log(line)
 
     def _failure(self, why: str) -> RolloutServerError:
+        if not self._tail:
+            return RolloutServerError(f"{why}; {self.entrypoint} printed nothing")
         tail = "\n".join(self._tail)
-        return RolloutServerError(f"{why}; last output of {self.entrypoint}:\n{tail}".rstrip())
+        return RolloutServerError(f"{why}; last output of {self.entrypoint}:\n{tail}")
 
     async def _wait_healthy(self, timeout_sec: float) -> None:
         deadline = time.monotonic() + timeout_sec
@@ -137,9 +139,7 @@ class RolloutServerProcess:
             while time.monotonic() < deadline:
                 if self.exited:
                     await self._drain_output()
-                    raise self._failure(
-                        f"the rollout server exited with status {self.returncode} while starting"
-                    )
+                    raise self._failure(self._exit_while_starting())
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                     async with http.get(f"{self.url}/health") as response:
                         if response.status == 200:
@@ -154,6 +154,18 @@ class RolloutServerProcess:
                             return
                 await asyncio.sleep(_HEALTH_INTERVAL_SEC)
         raise self._failure(f"the rollout server was not healthy within {timeout_sec:g}s")
+
+    def _exit_while_starting(self) -> str:
+        why = f"the rollout server exited with status {self.returncode} while starting"
+        if self.returncode != 0:
+            return why  # its own error is in the output quoted after this
+        # A clean exit means the entry point returned without ever serving.
+        return (
+            f"{why}: {self.entrypoint} must serve the rollout app on the port in "
+            '_OSMOSIS_ROLLOUT_PORT and keep running, e.g. under `if __name__ == "__main__":` '
+            'call uvicorn.run(app, host="127.0.0.1", '
+            'port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"])); see docs/eval.md'
+        )
 
     async def _drain_output(self) -> None:
         if self._pump is not None:

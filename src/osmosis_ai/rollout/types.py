@@ -9,7 +9,7 @@ Unknown fields are ignored so that newer peers can add some.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -40,6 +40,9 @@ Messages = list[JSONObject]
 
 _MAX_ID_LENGTH = 256
 
+# A zero or negative deadline would fail every rollout at once as a timeout: refuse it.
+_Deadline = Annotated[FiniteNumber, Field(gt=0)]
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
@@ -69,11 +72,11 @@ class RolloutInitRequest(_Wire):
     grade: bool = True
     """Run the grader after a successful workflow."""
 
-    agent_timeout_sec: FiniteNumber | None = None
-    """Workflow deadline from admission; ``None`` for none."""
+    agent_timeout_sec: _Deadline | None = None
+    """Workflow deadline in seconds from admission, positive; ``None`` for none."""
 
-    grader_timeout_sec: FiniteNumber | None = None
-    """Grader deadline from the start of grading; ``None`` for none."""
+    grader_timeout_sec: _Deadline | None = None
+    """Grader deadline in seconds from the start of grading, positive; ``None`` for none."""
 
     extra_fields: JSONObject | None = None
     """Controller data recorded in the saved trajectory (``extra.osmosis.request_extra_fields``).

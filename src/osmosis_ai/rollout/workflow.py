@@ -73,10 +73,25 @@ def normalize_output(value: object) -> AgentWorkflowOutput | None:
     if value is None:
         return None
     if isinstance(value, AgentWorkflowOutput):
-        return AgentWorkflowOutput.model_validate(value)
-    if isinstance(value, list):
-        return AgentWorkflowOutput(messages=value)
-    raise OutputShapeError(
-        "run() must return AgentWorkflowOutput, a list of message dicts, or None "
-        f"(to use the registered sample source); got {type(value).__name__}"
-    )
+        output = AgentWorkflowOutput.model_validate(value)
+    elif isinstance(value, list):
+        output = AgentWorkflowOutput(messages=value)
+    else:
+        raise OutputShapeError(
+            "run() must return AgentWorkflowOutput, a list of message dicts, or None "
+            f"(to use the registered sample source); got {type(value).__name__}"
+        )
+    _check_roles(output.messages or [])
+    return output
+
+
+def _check_roles(messages: list[JSONObject]) -> None:
+    # Framework-native items may have no role (they carry a "type"), but a role that is
+    # there must be a name: trainers and trajectories key on it.
+    for index, message in enumerate(messages):
+        role = message.get("role", "-")
+        if not isinstance(role, str) or not role:
+            raise OutputShapeError(
+                f"run() returned message {index} with 'role' {role!r}; a role must be a "
+                "non-empty string such as 'assistant', 'user' or 'tool'"
+            )

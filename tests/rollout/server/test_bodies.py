@@ -69,6 +69,16 @@ async def test_malformed_bodies_are_422(
     assert "detail" in response.json()
 
 
+@pytest.mark.parametrize("field", ["agent_timeout_sec", "grader_timeout_sec"])
+@pytest.mark.parametrize("value", [-5, 0, -0.001])
+async def test_non_positive_timeouts_are_422_naming_the_field(
+    http: httpx.AsyncClient, field: str, value: float
+) -> None:
+    response = await _post(http, json.dumps({**VALID, field: value}).encode())
+    assert response.status_code == 422
+    assert field in response.text and "greater than 0" in response.text
+
+
 async def test_validation_errors_never_echo_the_key(http: httpx.AsyncClient) -> None:
     body = {**VALID, "rollout_id": "../x", "llm_api_key": "sk-never-echo-4411"}
     response = await _post(http, json.dumps(body).encode())

@@ -32,7 +32,10 @@ async def _start_server(drain_timeout_sec: float) -> tuple[asyncio.subprocess.Pr
         str(port),
         str(drain_timeout_sec),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
     )
     url = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as http, asyncio.timeout(30):

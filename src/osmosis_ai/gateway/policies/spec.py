@@ -63,13 +63,22 @@ def parse_policy_spec(spec: str) -> PolicySpec:
     )
 
 
-def build_policy(spec: str | PolicySpec, *, api_key: str | None = None) -> Policy:
-    """Construct the policy a specification names (not started)."""
+def build_policy(
+    spec: str | PolicySpec, *, api_key: str | None = None, timeout_sec: float | None = None
+) -> Policy:
+    """Construct the policy a specification names (not started).
+
+    ``timeout_sec`` bounds one upstream call of an openai or LiteLLM policy (``None``:
+    600 s); the embedded model has no upstream.
+    """
     parsed = parse_policy_spec(spec) if isinstance(spec, str) else spec
     if parsed.kind == "embedded":
         return EmbeddedPolicy()
+    timeout = 600.0 if timeout_sec is None else timeout_sec
     if parsed.kind == "openai":
         assert parsed.base_url is not None
-        return OpenAICompatiblePolicy(parsed.base_url, model=parsed.model, api_key=api_key)
+        return OpenAICompatiblePolicy(
+            parsed.base_url, model=parsed.model, api_key=api_key, timeout_sec=timeout
+        )
     assert parsed.model is not None
-    return LiteLLMPolicy(parsed.model, api_key=api_key)
+    return LiteLLMPolicy(parsed.model, api_key=api_key, timeout_sec=timeout)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.backend.local import LocalBackend
@@ -346,6 +347,8 @@ class RolloutServerApp:
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
+        # Users serve the app with plain uvicorn.run(app), which never bounds header time.
+        bound_header_time_in_lifespan(receive)
         running = _running(self)
         try:
             await running.__aenter__()

@@ -1,0 +1,60 @@
+"""Serving over HTTP: connections slow to send their headers are closed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from osmosis_ai._serving import HEADER_TIMEOUT_SEC
+from osmosis_ai.gateway import Gateway
+from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
+from osmosis_ai.testing import ChatStub
+
+
+async def seconds_until_closed_after_partial_headers(port: int) -> float:
+    """Send half a request's headers, then nothing; how long until the server hangs up."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"POST /rollout HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: app")
+        await writer.drain()
+        started = time.monotonic()
+        async with asyncio.timeout(HEADER_TIMEOUT_SEC + 10):
+            while await reader.read(65536):  # until EOF: the server closed the connection
+                pass
+        return time.monotonic() - started
+    finally:
+        writer.close()
+
+
+@pytest.mark.slow
+async def test_gateway_closes_a_connection_that_never_finishes_its_headers() -> None:
+    async with ChatStub() as stub, Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
+        port = int(gateway.base_url.rsplit(":", 1)[1])
+        elapsed = await seconds_until_closed_after_partial_headers(port)
+        assert HEADER_TIMEOUT_SEC - 1 <= elapsed <= HEADER_TIMEOUT_SEC + 5
+        async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+            assert (await http.get("/health")).status_code == 200
+
+
+@pytest.mark.slow
+async def test_kept_alive_connections_are_not_cut_by_the_header_bound() -> None:
+    # Only header time is bounded: a connection idle between requests past the bound works.
+    async with ChatStub() as stub, Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
+        host, port = gateway.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for attempt in range(3):
+                if attempt:
+                    await asyncio.sleep(HEADER_TIMEOUT_SEC * 0.6)
+                writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                await writer.drain()
+                async with asyncio.timeout(10):
+                    head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+                    assert head.startswith("http/1.1 200")
+                    length = int(head.split("content-length:")[1].split("\r\n")[0])
+                    await reader.readexactly(length)
+        finally:
+            writer.close()
