@@ -210,6 +210,18 @@ async def test_an_upstream_echoing_its_key_never_passes_it_on(
         assert PROVIDER_KEY not in recorded and "m-[REDACTED]" in recorded
 
 
+async def test_a_streamed_key_split_across_chunks_is_scrubbed(stub: ChatStub) -> None:
+    key = "sk-split key-9c1e5d"  # the stub streams word by word: the key spans two chunks
+    policy = OpenAICompatiblePolicy(stub.base_url, api_key=key, timeout_sec=5)
+    async with serving(policy) as (_, http):
+        stub.push(StubReply(content=f"you sent {key} to me"))
+        streamed = await http.post(CHAT, json=chat(stream=True))
+    events = sse_events(streamed.text)
+    pieces = [c["delta"].get("content") or "" for e in events[:-1] for c in e["choices"]]
+    assert "".join(pieces) == "you sent [REDACTED] to me"
+    assert "sk-split" not in streamed.text and "key-9c1e5d" not in streamed.text
+
+
 async def test_long_upstream_errors_are_capped(client: httpx.AsyncClient, stub: ChatStub) -> None:
     stub.push(StubFailure(400, "x" * 5000))
     response = await client.post(CHAT, json=chat())

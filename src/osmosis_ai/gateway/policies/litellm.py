@@ -9,6 +9,7 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import PolicyError
+from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
 from osmosis_ai.rollout._scrub import scrub_json
@@ -128,12 +129,15 @@ class LiteLLMPolicy(Policy):
         litellm = self._require()
         kwargs = {**self._kwargs(request), "stream": True}
         kwargs["stream_options"] = {"include_usage": True}
+        scrubber = StreamScrubber(self.secrets())
         try:
             response = await litellm.acompletion(**kwargs)
             async for chunk in response:
-                yield scrub_json(chunk.model_dump(exclude_none=True), self.secrets())
+                yield scrubber.feed(chunk.model_dump(exclude_none=True))
         except Exception as exc:
             raise _translate(exc) from exc
+        if (rest := scrubber.flush()) is not None:
+            yield rest
 
     def _require(self) -> Any:
         if self._litellm is None:

@@ -9,6 +9,7 @@ from urllib.parse import unquote
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
+from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
 from osmosis_ai.rollout._scrub import scrub_json
@@ -196,23 +197,26 @@ class OpenAICompatiblePolicy(Policy):
         return scrubbed
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
-        """Upstream server-sent events, parsed."""
+        """Upstream server-sent events, parsed (and scrubbed of the upstream's key)."""
+        scrubber = StreamScrubber(self.secrets())
         try:
             async with self._post(request) as response:
                 if response.status != 200:
                     raise _status_error(response.status, await response.read())
                 async for data in _sse_data(response.content):
                     if data == b"[DONE]":
-                        return
+                        break
                     try:
                         chunk = json.loads(data)
                     except ValueError as exc:
                         raise PolicyError("upstream sent an invalid stream chunk") from exc
                     if isinstance(chunk, dict) and "error" in chunk:
                         raise PolicyError(_upstream_message(502, data))
-                    yield scrub_json(chunk, self.secrets())
+                    yield scrubber.feed(chunk)
         except (TimeoutError, self._aiohttp.ClientError) as exc:
             raise _transport_error(exc, self.timeout_sec) from exc
+        if (rest := scrubber.flush()) is not None:
+            yield rest
 
 
 async def _sse_data(content: Any) -> AsyncIterator[bytes]:
