@@ -18,7 +18,7 @@ import aiohttp
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.errors import OsmosisError
 
-__all__ = ["RolloutServerError", "RolloutServerProcess", "withhold_credentials"]
+__all__ = ["RolloutServerError", "RolloutServerProcess"]
 
 _HEALTH_INTERVAL_SEC = 0.2
 # Longer than the server's own drain (10 s), cancel grace (10 s) and delivery grace (5 s).
@@ -32,7 +32,7 @@ class RolloutServerError(OsmosisError):
     """The rollout server did not start, is not ours, or died."""
 
 
-def withhold_credentials(
+def _withhold_credentials(
     env: Mapping[str, str], credentials: Iterable[str]
 ) -> tuple[dict[str, str], list[str]]:
     """``env`` without the variables whose value contains one of ``credentials``.
@@ -106,7 +106,7 @@ class RolloutServerProcess:
         port = probe.getsockname()[1]
         probe.close()
         inherited = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-        kept, withheld = withhold_credentials({**inherited, **self.env}, self.withheld)
+        kept, withheld = _withhold_credentials({**inherited, **self.env}, self.withheld)
         if withheld:
             self.log(
                 "not passed to the rollout server (they hold the policy's credentials): "
