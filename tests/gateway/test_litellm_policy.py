@@ -45,3 +45,17 @@ async def test_provider_errors_keep_their_status_and_hide_the_key() -> None:
             response = await http.post(CHAT, json=chat())
     assert response.status_code == 401
     assert "sk-litellm-123" not in response.text
+
+
+async def test_an_upstream_echoing_its_key_never_passes_it_on() -> None:
+    async with ChatStub() as stub:
+        policy = LiteLLMPolicy(
+            "openai/stub-model", api_key="sk-litellm-123", api_base=stub.base_url
+        )
+        async with serving(policy) as (gateway, http):
+            stub.push(StubReply(content="your key: sk-litellm-123"))
+            answer = await http.post(CHAT, json=chat())
+            stub.push(StubReply(content="your key: sk-litellm-123"))
+            streamed = await http.post(CHAT, json=chat(stream=True))
+    assert answer.json()["choices"][0]["message"]["content"] == "your key: [REDACTED]"
+    assert "sk-litellm-123" not in streamed.text and "[REDACTED]" in streamed.text

@@ -190,6 +190,38 @@ async def test_secrets_echoed_by_the_upstream_are_redacted(
     assert PROVIDER_KEY not in calls and gateway.token not in calls
 
 
+async def test_an_upstream_echoing_its_key_never_passes_it_on(
+    client: httpx.AsyncClient, stub: ChatStub
+) -> None:
+    echo = f"you called me with Bearer {PROVIDER_KEY}!"
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": json.dumps({"key": PROVIDER_KEY})}}  # fmt: skip
+    stub.push(StubReply(content=echo, tool_calls=[call]), StubReply(content=echo))
+    answer = await client.post(CHAT, json=chat(model=f"m-{PROVIDER_KEY}"))
+    streamed = await client.post(CHAT, json=chat(stream=True, model=f"m-{PROVIDER_KEY}"))
+    assert answer.status_code == 200 and streamed.status_code == 200
+    for response in (answer, streamed):
+        assert PROVIDER_KEY not in response.text and "[REDACTED]" in response.text
+    message = answer.json()["choices"][0]["message"]
+    assert message["content"] == "you called me with Bearer [REDACTED]!"  # only the key goes
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"key": "[REDACTED]"}
+    for path in ("/v1/rollouts/r1/calls", "/v1/rollouts/r1/trajectory-report"):
+        recorded = (await client.get(path)).text
+        assert PROVIDER_KEY not in recorded and "m-[REDACTED]" in recorded
+
+
+async def test_a_streamed_key_split_across_chunks_is_scrubbed(stub: ChatStub) -> None:
+    key = "sk-split key-9c1e5d"  # the stub streams word by word: the key spans two chunks
+    policy = OpenAICompatiblePolicy(stub.base_url, api_key=key, timeout_sec=5)
+    async with serving(policy) as (_, http):
+        stub.push(StubReply(content=f"you sent {key} to me"))
+        streamed = await http.post(CHAT, json=chat(stream=True))
+    events = sse_events(streamed.text)
+    pieces = [c["delta"].get("content") or "" for e in events[:-1] for c in e["choices"]]
+    assert "".join(pieces) == "you sent [REDACTED] to me"
+    assert "sk-split" not in streamed.text and "key-9c1e5d" not in streamed.text
+
+
 async def test_long_upstream_errors_are_capped(client: httpx.AsyncClient, stub: ChatStub) -> None:
     stub.push(StubFailure(400, "x" * 5000))
     response = await client.post(CHAT, json=chat())

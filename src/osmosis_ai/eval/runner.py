@@ -14,9 +14,10 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import Any
 
 from osmosis_ai.errors import ConfigError, RolloutProtocolError
@@ -33,7 +34,8 @@ from osmosis_ai.eval.run_dir import (
     source_digest,
 )
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
-from osmosis_ai.gateway import Gateway, build_policy, preflight
+from osmosis_ai.gateway import Gateway, Policy, build_policy, displayable_policy_spec, preflight
+from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server.app import (
     BACKEND_ENV,
@@ -98,7 +100,7 @@ ItemCallback = Callable[[JournalRecord, int, int], None]
 
 def _inputs(config: EvalConfig, dataset: Dataset, n: int) -> dict[str, Any]:
     return {
-        "model_path": config.experiment.model_path,
+        "model_path": displayable_policy_spec(config.experiment.model_path),
         "dataset": {
             "sha256": dataset.sha256,
             "selected_source_rows": dataset.selected_source_rows,
@@ -132,6 +134,38 @@ def _secret_values(config: EvalConfig) -> dict[str, str]:
     return {name: os.environ[name] for name in config.secrets}
 
 
+@dataclass(frozen=True, repr=False)
+class _Keys:
+    """Every key this invocation knows: what it scrubs from its outputs."""
+
+    rollout: str
+    """The rollout key (the gateway's token), the only key the rollout server gets."""
+    policy: tuple[str, ...]
+    """The policy's credentials: withheld from the rollout server."""
+    redactor: Redactor
+    """Redacts both, and the ``[secrets]`` values."""
+
+
+def _policy_credentials(policy: Policy, api_key: str | None) -> tuple[str, ...]:
+    # The key from the environment counts even when the caller passed none.
+    candidates = (*policy.secrets(), api_key, os.environ.get("OSMOSIS_POLICY_API_KEY"))
+    return tuple(dict.fromkeys(key for key in candidates if key))
+
+
+def _refuse_policy_keys(
+    config: EvalConfig, secrets: Mapping[str, str], policy_keys: tuple[str, ...]
+) -> None:
+    """The rollout server must never get the policy's credentials, even when asked to."""
+    for where, entries in (("secrets.required: ", secrets), ("env.", config.env)):
+        for name, value in entries.items():
+            if any(key in value for key in policy_keys):
+                raise ConfigError(
+                    f"{where}{name} holds the policy's key, which the rollout server never gets "
+                    "(its workflow reaches the model through the gateway with its rollout key); "
+                    f"remove {name} from the eval config or give the policy another key"
+                )
+
+
 @dataclass
 class _Prepared:
     config: EvalConfig
@@ -140,12 +174,25 @@ class _Prepared:
     inputs: dict[str, Any]
     run_name: str
     output_root: Path
+    secrets: dict[str, str]
+    policy: Policy
+    keys: _Keys
 
 
 def _prepare(options: EvalOptions) -> _Prepared:
     """Everything that reads files before a run (in a worker thread)."""
     parse_backend_spec(options.backend, label="--backend")
     config = load_eval_config(options.config_path)
+    secrets = _secret_values(config)
+    policy = build_policy(
+        config.experiment.model_path,
+        api_key=options.policy_api_key,
+        timeout_sec=options.upstream_timeout_sec,
+    )
+    policy_keys = _policy_credentials(policy, options.policy_api_key)
+    _refuse_policy_keys(config, secrets, policy_keys)
+    rollout_key = token_urlsafe(32)
+    keys = _Keys(rollout_key, policy_keys, Redactor((rollout_key, *policy_keys, *secrets.values())))
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,
         rows=options.rows,
@@ -160,7 +207,15 @@ def _prepare(options: EvalOptions) -> _Prepared:
         inputs=inputs,
         run_name=options.name or f"{options.config_path.stem}-{canonical_digest(inputs)[:8]}",
         output_root=(options.output or config.workspace / ".osmosis" / "evals").resolve(),
+        secrets=secrets,
+        policy=policy,
+        keys=keys,
     )
+
+
+def _scrub(path: Path, keys: _Keys) -> list[Path]:
+    """Scrub every known key from the files below ``path`` (see `scrub_files`)."""
+    return scrub_files(path, keys.redactor.secrets)
 
 
 async def run_eval(
@@ -180,13 +235,23 @@ async def run_eval(
     or a fatal model preflight stops dispatching and leaves the remaining items pending;
     Ctrl-C (cancellation) does the same, then re-raises.
 
+    The policy's credentials never reach the rollout server. Every key the run knows (the
+    policy's, the rollout key, ``[secrets]`` values) is redacted from what it reports and
+    scrubbed from the files under the run directory: an item's as it finishes, all of them
+    when the run stops.
+
     Raises:
         ConfigError: Bad config, dataset, rows, secrets, or a run with other inputs.
         RunLockedError: Another runner holds the run.
     """
-    say = on_message or (lambda text: None)
     prepared = await asyncio.to_thread(_prepare, options)
     config, dataset, n = prepared.config, prepared.dataset, prepared.n
+    secrets, keys = prepared.secrets, prepared.keys
+
+    def say(text: str) -> None:
+        if on_message is not None:
+            on_message(keys.redactor.text(text))
+
     run_name = prepared.run_name
     run_dir = prepared.output_root / run_name
     with contextlib.ExitStack() as held:
@@ -202,19 +267,18 @@ async def run_eval(
         outcome = EvalOutcome(run_name, run_dir, total=len(items), resumed=len(resumed))
         if on_run_dir is not None:
             await on_run_dir(run_dir)
-        secrets = _secret_values(config)
         if on_plan is not None:
             on_plan(
                 {
                     "Rollout": f"{config.experiment.rollout} ({config.experiment.entrypoint})",
-                    "Model": config.experiment.model_path,
+                    "Model": displayable_policy_spec(config.experiment.model_path),
                     "Dataset": f"{dataset.path.name} ({dataset.path})",
                     "Rows": f"{len(dataset.items)} of {dataset.total_rows}",
                     "Runs per row": str(n),
                     "Work items": f"{len(items)} ({len(pending)} to run, {len(resumed)} done)",
                     "Output": str(run_dir),
                 }
-            )
+            )  # nothing here holds a key: the model is shown without URL credentials
         say(f"run {run_name}: {len(pending)} of {len(items)} work items to run")
         try:
             if pending:
@@ -228,6 +292,8 @@ async def run_eval(
                     outcome,
                     on_item,
                     say,
+                    policy=prepared.policy,
+                    keys=keys,
                 )
         finally:
 
@@ -240,7 +306,7 @@ async def run_eval(
                     dataset=dataset,
                     resumed_keys=resumed,
                     pass_threshold=config.evaluation.pass_threshold,
-                    model_name=config.experiment.model_path,
+                    model_name=displayable_policy_spec(config.experiment.model_path),
                     rollout_name=config.experiment.rollout,
                 )
 
@@ -255,11 +321,23 @@ async def run_eval(
                 outcome.metrics = finished.metrics
                 outcome.failed_rows = finished.failed_rows
                 outcome.complete = finished.complete
+            await _scrub_run_dir(outcome, keys)
     return outcome
 
 
 def _storage_halt(run_dir: Path, reason: str) -> str:
     return f"cannot store results under {run_dir}: {reason}; free space there (or make it writable)"
+
+
+async def _scrub_run_dir(outcome: EvalOutcome, keys: _Keys) -> None:
+    """Scrub the whole run directory, copies included; what resists stops the run."""
+    stuck = await asyncio.to_thread(_scrub, outcome.run_dir, keys)
+    if stuck:
+        outcome.complete = False
+        outcome.halted = (
+            f"{len(stuck)} file(s) could be neither scrubbed of the run's keys nor deleted, "
+            f"e.g. {stuck[0]}; delete them by hand"
+        )
 
 
 def _open_journal(journal: Journal) -> dict[Item, JournalRecord]:
@@ -277,17 +355,15 @@ async def _dispatch(
     outcome: EvalOutcome,
     on_item: ItemCallback | None,
     say: Callable[[str], None],
+    *,
+    policy: Policy,
+    keys: _Keys,
 ) -> None:
     by_row = {item.row_index: item for item in dataset.items}
-    policy = build_policy(
-        config.experiment.model_path,
-        api_key=options.policy_api_key,
-        timeout_sec=options.upstream_timeout_sec,
-    )
-    async with Gateway(policy, secrets=secrets.values()) as gateway:
-        redactor = Redactor((gateway.token, *secrets.values(), *policy.secrets()))
+    redactor = keys.redactor
+    async with Gateway(policy, token=keys.rollout, secrets=secrets.values()) as gateway:
         with run_log(outcome.run_dir / "logs.txt", redactor) as log:
-            say(f"checking model {config.experiment.model_path}")
+            say(f"checking model {displayable_policy_spec(config.experiment.model_path)}")
             check = await preflight(policy)
             log.info("model preflight: %s", check.message, extra={"step": "preflight"})
             if check.fatal:
@@ -307,6 +383,7 @@ async def _dispatch(
                 artifact_root=outcome.run_dir / "rollout_trials",
                 log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
                 redact=redactor.text,
+                withheld=keys.policy,
             )
             say(f"starting rollout server ({config.experiment.entrypoint})")
             try:
@@ -339,7 +416,7 @@ async def _dispatch(
                         outcome.resumed,  # items redone (failed, unstored) are not done yet
                         on_item,
                         log,
-                        redactor.text,
+                        keys,
                     )
             finally:
                 await server.stop()
@@ -360,7 +437,7 @@ async def _work(
     already_done: int,
     on_item: ItemCallback | None,
     log: logging.Logger,
-    redact: Callable[[str], str],
+    keys: _Keys,
 ) -> None:
     queue: asyncio.Queue[Item] = asyncio.Queue()
     for item in pending:
@@ -466,8 +543,12 @@ async def _work(
             if record is None:
                 continue
             if record.error_message is not None:
-                message = redact(record.error_message)[:_MAX_ERROR_MESSAGE_CHARS]
+                message = keys.redactor.text(record.error_message)[:_MAX_ERROR_MESSAGE_CHARS]
                 record = dataclasses.replace(record, error_message=message)
+            # At once, so an interrupted run leaves no key in a finished item's files either.
+            await asyncio.to_thread(
+                _scrub, outcome.run_dir / "rollout_trials" / record.rollout_id, keys
+            )
             try:
                 await journal.append_async(record)  # durable before it counts
             except OSError as exc:

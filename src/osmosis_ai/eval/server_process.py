@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -32,6 +32,26 @@ class RolloutServerError(OsmosisError):
     """The rollout server did not start, is not ours, or died."""
 
 
+def _withhold_credentials(
+    env: Mapping[str, str], credentials: Iterable[str]
+) -> tuple[dict[str, str], list[str]]:
+    """``env`` without the variables whose value contains one of ``credentials``.
+
+    Matching values rather than names catches a key under any name (``OPENAI_API_KEY``,
+    ``OSMOSIS_POLICY_API_KEY``, a copy in ``MY_HEADER="Bearer ..."``). Returns the kept
+    variables and the sorted names of those withheld.
+    """
+    needles = [credential for credential in credentials if credential]
+    kept: dict[str, str] = {}
+    withheld: list[str] = []
+    for name, value in env.items():
+        if any(needle in value for needle in needles):
+            withheld.append(name)
+        else:
+            kept[name] = value
+    return kept, sorted(withheld)
+
+
 class RolloutServerProcess:
     """Runs the rollout's entry point in its directory, as its own process group.
 
@@ -42,7 +62,9 @@ class RolloutServerProcess:
     and a fresh ``_OSMOSIS_ROLLOUT_INSTANCE_ID``; the server counts as up only when its
     ``/health`` reports that instance id, so a foreign process on the port is never used.
     Its output goes line by line, through ``redact``, to ``log`` and to the tail quoted in
-    errors.
+    errors. It inherits this process's environment plus ``env``, except every variable
+    holding one of ``withheld`` (the policy's credentials: the gateway holds them, the
+    workflow only needs its rollout key); their names are logged.
     """
 
     def __init__(
@@ -54,6 +76,7 @@ class RolloutServerProcess:
         artifact_root: Path,
         log: Callable[[str], None],
         redact: Callable[[str], str] = str,
+        withheld: Iterable[str] = (),
     ) -> None:
         self.rollout_dir = rollout_dir
         self.entrypoint = entrypoint
@@ -61,6 +84,7 @@ class RolloutServerProcess:
         self.artifact_root = artifact_root
         self.log = log
         self.redact = redact
+        self.withheld = tuple(withheld)
         self.instance_id = uuid.uuid4().hex
         self.url = ""
         self._process: asyncio.subprocess.Process | None = None
@@ -81,9 +105,15 @@ class RolloutServerProcess:
         probe = bind_socket()
         port = probe.getsockname()[1]
         probe.close()
+        inherited = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        kept, withheld = _withhold_credentials({**inherited, **self.env}, self.withheld)
+        if withheld:
+            self.log(
+                "not passed to the rollout server (they hold the policy's credentials): "
+                + ", ".join(withheld)
+            )
         env = {
-            **{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
-            **self.env,
+            **kept,
             "_OSMOSIS_ROLLOUT_PORT": str(port),
             "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(self.artifact_root),
             "_OSMOSIS_ROLLOUT_INSTANCE_ID": self.instance_id,

@@ -13,6 +13,7 @@ from osmosis_ai.gateway.policies import (
     Policy,
     PolicySpec,
     build_policy,
+    displayable_policy_spec,
     parse_policy_spec,
 )
 from osmosis_ai.gateway.preflight import PreflightResult, preflight
@@ -32,6 +33,7 @@ __all__ = [
     "PolicySpec",
     "PreflightResult",
     "build_policy",
+    "displayable_policy_spec",
     "create_gateway_app",
     "parse_policy_spec",
     "preflight",

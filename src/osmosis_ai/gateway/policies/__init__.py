@@ -4,7 +4,12 @@ from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
 from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
-from osmosis_ai.gateway.policies.spec import PolicySpec, build_policy, parse_policy_spec
+from osmosis_ai.gateway.policies.spec import (
+    PolicySpec,
+    build_policy,
+    displayable_policy_spec,
+    parse_policy_spec,
+)
 
 __all__ = [
     "EmbeddedPolicy",
@@ -13,5 +18,6 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "build_policy",
+    "displayable_policy_spec",
     "parse_policy_spec",
 ]

@@ -3,15 +3,48 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import PolicyError
+from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
+from osmosis_ai.rollout._scrub import scrub_json
+from osmosis_ai.rollout.trajectory.redact import is_credential_key
 
 __all__ = ["LiteLLMPolicy"]
+
+# Providers whose credential variables are not (only) named after the provider id.
+_EXTRA_PREFIXES = {
+    "bedrock": ("AWS_",),
+    "sagemaker": ("AWS_",),
+    "vertex_ai": ("VERTEXAI_", "GOOGLE_"),
+    "gemini": ("GOOGLE_",),
+    "together_ai": ("TOGETHERAI_",),
+    "huggingface": ("HF_",),
+}
+
+
+def _provider_key_variables(model: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The variables of ``environ`` holding a credential of ``model``'s provider.
+
+    A variable counts when its name starts with the provider id (``OPENAI_`` for
+    ``openai/gpt-4o-mini``; a few providers add their vendor's prefix, e.g. ``AWS_`` for
+    ``bedrock``) and names a key, token, secret or password (`is_credential_key`), e.g.
+    ``OPENAI_API_KEY`` or ``ANTHROPIC_AUTH_TOKEN``; ``OPENAI_BASE_URL`` does not.
+    """
+    provider = model.split("/", 1)[0].lower()
+    prefixes = (re.sub(r"\W", "_", provider).upper() + "_", *_EXTRA_PREFIXES.get(provider, ()))
+    return tuple(
+        sorted(
+            name
+            for name, value in environ.items()
+            if value and name.upper().startswith(prefixes) and is_credential_key(name)
+        )
+    )
 
 
 def _translate(exc: Exception) -> PolicyError:
@@ -31,7 +64,8 @@ class LiteLLMPolicy(Policy):
 
     LiteLLM is imported when the policy starts, with its model cost map read locally
     (``LITELLM_LOCAL_MODEL_COST_MAP=True``) so that importing it needs no network.
-    Provider keys come from the usual environment variables or ``api_key``.
+    Provider keys come from the usual environment variables or ``api_key``; both count as
+    the policy's secrets (see `_provider_key_variables`), read when the policy is built.
 
     Args:
         model: The LiteLLM model id.
@@ -55,6 +89,8 @@ class LiteLLMPolicy(Policy):
         self.api_base = api_base
         self.timeout_sec = timeout_sec
         self._litellm: Any = None
+        names = _provider_key_variables(model, os.environ)
+        self._secrets = tuple(dict.fromkeys(v for v in (api_key, *map(os.environ.get, names)) if v))
 
     @property
     def model(self) -> str:
@@ -62,8 +98,8 @@ class LiteLLMPolicy(Policy):
         return self._model
 
     def secrets(self) -> tuple[str, ...]:
-        """The provider key, when one was given."""
-        return (self._api_key,) if self._api_key else ()
+        """The key given, and the provider's keys in the environment."""
+        return self._secrets
 
     async def start(self) -> None:
         """Import LiteLLM without letting it reach the network."""
@@ -85,7 +121,7 @@ class LiteLLMPolicy(Policy):
             response = await litellm.acompletion(**self._kwargs(request))
         except Exception as exc:
             raise _translate(exc) from exc
-        answer: dict[str, Any] = response.model_dump()
+        answer: dict[str, Any] = scrub_json(response.model_dump(), self.secrets())
         return answer
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
@@ -93,12 +129,15 @@ class LiteLLMPolicy(Policy):
         litellm = self._require()
         kwargs = {**self._kwargs(request), "stream": True}
         kwargs["stream_options"] = {"include_usage": True}
+        scrubber = StreamScrubber(self.secrets())
         try:
             response = await litellm.acompletion(**kwargs)
             async for chunk in response:
-                yield chunk.model_dump(exclude_none=True)
+                yield scrubber.feed(chunk.model_dump(exclude_none=True))
         except Exception as exc:
             raise _translate(exc) from exc
+        if (rest := scrubber.flush()) is not None:
+            yield rest
 
     def _require(self) -> Any:
         if self._litellm is None:

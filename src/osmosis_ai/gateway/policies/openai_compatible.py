@@ -5,16 +5,43 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import unquote
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.errors import ChatRequestError, PolicyError
+from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
+from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
+from osmosis_ai.rollout._scrub import scrub_json
 
 __all__ = ["OpenAICompatiblePolicy"]
 
 _MAX_ERROR_BODY = 4096
 _FEATURE = "The OpenAI-compatible policy"
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str]:
+    """``url`` as ``(scheme://, userinfo or None, rest)``, e.g. ``("http://", "u:pw", "h/v1")``.
+
+    The userinfo ends at the last ``@`` before the path, so an unencoded ``@`` inside a
+    password stays in it.
+    """
+    start = url.find("://") + 3
+    if start < 3:
+        return "", None, url
+    slash = url.find("/", start)
+    at = url.rfind("@", start, len(url) if slash < 0 else slash)
+    if at < 0:
+        return url[:start], None, url[start:]
+    return url[:start], url[start:at], url[at + 1 :]
+
+
+def _url_secrets(userinfo: str | None) -> tuple[str, ...]:
+    # The password; without one the user part is the credential (https://TOKEN@host).
+    if not userinfo:
+        return ()
+    secret = userinfo.partition(":")[2] if ":" in userinfo else userinfo
+    return tuple(dict.fromkeys(s for s in (secret, unquote(secret)) if s))
 
 
 def _upstream_message(status: int, body: bytes) -> str:
@@ -60,10 +87,15 @@ class OpenAICompatiblePolicy(Policy):
     Args:
         base_url: The server's base URL, e.g. ``http://127.0.0.1:8000/v1``.
         model: Model to request; defaults to the model the caller named.
-        api_key: Bearer key for the upstream; never shown in errors or logs.
+        api_key: Bearer key for the upstream; never shown in errors or logs. Credentials in
+            ``base_url`` (``http://user:password@host/v1``) are sent as Basic auth instead;
+            the two cannot be combined.
         timeout_sec: Connect timeout, and the longest wait for the next byte of an answer.
         token_data: Ask for logprobs and token ids on every call.
         max_connections: Size of the connection pool.
+
+    Raises:
+        ConfigError: ``base_url`` carries credentials and ``api_key`` is given too.
     """
 
     kind = "openai"
@@ -78,9 +110,17 @@ class OpenAICompatiblePolicy(Policy):
         token_data: bool = False,
         max_connections: int = 512,
     ) -> None:
+        userinfo = split_userinfo(base_url)[1]
+        if userinfo is not None and api_key:
+            raise ConfigError(
+                "the policy URL carries credentials (user:password@) and an API key was given "
+                "too (--policy-api-key, OSMOSIS_POLICY_API_KEY or --api-key); the upstream takes "
+                "one Authorization header: drop the credentials from the URL or the key"
+            )
         self.base_url = base_url.rstrip("/")
         self._model = model
         self._api_key = api_key
+        self._secrets = (api_key,) if api_key else _url_secrets(userinfo)
         self.timeout_sec = timeout_sec
         self.token_data = token_data
         self.max_connections = max_connections
@@ -93,8 +133,8 @@ class OpenAICompatiblePolicy(Policy):
         return self._model or "openai-compatible"
 
     def secrets(self) -> tuple[str, ...]:
-        """The upstream key."""
-        return (self._api_key,) if self._api_key else ()
+        """The upstream key, or the credential in the URL."""
+        return self._secrets
 
     async def start(self) -> None:
         """Open the connection pool."""
@@ -153,26 +193,30 @@ class OpenAICompatiblePolicy(Policy):
             raise PolicyError("upstream answered with invalid JSON") from exc
         if not isinstance(answer, dict):
             raise PolicyError("upstream answered with something other than a JSON object")
-        return answer
+        scrubbed: dict[str, Any] = scrub_json(answer, self.secrets())  # an upstream may echo it
+        return scrubbed
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
-        """Upstream server-sent events, parsed."""
+        """Upstream server-sent events, parsed (and scrubbed of the upstream's key)."""
+        scrubber = StreamScrubber(self.secrets())
         try:
             async with self._post(request) as response:
                 if response.status != 200:
                     raise _status_error(response.status, await response.read())
                 async for data in _sse_data(response.content):
                     if data == b"[DONE]":
-                        return
+                        break
                     try:
                         chunk = json.loads(data)
                     except ValueError as exc:
                         raise PolicyError("upstream sent an invalid stream chunk") from exc
                     if isinstance(chunk, dict) and "error" in chunk:
                         raise PolicyError(_upstream_message(502, data))
-                    yield chunk
+                    yield scrubber.feed(chunk)
         except (TimeoutError, self._aiohttp.ClientError) as exc:
             raise _transport_error(exc, self.timeout_sec) from exc
+        if (rest := scrubber.flush()) is not None:
+            yield rest
 
 
 async def _sse_data(content: Any) -> AsyncIterator[bytes]:

@@ -10,9 +10,10 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
 from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
-from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
+from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy, split_userinfo
+from osmosis_ai.rollout.trajectory.redact import REDACTED
 
-__all__ = ["PolicySpec", "build_policy", "parse_policy_spec"]
+__all__ = ["PolicySpec", "build_policy", "displayable_policy_spec", "parse_policy_spec"]
 
 _OPENAI_PREFIXES = ("openai-compatible:", "openai:")
 _PORT_AND_PATH = re.compile(r"\d+(/.*)?")
@@ -28,12 +29,27 @@ class PolicySpec:
     model: str | None = None
 
 
+def displayable_policy_spec(spec: str) -> str:
+    """``spec`` as it may be shown or stored: credentials in a URL become ``[REDACTED]``.
+
+    ``openai:http://user:pw@host/v1:m`` is shown as ``openai:http://[REDACTED]@host/v1:m``;
+    every other specification is returned as written.
+    """
+    for prefix in _OPENAI_PREFIXES:
+        if spec.strip().startswith(prefix):
+            scheme, userinfo, rest = split_userinfo(spec.strip()[len(prefix) :])
+            if userinfo:
+                return f"{prefix}{scheme}{REDACTED}@{rest}"
+    return spec
+
+
 def parse_policy_spec(spec: str) -> PolicySpec:
     """Parse ``embedded``, ``openai:<base_url>[:<model>]`` (also ``openai-compatible:``),
     ``litellm:<provider/model>`` or a bare LiteLLM id ``<provider>/<model>``.
 
     In ``openai:http://host:8000/v1:Qwen/Qwen3-8B`` the text after the last ``:`` is the
-    model, unless it is a port (digits, optionally followed by a path).
+    model, unless it is a port (digits, optionally followed by a path) or inside the URL's
+    credentials (``http://user:password@host``). Error messages show `displayable_policy_spec`.
 
     Raises:
         ConfigError: The specification matches none of these forms.
@@ -45,20 +61,22 @@ def parse_policy_spec(spec: str) -> PolicySpec:
         if text.startswith(prefix):
             rest = text[len(prefix) :]
             base_url, model = rest, None
-            head, sep, tail = rest.rpartition(":")
-            if sep and "://" in head and not _PORT_AND_PATH.fullmatch(tail):
-                base_url, model = head, tail or None
+            scheme, userinfo, after = split_userinfo(rest)
+            head, sep, tail = after.rpartition(":")
+            if sep and scheme and head and not _PORT_AND_PATH.fullmatch(tail):
+                credentials = "" if userinfo is None else userinfo + "@"
+                base_url, model = scheme + credentials + head, tail or None
             if not re.match(r"https?://[^/]", base_url):
                 raise ConfigError(
-                    f"policy {spec!r}: the base URL must start with http:// or https://, e.g. "
-                    "openai:http://127.0.0.1:8000/v1"
+                    f"policy {displayable_policy_spec(spec)!r}: the base URL must start with "
+                    "http:// or https://, e.g. openai:http://127.0.0.1:8000/v1"
                 )
             return PolicySpec("openai", base_url=base_url, model=model)
     model = text.removeprefix("litellm:")
     if _LITELLM_ID.fullmatch(model):
         return PolicySpec("litellm", model=model)
     raise ConfigError(
-        f"policy {spec!r} is not recognised; use 'embedded', "
+        f"policy {displayable_policy_spec(spec)!r} is not recognised; use 'embedded', "
         "'openai:<base_url>[:<model>]' or a LiteLLM id such as 'openai/gpt-4o-mini'"
     )
 
@@ -70,6 +88,10 @@ def build_policy(
 
     ``timeout_sec`` bounds one upstream call of an openai or LiteLLM policy (``None``:
     600 s); the embedded model has no upstream.
+
+    Raises:
+        ConfigError: The specification is not recognised, or its URL carries credentials
+            and ``api_key`` is given too.
     """
     parsed = parse_policy_spec(spec) if isinstance(spec, str) else spec
     if parsed.kind == "embedded":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from typing import Any
@@ -43,6 +44,9 @@ class Probe(AgentWorkflow):
         assert rollout is not None
         if what == "leak":
             return await _leak(ctx, rollout.chat_completions_url, rollout.api_key or "")
+        if what == "env":  # tells the test which variables the rollout server was given
+            env_drop = (ctx.metadata or {})["env_drop"]
+            await asyncio.to_thread(_append, env_drop, json.dumps(dict(os.environ)))
         async with httpx.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
@@ -73,9 +77,13 @@ async def _leak(ctx: AgentWorkflowContext, url: str, key: str) -> list[dict[str,
         *ctx.prompt,
         {"role": "assistant", "content": None, "tool_calls": [tool_call]},
         {"role": "tool", "tool_call_id": "c1", "content": f"OPENAI_API_KEY={key} SECRET={secret}"},
+        response.json()["choices"][0]["message"],  # what the upstream answered
+        {"role": "user", "content": f"my environment: {json.dumps(dict(os.environ))}"},
         {"role": "assistant", "content": f"fetched https://bot:{key}@example.com/x?token={secret}"},
     ]
-    print(f"debug {key} {secret}", flush=True)
+    if ctx.artifacts_dir is not None:  # user files, copied into the run directory
+        await asyncio.to_thread(_write_artifacts, ctx.artifacts_dir, f"{key} {secret}")
+    print(f"debug {key} {secret} {dict(os.environ)}", flush=True)
     if meta.get("raise"):
         raise RuntimeError(f"tool failed with {key} and {secret}")
     return messages
@@ -94,6 +102,14 @@ def _fill_once(meta: dict[str, Any]) -> None:
             pass  # full
     for index in range(100):  # server output the runner logs to the full disk
         print(f"filled the disk, line {index}", flush=True)
+
+
+def _write_artifacts(directory: Any, text: str) -> None:
+    (directory / "notes.txt").write_text(text)
+    (directory / "nested").mkdir(exist_ok=True)
+    (directory / "nested" / "more.log").write_bytes(b"\x00\xff binary " + text.encode())
+    os.symlink("/etc/hostname", directory / "link.txt")
+    os.mkfifo(directory / "pipe")
 
 
 def _append(path: str, text: str) -> None:
