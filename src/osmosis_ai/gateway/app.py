@@ -54,7 +54,10 @@ class GatewayState:
 
     def error_message(self, exc: BaseException) -> str:
         """``exc``'s message, redacted and capped for an answer or a log line."""
-        text = self.redactor.text(str(exc))
+        if isinstance(exc, _Unauthorized):
+            text = self.redactor.scrub(str(exc))
+        else:
+            text = self.redactor.text(str(exc))
         return text if len(text) <= _MAX_ERROR_MESSAGE else text[:_MAX_ERROR_MESSAGE] + "…"
 
 
@@ -67,15 +70,24 @@ def _error_body(message: str, error_type: str, param: str | None = None) -> dict
     return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
 
 
-def _authorize(request: Request, state: GatewayState) -> None:
-    presented = request.headers.get("authorization", "")
-    expected = f"Bearer {state.token}"
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
-        raise GatewayError(
+class _Unauthorized(GatewayError):
+    """401, with the gateway's own help: it shows the header to send, which the text rules
+    would hide as a credential (``Authorization: [REDACTED] [REDACTED] token>``), so only the
+    secrets are scrubbed from it."""
+
+    def __init__(self) -> None:
+        super().__init__(
             "missing or invalid bearer token; send 'Authorization: Bearer <gateway token>'",
             status_code=401,
             error_type="authentication_error",
         )
+
+
+def _authorize(request: Request, state: GatewayState) -> None:
+    presented = request.headers.get("authorization", "")
+    expected = f"Bearer {state.token}"
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise _Unauthorized()
 
 
 def _rollout_id(request: Request) -> str:

@@ -395,6 +395,14 @@ def test_redactor_methods_delegate_to_the_functions():
     assert redactor.payload('["s3cret", "ok"]') == '["[REDACTED]","ok"]'
 
 
+def test_redactor_scrub_hides_only_the_secrets():
+    text = "send 'Authorization: Bearer <gateway token>' not k3y"
+    assert (
+        Redactor(("k3y",)).scrub(text)
+        == "send 'Authorization: Bearer <gateway token>' not [REDACTED]"
+    )
+
+
 @pytest.fixture
 def captured_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     stream = io.StringIO()

@@ -189,6 +189,10 @@ def _secret_spans(text: str, secrets: tuple[str, ...]) -> list[_Span]:
     return merged
 
 
+def _scrub_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    return _replace_spans(text, _secret_spans(text, secrets))
+
+
 def _names_credential(text: str, start: int, end: int, secret_spans: list[_Span]) -> bool:
     """Whether ``text[start:end]`` names a credential as written, or as what is left of it
     after the secrets (``_secret_spans`` of ``text``) are scrubbed: redacting again sees that,
@@ -391,7 +395,7 @@ def scrub_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
     The narrowest redaction: for records whose other content must stay as it was (saved
     trajectories), where pattern rules would alter legitimate text.
     """
-    return _replace_spans(text, _secret_spans(text, _normalize_secrets(secrets)))
+    return _scrub_secrets(text, _normalize_secrets(secrets))
 
 
 def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -480,6 +484,18 @@ class Redactor:
             A new redactor; this one is unchanged.
         """
         return Redactor(self.secrets + more)
+
+    def scrub(self, text: str) -> str:
+        """Return `scrub_secrets` of ``text`` with this redactor's secrets (no pattern rules).
+
+        Args:
+            text: Text whose only possible secrets are the configured ones, such as a message
+                the package writes itself.
+
+        Returns:
+            The text with every secret replaced by ``[REDACTED]``.
+        """
+        return _scrub_secrets(text, self.secrets)
 
     def text(self, text: str) -> str:
         """Return `redact_text` of ``text`` with this redactor's secrets.
