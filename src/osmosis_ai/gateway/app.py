@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.errors import ChatRequestError, GatewayError
 from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response, strip_for_caller
 from osmosis_ai.gateway.policies.base import Policy
@@ -310,12 +311,14 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
-    policy = app.state.gateway.policy
-    await policy.start()
-    try:
-        yield
-    finally:
-        await policy.aclose()
+    state: GatewayState = app.state.gateway
+    # The token and the policy's keys are scrubbed from every log record of the package.
+    with registered_secrets(state.redactor.secrets):
+        await state.policy.start()
+        try:
+            yield
+        finally:
+            await state.policy.aclose()
 
 
 def create_gateway_app(

@@ -530,14 +530,40 @@ class Redactor:
         """
         return _redact_payload(text, self.secrets)
 
+    def record(self, record: logging.LogRecord) -> None:
+        """Redact a log record in place, before any handler formats it.
+
+        The message is formatted (``msg % args``), redacted into ``record.msg`` and
+        ``record.args`` is cleared. An attached exception is formatted into ``exc_text``,
+        redacted, and the exception itself dropped (``exc_info``), so that no handler can
+        render it afresh; ``stack_info`` is redacted too.
+
+        Args:
+            record: The record; it is modified.
+        """
+        try:
+            message = record.getMessage()
+        except Exception:
+            # logging would print the raw arguments to stderr on a bad format string.
+            message = f"{record.msg} {record.args!r}"
+        record.msg = _redact_text(message, self.secrets)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.exc_info = None
+        if record.exc_text:
+            record.exc_text = _redact_text(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = _redact_text(record.stack_info, self.secrets)
+
 
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts each record before any handler formats it.
 
-    The message is formatted (``msg % args``), redacted into ``record.msg`` and ``record.args``
-    is cleared; an attached traceback (``exc_text``) and ``stack_info`` are redacted too.
-    Attach it to a handler (``handler.addFilter(RedactingFilter(redactor))``) to cover every
-    logger that reaches that handler.
+    See `Redactor.record` for what is redacted. Attach it to a handler
+    (``handler.addFilter(RedactingFilter(redactor))``) to cover every logger that reaches that
+    handler. (The package's own loggers are redacted anyway while a server, gateway or run is
+    alive: see ``osmosis_ai._log_redaction``.)
 
     Args:
         redactor: The redactor holding the secrets to scrub.
@@ -556,17 +582,5 @@ class RedactingFilter(logging.Filter):
         Returns:
             Always True.
         """
-        try:
-            message = record.getMessage()
-        except Exception:
-            # logging would print the raw arguments to stderr on a bad format string.
-            message = f"{record.msg} {record.args!r}"
-        record.msg = self.redactor.text(message)
-        record.args = None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redactor.text(record.exc_text)
-        if record.stack_info:
-            record.stack_info = self.redactor.text(record.stack_info)
+        self.redactor.record(record)
         return True
