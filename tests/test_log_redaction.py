@@ -8,7 +8,13 @@ import logging
 import pytest
 
 from osmosis_ai._log_redaction import active_redactor, registered_secrets
-from osmosis_ai.rollout import RolloutContext
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    ExecutionRequest,
+    LocalBackend,
+    RolloutContext,
+)
 
 SECRET = "registered-canary-4f1d"
 OTHER = "second-canary-9a2c"
@@ -79,3 +85,22 @@ def test_a_record_that_cannot_be_redacted_is_withheld(caplog: pytest.LogCaptureF
 def test_a_bare_string_is_refused():
     with pytest.raises(TypeError, match="not a str"), registered_secrets("abc"):
         pass
+
+
+class QuotesTheSecret(AgentWorkflow):
+    async def run(self, ctx: AgentWorkflowContext) -> None:
+        raise RuntimeError(f"db rejected {SECRET}")
+
+
+async def test_a_backend_failure_is_redacted_with_the_registered_secrets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What runs a rollout (here a custom harness's LocalBackend) redacts with the secrets of
+    # the server or run it serves, not only with the rollout's key.
+    backend = LocalBackend(workflow=QuotesTheSecret)
+    with registered_secrets([SECRET]):
+        result = await backend.run_workflow(ExecutionRequest(id="r1", prompt=[]))
+    assert result.err_message == "workflow raised RuntimeError: db rejected [REDACTED]"
+    assert result.extra_fields is not None
+    assert "RuntimeError: db rejected [REDACTED]" in result.extra_fields["traceback"]
+    assert SECRET not in caplog.text

@@ -485,6 +485,10 @@ def test_a_container_after_a_credential_name_is_hidden_whole_in_text(value):
     assert redact_text("token: [a1, 'b2]' b2") == "token: [REDACTED]"  # unclosed: to the end
 
 
+def test_an_assignment_inside_a_value_still_hides_its_own_value():
+    assert redact_text('token=password:"a b" c') == "token=[REDACTED] c"
+
+
 def test_a_secret_inside_a_credential_name_does_not_unmask_its_value():
     text = json.dumps({"GITHUB_TOKEN": "v4lue"})
     assert "v4lue" not in redact_text(text, secrets=["TOKEN"])
@@ -517,11 +521,13 @@ _NAMES = st.builds(
 _LEAF_KINDS = st.sampled_from(
     ["plain", "number", "secret", "with_secret", "bearer", "assignment", "url", "null", "bool"]
 )
-_TREES = st.recursive(
-    _LEAF_KINDS,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(_NAMES, children, max_size=3),
-    max_leaves=12,
-)
+
+
+def _containers(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(children, max_size=3) | st.dictionaries(_NAMES, children, max_size=3)
+
+
+_TREES = st.recursive(_LEAF_KINDS, _containers, max_leaves=12)
 # Secrets start with a capital letter and hold no lower-case letter, so none is part of a
 # marker, a number or a JSON literal; they may be part of a key written in capitals.
 _SECRETS = st.lists(st.from_regex(r"[A-Z][A-Z0-9]{3,7}", fullmatch=True), max_size=2)

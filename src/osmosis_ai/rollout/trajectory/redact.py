@@ -263,25 +263,26 @@ def _assignment_spans(text: str, lowered: str | None, secret_spans: list[_Span])
         heads = list(_ASSIGNMENT_HEAD_REVERSED.finditer(lowered[::-1]))
     size = len(text)
     spans: list[_Span] = []
-    covered = 0
-    # In text order, so that a container's own assignments (already hidden) are skipped and
-    # each character is scanned for brackets at most once.
+    hidden_until = 0
+    # In text order, so that the assignments inside a hidden container are skipped and each
+    # character is scanned for brackets at most once.
     for head in reversed(heads):
         name_start, name_end, value_start = (
             size - head.end(1),
             size - head.start(1),
             size - head.start(),
         )
-        if value_start < covered or not _names_credential(text, name_start, name_end, secret_spans):
+        if value_start < hidden_until:
+            continue
+        if not _names_credential(text, name_start, name_end, secret_spans):
             continue
         value = _ASSIGNMENT_VALUE.match(text, value_start)
         if value is None:
             continue
         start, end = value.span(1)
         if text[start] in "[{(" and value.group(1) != REDACTED:
-            end = _container_end(text, start)
+            end = hidden_until = _container_end(text, start)
         spans.append((start, end))
-        covered = end
     return spans
 
 
