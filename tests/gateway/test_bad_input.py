@@ -136,6 +136,16 @@ async def test_missing_or_wrong_bearer_is_401(gateway: Gateway, authorization: s
     assert _error(response)["type"] == "authentication_error"
 
 
+async def test_unauthorized_answer_shows_the_header_to_send(gateway: Gateway) -> None:
+    # The help is the gateway's own text: redaction must not turn it into "[REDACTED] token>".
+    async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+        response = await http.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+    assert response.status_code == 401
+    assert _error(response)["message"] == (
+        "missing or invalid bearer token; send 'Authorization: Bearer <gateway token>'"
+    )
+
+
 async def test_unknown_route_and_method_answer_in_json(client: httpx.AsyncClient) -> None:
     missing = await client.post("/v1/chat/completions", json=chat())
     assert missing.status_code == 404 and "error" in missing.json()

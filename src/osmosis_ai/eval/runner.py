@@ -20,6 +20,7 @@ from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 
+from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.errors import ConfigError, RolloutProtocolError
 from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, DatasetItem, load_dataset
@@ -282,19 +283,21 @@ async def run_eval(
         say(f"run {run_name}: {len(pending)} of {len(items)} work items to run")
         try:
             if pending:
-                await _dispatch(
-                    config,
-                    dataset,
-                    pending,
-                    journal,
-                    secrets,
-                    options,
-                    outcome,
-                    on_item,
-                    say,
-                    policy=prepared.policy,
-                    keys=keys,
-                )
+                # Every osmosis_ai log record of this process is scrubbed of the run's keys too.
+                with registered_secrets(keys.redactor.secrets):
+                    await _dispatch(
+                        config,
+                        dataset,
+                        pending,
+                        journal,
+                        secrets,
+                        options,
+                        outcome,
+                        on_item,
+                        say,
+                        policy=prepared.policy,
+                        keys=keys,
+                    )
         finally:
 
             def project() -> Any:

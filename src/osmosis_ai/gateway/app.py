@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.errors import ChatRequestError, GatewayError
 from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response, strip_for_caller
 from osmosis_ai.gateway.policies.base import Policy
@@ -54,7 +55,10 @@ class GatewayState:
 
     def error_message(self, exc: BaseException) -> str:
         """``exc``'s message, redacted and capped for an answer or a log line."""
-        text = self.redactor.text(str(exc))
+        if isinstance(exc, _Unauthorized):
+            text = self.redactor.scrub(str(exc))
+        else:
+            text = self.redactor.text(str(exc))
         return text if len(text) <= _MAX_ERROR_MESSAGE else text[:_MAX_ERROR_MESSAGE] + "…"
 
 
@@ -67,15 +71,24 @@ def _error_body(message: str, error_type: str, param: str | None = None) -> dict
     return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
 
 
-def _authorize(request: Request, state: GatewayState) -> None:
-    presented = request.headers.get("authorization", "")
-    expected = f"Bearer {state.token}"
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
-        raise GatewayError(
+class _Unauthorized(GatewayError):
+    """401, with the gateway's own help: it shows the header to send, which the text rules
+    would hide as a credential (``Authorization: [REDACTED] [REDACTED] token>``), so only the
+    secrets are scrubbed from it."""
+
+    def __init__(self) -> None:
+        super().__init__(
             "missing or invalid bearer token; send 'Authorization: Bearer <gateway token>'",
             status_code=401,
             error_type="authentication_error",
         )
+
+
+def _authorize(request: Request, state: GatewayState) -> None:
+    presented = request.headers.get("authorization", "")
+    expected = f"Bearer {state.token}"
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise _Unauthorized()
 
 
 def _rollout_id(request: Request) -> str:
@@ -298,12 +311,14 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
-    policy = app.state.gateway.policy
-    await policy.start()
-    try:
-        yield
-    finally:
-        await policy.aclose()
+    state: GatewayState = app.state.gateway
+    # The token and the policy's keys are scrubbed from every log record of the package.
+    with registered_secrets(state.redactor.secrets):
+        await state.policy.start()
+        try:
+            yield
+        finally:
+            await state.policy.aclose()
 
 
 def create_gateway_app(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -56,6 +57,15 @@ class Behaviours(AgentWorkflow):
             context = get_rollout_context()
             assert context is not None
             raise RuntimeError(f"upstream rejected key {context.api_key}")
+        if what == "leak_secrets":
+            # A database error quoting the configured secrets, and the rollout's key.
+            context = get_rollout_context()
+            assert context is not None
+            metadata = ctx.metadata or {}
+            raise RuntimeError(
+                f"db rejected {metadata['secret']} and {os.environ[metadata['secret_env']]} "
+                f"(key {context.api_key})"
+            )
         return [*ctx.prompt, {"role": "assistant", "content": "42"}]
 
 

@@ -225,6 +225,11 @@ _FRAGMENTS = st.sampled_from(
         "basic",
         "x",
         "7",
+        "[",
+        "(",
+        "_",
+        "Key",
+        "TOKEN",
         REDACTED,
     ]
 )
@@ -232,8 +237,8 @@ _FRAGMENTS = st.sampled_from(
 
 @given(st.lists(_FRAGMENTS, max_size=30).map("".join))
 def test_redaction_is_idempotent_on_rule_heavy_text(text):
-    once = redact_text(text, secrets=("x7",))
-    assert redact_text(once, secrets=("x7",)) == once
+    once = redact_text(text, secrets=("x7", "TOKEN"))
+    assert redact_text(once, secrets=("x7", "TOKEN")) == once
 
 
 @given(prefix=st.text(), secret=st.text(min_size=1), suffix=st.text(), repeat=st.booleans())
@@ -390,6 +395,14 @@ def test_redactor_methods_delegate_to_the_functions():
     assert redactor.payload('["s3cret", "ok"]') == '["[REDACTED]","ok"]'
 
 
+def test_redactor_scrub_hides_only_the_secrets():
+    text = "send 'Authorization: Bearer <gateway token>' not k3y"
+    assert (
+        Redactor(("k3y",)).scrub(text)
+        == "send 'Authorization: Bearer <gateway token>' not [REDACTED]"
+    )
+
+
 @pytest.fixture
 def captured_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     stream = io.StringIO()
@@ -427,3 +440,134 @@ def test_logging_filter_survives_a_bad_format_string(captured_logger):
     logger.info("%d items", "sk-live-123")
     assert "sk-live-123" not in stream.getvalue()
     assert "[REDACTED]" in stream.getvalue()
+
+
+# --- one vocabulary for text and JSON-like data ----------------------------------------------
+
+
+def test_issue_example_is_hidden_by_both_paths():
+    text = '{"passwd": "hunter2", "db_password_prod": "x"}'
+    assert "hunter2" not in redact_text(text) and '"x"' not in redact_text(text)
+    assert redact_value(json.loads(text)) == {"passwd": REDACTED, "db_password_prod": REDACTED}
+    assert json.loads(redact_payload(text)) == {"passwd": REDACTED, "db_password_prod": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("passwd", True),
+        ("db_password_prod", True),
+        ("GITHUB_TOKEN_RW", True),
+        ("OPENAI_API_KEY_2", True),
+        ("awsAccessKeyId", True),
+        ("api__key", True),
+        ("db.password", True),
+        ("token_count", False),
+        ("secret_santa", False),
+        ("max_tokens", False),
+        ("InvalidTokenError", False),
+    ],
+)
+def test_text_rules_and_json_keys_agree_on_a_name(name, credential):
+    text = redact_text(f"{name}=v4lue")
+    assert ("v4lue" not in text) is credential
+    assert is_credential_key(name) is credential
+    assert (redact_value({name: "v4lue"})[name] == REDACTED) is credential
+
+
+@pytest.mark.parametrize(
+    "value", [["a1", "b2"], {"user": "a1", "pin": "b2"}, [["a1"], {"x": ["b2"]}]]
+)
+def test_a_container_after_a_credential_name_is_hidden_whole_in_text(value):
+    for dumped in (json.dumps({"credentials": value}), json.dumps({"token": value}, indent=2)):
+        assert "a1" not in redact_text(dumped) and "b2" not in redact_text(dumped)
+    assert redact_text("token=(a1, b2) after") == "token=[REDACTED] after"
+    assert redact_text("token: [a1, 'b2]' b2") == "token: [REDACTED]"  # unclosed: to the end
+
+
+def test_an_assignment_inside_a_value_still_hides_its_own_value():
+    assert redact_text('token=password:"a b" c') == "token=[REDACTED] c"
+
+
+def test_a_secret_inside_a_credential_name_does_not_unmask_its_value():
+    text = json.dumps({"GITHUB_TOKEN": "v4lue"})
+    assert "v4lue" not in redact_text(text, secrets=["TOKEN"])
+    assert redact_value({"GITHUB_TOKEN": "v4lue"}, secrets=["TOKEN"]) == {
+        "GITHUB_[REDACTED]": REDACTED
+    }
+
+
+_NAME_SEGMENTS = st.sampled_from(
+    ["api", "key", "token", "tokens", "secret", "password", "passwd", "access", "private",
+     "credentials", "authorization", "id", "prod", "rw", "2", "count", "max", "db", "client",
+     "santa", "error", "user", "note"]
+)  # fmt: skip
+
+
+def _join_name(segments: list[str], joiner: str, upper: bool) -> str:
+    if joiner == "camel":
+        name = segments[0] + "".join(segment.capitalize() for segment in segments[1:])
+    else:
+        name = joiner.join(segments)
+    return name.upper() if upper else name
+
+
+_NAMES = st.builds(
+    _join_name,
+    st.lists(_NAME_SEGMENTS, min_size=1, max_size=3),
+    st.sampled_from(["_", "-", "__", "camel"]),
+    st.booleans(),
+)
+_LEAF_KINDS = st.sampled_from(
+    ["plain", "number", "secret", "with_secret", "bearer", "assignment", "url", "null", "bool"]
+)
+
+
+def _containers(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(children, max_size=3) | st.dictionaries(_NAMES, children, max_size=3)
+
+
+_TREES = st.recursive(_LEAF_KINDS, _containers, max_leaves=12)
+# Secrets start with a capital letter and hold no lower-case letter, so none is part of a
+# marker, a number or a JSON literal; they may be part of a key written in capitals.
+_SECRETS = st.lists(st.from_regex(r"[A-Z][A-Z0-9]{3,7}", fullmatch=True), max_size=2)
+
+
+def _materialize(tree, secrets: list[str], markers: list[str]):
+    """Replace each leaf kind by a value; every marker planted is recorded in ``markers``."""
+    if isinstance(tree, list):
+        return [_materialize(item, secrets, markers) for item in tree]
+    if isinstance(tree, dict):
+        return {key: _materialize(item, secrets, markers) for key, item in tree.items()}
+    if tree == "null":
+        return None
+    if tree == "bool":
+        return True
+    if tree in ("secret", "with_secret") and secrets:
+        secret = secrets[len(markers) % len(secrets)]
+        return secret if tree == "secret" else f"note {secret} end"
+    number = 90_000_000 + len(markers)
+    marker = f"mk{len(markers):04d}q"  # same length: no marker is part of another
+    markers.append(str(number) if tree == "number" else marker)
+    if tree == "number":
+        return number
+    return {
+        "bearer": f"Bearer {marker}",
+        "assignment": f"api_key={marker}",
+        "url": f"https://user:{marker}@host/x",
+    }.get(tree, marker)
+
+
+@given(tree=_TREES, secrets=_SECRETS, indent=st.sampled_from([None, 2]))
+def test_text_and_structured_paths_hide_the_same_values(tree, secrets, indent):
+    markers: list[str] = []
+    data = _materialize(tree, secrets, markers)
+    dumped = json.dumps(data, indent=indent)
+    by_text = redact_text(dumped, secrets=secrets)
+    structured = redact_value(data, secrets=secrets)
+    by_structure = json.dumps(structured)
+    assert json.loads(redact_payload(dumped, secrets=secrets)) == json.loads(by_structure)
+    for marker in markers:
+        assert (marker in by_text) == (marker in by_structure), (marker, by_text, by_structure)
+    for secret in secrets:
+        assert secret not in by_text and secret not in by_structure

@@ -385,14 +385,15 @@ def _failure(
     sample: RolloutSample | None = None,
 ) -> Result:
     # Imported here: the redaction module loads only when something actually failed.
-    from osmosis_ai.rollout.trajectory.redact import redact_text
+    from osmosis_ai._log_redaction import active_redactor
 
-    secrets = [rollout_ctx.api_key] if rollout_ctx.api_key else []
+    # The secrets of the server (or run) this backend serves, and the rollout's key.
+    redactor = active_redactor().with_secrets(rollout_ctx.api_key or "")
     category = categorize(exc)
     # Our own failures already read as sentences; user exceptions get phase and type.
     own = isinstance(exc, _PhaseDeadline | GradingError | RolloutFailure)
-    message = redact_text(str(exc) if own else describe(exc, phase=phase), secrets=secrets)
-    trace = redact_text("".join(traceback.format_exception(exc)), secrets=secrets)
+    message = redactor.text(str(exc) if own else describe(exc, phase=phase))
+    trace = redactor.text("".join(traceback.format_exception(exc)))
     logger.warning("rollout %s: %s", request.id, message)
     logger.debug("rollout %s: %s traceback:\n%s", request.id, phase, trace)
     return Result(

@@ -16,7 +16,6 @@ from osmosis_ai.rollout.server._state import ServerState
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
 from osmosis_ai.rollout.trajectory.preview import preview_id_allowed
-from osmosis_ai.rollout.trajectory.redact import redact_text
 from osmosis_ai.rollout.trajectory.save import TRAJECTORY_FILENAME, describe_storage_error
 
 __all__ = ["REPORT_URL_FIELD", "cancelled_result", "lease_expired_result", "run_rollout"]
@@ -26,12 +25,6 @@ logger = logging.getLogger(__name__)
 #: ``extra_fields`` key naming where the trajectory report of a rollout can be fetched.
 REPORT_URL_FIELD = "trajectory_report_url"
 _REPORT_TIMEOUT_SEC = 5.0
-
-
-def secrets_of(state: ServerState, entry: Entry) -> tuple[str, ...]:
-    """The rollout's own key and the configured secrets, which must never leave the server."""
-    key = entry.request.llm_api_key
-    return (key, *state.secrets) if key else state.secrets
 
 
 def cancelled_result(state: ServerState) -> ExecutionResult:
@@ -52,7 +45,6 @@ def lease_expired_result(state: ServerState) -> ExecutionResult:
 async def run_rollout(state: ServerState, entry: Entry) -> None:
     """Execute ``entry`` on the backend, save its files, then publish its final result."""
     request = entry.request
-    secrets = secrets_of(state, entry)
     if not state.backend.reports_progress:
         entry.progress.set_status(RolloutStatus.RUNNING)
     outcome: ExecutionOutcome | None = None
@@ -78,11 +70,11 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
             )
         result = outcome.result
     except asyncio.CancelledError:
-        state.registry.finish(entry, cancelled_result(state), secrets=secrets)
+        state.registry.finish(entry, cancelled_result(state))
         raise
     except Exception as exc:
         # The backend broke its contract (user failures are results, not exceptions).
-        message = redact_text(describe(exc, phase="the execution backend"), secrets=secrets)
+        message = entry.redactor.text(describe(exc, phase="the execution backend"))
         logger.error("rollout %s: %s", entry.rollout_id, message)
         result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
     try:
@@ -92,7 +84,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
             # (``osmosis eval run``) that this rollout's trajectory is missing.
             result = dataclasses.replace(result, err_message=unsaved)
     finally:
-        state.registry.finish(entry, result, secrets=secrets)
+        state.registry.finish(entry, result)
         if entry.preview is not None and state.preview_hub is not None:
             await state.preview_hub.finish(entry.preview)
 
@@ -100,7 +92,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
 def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -> None:
     if state.preview_hub is not None and preview_id_allowed(entry.rollout_id):
         entry.preview = state.preview_hub.add(
-            entry.rollout_id, context, entry.progress, secrets=secrets_of(state, entry)
+            entry.rollout_id, context, entry.progress, redactor=entry.redactor
         )
 
 
@@ -113,7 +105,7 @@ async def _save(
     """
     saved = outcome.result_to_save if outcome is not None else result
     request = entry.request
-    secrets = secrets_of(state, entry)
+    secrets = entry.redactor.secrets
     unsaved = None
     if saved.sample is not None:
         try:
@@ -154,7 +146,7 @@ async def _report(state: ServerState, entry: Entry) -> TrajectoryReport | None:
         logger.warning(
             "rollout %s: no per-call metrics for its trajectory (%s)",
             entry.rollout_id,
-            redact_text(describe(exc, phase="the report source"), secrets=secrets_of(state, entry)),
+            entry.redactor.text(describe(exc, phase="the report source")),
         )
     return None
 

@@ -36,6 +36,7 @@ from osmosis_ai.rollout.trajectory.preview import (
     encode_preview,
     snapshot_of,
 )
+from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["PreviewHub", "RolloutPreview"]
 
@@ -56,7 +57,7 @@ class RolloutPreview:
         progress: RolloutProgress,
         *,
         directory: Path | None,
-        secrets: tuple[str, ...],
+        redactor: Redactor,
         due: float,
     ) -> None:
         self.rollout_id = rollout_id
@@ -66,7 +67,7 @@ class RolloutPreview:
         self.due = due
         self.finished = asyncio.Event()
         self._directory = None if directory is None else directory / rollout_id
-        self._secrets = secrets
+        self._redactor = redactor
         self._revision: Hashable | object = _UNSEEN
         self._fingerprinted = True
         self._snapshot: Snapshot | None = None
@@ -126,7 +127,7 @@ class RolloutPreview:
             previous = self._snapshot.fingerprint if self._snapshot else None
             snapshot = snapshot_of(
                 sample,
-                secrets=self._secrets,
+                secrets=self._redactor.secrets,
                 previous=previous if self._fingerprinted else None,
                 fingerprint=self._fingerprinted,
                 cache=self._steps,
@@ -203,7 +204,7 @@ class PreviewHub:
         context: RolloutContext,
         progress: RolloutProgress,
         *,
-        secrets: tuple[str, ...],
+        redactor: Redactor,
     ) -> RolloutPreview:
         """Start previewing a rollout."""
         # Spread rollouts admitted together over the interval.
@@ -213,7 +214,7 @@ class PreviewHub:
             context,
             progress,
             directory=self.directory,
-            secrets=secrets,
+            redactor=redactor,
             due=time.monotonic() + self.interval_sec * jitter,
         )
         self._rollouts[rollout_id] = preview

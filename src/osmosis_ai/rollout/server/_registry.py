@@ -16,6 +16,7 @@ from osmosis_ai.rollout.context import RolloutProgress
 from osmosis_ai.rollout.server._previews import RolloutPreview
 from osmosis_ai.rollout.server._results import encode_final
 from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.trajectory.redact import Redactor
 from osmosis_ai.rollout.types import RolloutInitRequest
 
 __all__ = ["Entry", "Registry"]
@@ -55,6 +56,7 @@ class Entry:
         "lease_digest",
         "preview",
         "progress",
+        "redactor",
         "reported",
         "request",
         "result_body",
@@ -62,9 +64,14 @@ class Entry:
         "task",
     )
 
-    def __init__(self, request: RolloutInitRequest, lease_digest: bytes, deadline: float) -> None:
+    def __init__(
+        self, request: RolloutInitRequest, lease_digest: bytes, deadline: float, redactor: Redactor
+    ) -> None:
         self.rollout_id = request.rollout_id
         self.request = request
+        #: The server's secrets and this rollout's key: nothing of the rollout leaves without it.
+        key = request.llm_api_key
+        self.redactor = redactor.with_secrets(key) if key else redactor
         self.lease_digest = lease_digest
         self.lease_deadline = deadline
         self.progress = RolloutProgress()
@@ -107,10 +114,14 @@ class Registry:
         """The entry of ``rollout_id``, if retained."""
         return self._entries.get(rollout_id)
 
-    def admit(self, request: RolloutInitRequest) -> tuple[Entry, str]:
-        """Register ``request``; returns its entry and the new lease token."""
+    def admit(self, request: RolloutInitRequest, redactor: Redactor) -> tuple[Entry, str]:
+        """Register ``request``; returns its entry and the new lease token.
+
+        ``redactor`` holds the server's configured secrets; the entry's adds the rollout's key.
+        """
         token = self._tokens.new()
-        entry = Entry(request, _digest(token), time.monotonic() + self.lease_timeout_sec)
+        deadline = time.monotonic() + self.lease_timeout_sec
+        entry = Entry(request, _digest(token), deadline, redactor)
         self._entries[request.rollout_id] = entry
         return entry, token
 
@@ -118,11 +129,11 @@ class Registry:
         """Extend the lease of an unfinished rollout from now."""
         entry.lease_deadline = time.monotonic() + self.lease_timeout_sec
 
-    def finish(self, entry: Entry, result: ExecutionResult, *, secrets: tuple[str, ...]) -> bool:
+    def finish(self, entry: Entry, result: ExecutionResult) -> bool:
         """Publish ``entry``'s final result; the first publication wins. Returns whether it won."""
         if entry.finished:
             return False
-        entry.result_body = encode_final(entry.rollout_id, result, secrets=secrets)
+        entry.result_body = encode_final(entry.rollout_id, result, entry.redactor)
         entry.finished_at = time.monotonic()
         entry.progress.set_status(result.status)
         return True

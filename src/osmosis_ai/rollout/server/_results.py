@@ -9,7 +9,7 @@ from typing import Any
 from osmosis_ai.rollout.backend.base import ExecutionResult
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
-from osmosis_ai.rollout.trajectory.redact import redact_text
+from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["encode_final", "encode_status", "failure"]
 
@@ -64,7 +64,7 @@ def encode_status(rollout_id: str, status: RolloutStatus) -> bytes:
     )
 
 
-def encode_final(rollout_id: str, result: ExecutionResult, *, secrets: tuple[str, ...]) -> bytes:
+def encode_final(rollout_id: str, result: ExecutionResult, redactor: Redactor) -> bytes:
     """The final answer of a rollout, JSON-encoded once and kept for every later poll.
 
     ``trajectory_messages`` never travels; metrics and extra fields are made JSON-safe; a
@@ -72,7 +72,7 @@ def encode_final(rollout_id: str, result: ExecutionResult, *, secrets: tuple[str
     """
     message = result.err_message
     if message is not None:
-        message = _valid_text(redact_text(message, secrets=secrets))
+        message = _valid_text(redactor.text(message))
     body: dict[str, Any] = {
         "rollout_id": rollout_id,
         "status": result.status.value,

@@ -14,6 +14,7 @@ from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Registry
 from osmosis_ai.rollout.server._watch import LoopMonitor
 from osmosis_ai.rollout.trajectory import TrajectoryReport
+from osmosis_ai.rollout.trajectory.redact import Redactor
 from osmosis_ai.rollout.types import RolloutInitRequest
 
 __all__ = ["ReportProvider", "ServerState"]
@@ -45,9 +46,9 @@ class ServerState:
     """aiohttp session for fetching trajectory reports, opened on first use."""
     preview_hub: PreviewHub | None = None
     """Publishes live previews; ``None`` when previews are off."""
-    secrets: tuple[str, ...] = ()
-    """Configured secrets: scrubbed, like each rollout's key, from everything the server
-    writes or answers."""
+    redactor: Redactor = Redactor()
+    """Holds the configured secrets: they are scrubbed, like each rollout's key (see
+    ``Entry.redactor``), from everything the server writes, answers or logs."""
 
     def health(self) -> dict[str, Any]:
         """The ``/health`` payload: the backend's facts plus identity and lifecycle."""

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.backend.base import ExecutionBackend
@@ -27,7 +29,6 @@ from osmosis_ai.rollout.server._execution import (
     cancelled_result,
     lease_expired_result,
     run_rollout,
-    secrets_of,
 )
 from osmosis_ai.rollout.server._http import (
     Answer,
@@ -45,6 +46,7 @@ from osmosis_ai.rollout.server._state import ReportProvider, ServerState
 from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC, preview_root_from_env
+from osmosis_ai.rollout.trajectory.redact import Redactor, _normalize_secrets
 from osmosis_ai.rollout.types import (
     POLLING_LEASE_HEADER,
     CancelRolloutsRequest,
@@ -116,7 +118,7 @@ async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
         )
     if init.rollout_id in state.registry:
         return json_answer({"detail": "rollout_id is already registered"}, 409)
-    entry, token = state.registry.admit(init)
+    entry, token = state.registry.admit(init, state.redactor)
     task = asyncio.get_running_loop().create_task(
         tracked(run_rollout(state, entry), state.monitor, entry.rollout_id)
     )
@@ -143,16 +145,16 @@ def _task_ended(state: ServerState, entry: Entry, task: asyncio.Task[None]) -> N
     if task.cancelled():
         result = cancelled_result(state)
     else:
-        logger.error("rollout %s: task crashed: %r", entry.rollout_id, task.exception())
+        # Outside the rollout's context: its key is redacted by the entry's redactor.
+        crash = entry.redactor.text(repr(task.exception()))
+        logger.error("rollout %s: task crashed: %s", entry.rollout_id, crash)
         result = failure("rollout task crashed", RolloutErrorCategory.INTERNAL_ERROR)
-    state.registry.finish(entry, result, secrets=secrets_of(state, entry))
+    state.registry.finish(entry, result)
 
 
 def _expire(state: ServerState, entry: Entry) -> None:
     """Finish an unfinished rollout as ``lease_expired`` and stop its execution."""
-    if not state.registry.finish(
-        entry, lease_expired_result(state), secrets=secrets_of(state, entry)
-    ):
+    if not state.registry.finish(entry, lease_expired_result(state)):
         return
     logger.warning("rollout %s: polling lease expired; cancelling it", entry.rollout_id)
     _cancel_execution(state, entry)
@@ -162,8 +164,10 @@ def _cancel_execution(state: ServerState, entry: Entry) -> str:
     """Ask the backend, else cancel the server's own task; returns the backend's word."""
     try:
         answer = state.backend.cancel_rollouts(ids=[entry.rollout_id]).get(entry.rollout_id)
-    except Exception:
-        logger.exception("rollout %s: backend.cancel_rollouts failed", entry.rollout_id)
+    except Exception as exc:
+        # Outside the rollout's context: its key is redacted by the entry's redactor.
+        trace = entry.redactor.text("".join(traceback.format_exception(exc)))
+        logger.error("rollout %s: backend.cancel_rollouts failed: %s", entry.rollout_id, trace)
         answer = None
     if answer in (None, "not_found") and entry.task is not None:
         entry.task.cancel()
@@ -346,6 +350,11 @@ class RolloutServerApp:
         return json_answer({"detail": "Not Found"}, 404)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
+        # The configured secrets are scrubbed from every log record of the package meanwhile.
+        with registered_secrets(self.state.rollout.redactor.secrets):
+            await self._lifespan_events(receive, send)
+
+    async def _lifespan_events(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
         # Users serve the app with plain uvicorn.run(app), which never bounds header time.
         bound_header_time_in_lifespan(receive)
@@ -373,10 +382,9 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
-def _configured_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+def _configured_redactor(secrets: Iterable[str]) -> Redactor:
     names = [n.strip() for n in os.environ.get(SECRET_ENV_NAMES_ENV, "").split(",") if n.strip()]
-    values = [*secrets, *(os.environ.get(name, "") for name in names)]
-    return tuple(dict.fromkeys(value for value in values if value))
+    return Redactor((*_normalize_secrets(secrets), *(os.environ.get(name, "") for name in names)))
 
 
 def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str]:
@@ -477,11 +485,14 @@ def create_rollout_server(
         preview_interval_sec: Seconds between two looks at a rollout's sample source.
         secrets: Values scrubbed (``[REDACTED]``) from results, trajectories, diagnostics,
             previews and messages, like each rollout's key; the values of the environment
-            variables named in ``$OSMOSIS_ROLLOUT_SECRET_ENV_NAMES`` are added.
+            variables named in ``$OSMOSIS_ROLLOUT_SECRET_ENV_NAMES`` are added. While the
+            server runs they are also scrubbed from every log record of the package
+            (loggers ``osmosis_ai.*``), as is the key of the rollout logging.
 
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
             the wait, or ``api_key`` is blank.
+        TypeError: ``secrets`` is a single ``str`` or holds a non-string.
         ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend.
     """
     _positive("result_wait_timeout_sec", result_wait_timeout_sec)
@@ -513,7 +524,7 @@ def create_rollout_server(
         report_provider=report_provider,
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
-        secrets=_configured_secrets(secrets),
+        redactor=_configured_redactor(secrets),
         preview_hub=(
             PreviewHub(directory=preview_root, interval_sec=preview_interval_sec)
             if (previews if previews is not None else preview_root is not None)

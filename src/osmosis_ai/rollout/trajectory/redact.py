@@ -1,31 +1,32 @@
 """Redaction of secrets for all of osmosis_ai: logs, previews, diagnostics, errors, gateway.
 
-Text rules, applied in this order:
+Text rules; each reads the original text, and what they match is merged and replaced:
 
 1. every occurrence of a configured secret, whatever its length, becomes ``[REDACTED]``;
 2. ``Bearer <token>`` / ``Basic <token>`` (any case): the token becomes ``[REDACTED]`` and the
    scheme word is kept as written;
-3. an assignment ``<identifier>=<value>`` or ``<identifier>: <value>`` whose identifier has a
-   segment (split on ``_`` and ``-``, any case) naming a credential: ``token``, ``secret``,
-   ``password``, ``passwd``, ``credential(s)``, ``authorization``, ``api key``,
-   ``access key``, ``private key`` — alone, ending a segment (``accessToken``) or followed by
-   digits (``password1``); names ending in ``Exception``/``Error`` are never credentials. The
-   value becomes ``[REDACTED]``. Together with rule 2, ``Authorization: Bearer x`` therefore
-   becomes ``Authorization: [REDACTED] [REDACTED]``;
+3. an assignment ``<name>=<value>`` or ``<name>: <value>`` whose name says it holds a
+   credential (`is_credential_key`: ``password``, ``passwd``, ``DB_PASSWORD_PROD``,
+   ``accessToken``, ``X-Api-Key``... but not ``max_tokens``, ``token_count`` or
+   ``InvalidTokenError``): the value becomes ``[REDACTED]``, a bracketed value (``[...]``,
+   ``{...}``, ``(...)``) up to its closing bracket. Together with rule 2,
+   ``Authorization: Bearer x`` therefore becomes ``Authorization: [REDACTED] [REDACTED]``;
 4. URL credentials ``scheme://user:pass@`` become ``scheme://[REDACTED]@``.
 
-JSON-like data is walked instead: the value of a credential-like key (see `is_credential_key`)
-becomes ``"[REDACTED]"``, a string containing a configured secret is replaced whole, and every
-other string and key gets the text rules. Redaction only ever deletes text and inserts the
+JSON-like data is walked instead: the value of a key that names a credential (the same
+`is_credential_key`) becomes ``"[REDACTED]"``, a string containing a configured secret is
+replaced whole, and every other string and key gets the text rules. So the text of dumped data
+and the data itself lose the same values. Redaction only ever deletes text and inserts the
 marker, and redacting twice gives the same result as redacting once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +52,12 @@ REDACTED = "[REDACTED]"
 
 # Token = a run of characters other than whitespace, quotes, ',' and ';'. Only the token is
 # replaced: the scheme word stays as written, so redaction never introduces text of its own.
-_AUTH_SCHEME_SOURCE = r"(?:bearer|basic)(?<!\wbearer)(?<!\wbasic)\s+([^\s\"',;]+)"
+# A scheme word glued to a word is none (`mybearer`), nor to a marker, which stands for one:
+# otherwise `<secret>Bearer x` would be redacted differently the second time.
+_AUTH_SCHEME_SOURCE = (
+    r"(?:bearer|basic)(?<!\wbearer)(?<!\wbasic)(?<!\[redacted\]bearer)(?<!\[redacted\]basic)"
+    r"\s+([^\s\"',;]+)"
+)
 _AUTH_SCHEME = re.compile(_AUTH_SCHEME_SOURCE)
 _AUTH_SCHEME_ANY_CASE = re.compile(_AUTH_SCHEME_SOURCE, re.IGNORECASE)
 
@@ -59,98 +65,61 @@ _AUTH_SCHEME_ANY_CASE = re.compile(_AUTH_SCHEME_SOURCE, re.IGNORECASE)
 # identifier follows the separator, so each candidate costs one pass over its identifier and the
 # whole scan stays linear (a forward pattern has to retry inside long identifiers). The optional
 # quote between identifier and separator catches `"password": "x"` and `{'api_key': 'x'}`.
-# The scan finds identifiers containing a credential word; `_names_a_credential` then decides
-# on whole name segments, so `DB_PASSWORD_PROD=` and `GITHUB_TOKEN_RW:` are redacted while
-# `max_tokens: 512`, `MaxTokensReachedException: Model ...` and a logger's
-# `..._max_tokens_reached: message` stay readable.
-_ASSIGNMENT_WORDS = (
-    "api_key",
-    "api-key",
-    "apikey",
-    "authorization",
-    "password",
-    "passwd",
-    "credential",
-    "secret",
-    "token",
-    "access_key",
-    "access-key",
-    "accesskey",
-    "private_key",
-    "private-key",
-    "privatekey",
-)
+# The scan finds identifiers containing a credential word; `is_credential_key` then decides, so
+# the text rules and JSON-like data share one vocabulary: `DB_PASSWORD_PROD=` and
+# `GITHUB_TOKEN_RW:` are redacted while `max_tokens: 512`, `MaxTokensReachedException: Model ...`
+# and a logger's `..._max_tokens_reached: message` stay readable.
+_ASSIGNMENT_WORDS_REVERSED = (
+    "nekot", "terces", "drowssap", "dwssap", "laitnederc", "noitazirohtua",
+    r"yek[_-]*+(?:ipa|ssecca|etavirp)",
+)  # fmt: skip
 _ASSIGNMENT_HINTS = (
     "api", "authorization", "password", "passwd", "credential", "secret", "token", "key",
 )  # fmt: skip
 _ASSIGNMENT_HEAD_REVERSED_SOURCE = (
-    r"[=:][ \t]*+[\"']?+(?=[\w-]*?(?:"
-    + "|".join(re.escape(word[::-1]) for word in _ASSIGNMENT_WORDS)
-    + r"))([\w-]++)"
+    r"[=:][ \t]*+[\"']?+(?=[\w-]*?(?:" + "|".join(_ASSIGNMENT_WORDS_REVERSED) + r"))([\w-]++)"
 )
-# A name segment names a credential when it is one of these words, ends with one
-# (`accesstoken`, `apikey`) or is one followed by digits (`password1`).
-_CREDENTIAL_SEGMENT_WORDS = (
-    "token", "secret", "password", "passwd", "credential", "credentials", "authorization",
-    "apikey", "accesskey", "privatekey",
-)  # fmt: skip
-_CREDENTIAL_SEGMENT_PAIRS = (("api", "key"), ("access", "key"), ("private", "key"))
-_NAME_SEGMENTS = re.compile(r"[_-]+")
-
-
-def _segment_names_credential(segment: str) -> bool:
-    return any(
-        segment.endswith(word) or (segment.startswith(word) and segment[len(word) :].isdigit())
-        for word in _CREDENTIAL_SEGMENT_WORDS
-    )
-
-
-def _names_a_credential(identifier: str) -> bool:
-    """Whether an assignment's name says its value is a credential (see above)."""
-    name = identifier.lower()
-    if name.endswith(("exception", "error")):
-        return False
-    segments = _NAME_SEGMENTS.split(name)
-    if any(_segment_names_credential(segment) for segment in segments):
-        return True
-    return any(
-        (first, second.rstrip("0123456789")) in _CREDENTIAL_SEGMENT_PAIRS
-        for first, second in zip(segments, segments[1:], strict=False)
-    )
-
-
 _ASSIGNMENT_HEAD_REVERSED = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE)
 _ASSIGNMENT_HEAD_REVERSED_ANY_CASE = re.compile(_ASSIGNMENT_HEAD_REVERSED_SOURCE, re.IGNORECASE)
 # An existing marker is matched whole first, so `api_key=[REDACTED]` stays as it is.
 _ASSIGNMENT_VALUE = re.compile(
     r"""[ \t]*+(\[REDACTED\]|"(?:[^"\\\r\n]|\\.)*+"|'(?:[^'\\\r\n]|\\.)*+'|[^\s,;\]}]++)"""
 )
+# A value opening a bracket (`token: ["a", "b"]`, a dumped dict) is hidden up to its closing
+# bracket, quoted strings skipped, so no element survives; an unclosed one runs to the end.
+_CONTAINER_TOKEN = re.compile(
+    r"""[\[\]{}()]|"(?:[^"\\]|\\.)*+"|'(?:[^'\\]|\\.)*+'|["']""", re.DOTALL
+)
 
 # Anchored on "://" (a fast literal scan). The userinfo run is greedy so that an unencoded '@'
 # inside a password is covered up to the last '@' of the authority.
 _URL_USERINFO = re.compile(r"://(?<=[a-z0-9+.-]://)([^\s/?#\"'<>]*)@", re.IGNORECASE)
 
+# --- the credential vocabulary ----------------------------------------------------------------
+# A name is split into segments (camelCase, `_`, `-`); trailing qualifiers are dropped; the last
+# segment must then name a credential (end with a word, digits allowed after it: `accesstoken`,
+# `password1`) or close a pair such as `api key`.
 _CAMEL_ACRONYM = re.compile(r"([A-Z]+)([A-Z][a-z])")
 _CAMEL_WORD = re.compile(r"([a-z0-9])([A-Z])")
-
-_CREDENTIAL_WORDS = frozenset(
+_NAME_SEGMENTS = re.compile(r"[_-]+")
+_NAME_REVERSED = re.compile(r"[\w-]*")
+_CREDENTIAL_WORDS = (
+    "token", "secret", "password", "passwd", "credential", "credentials", "authorization",
+    "apikey", "accesskey", "privatekey", "secretkey",
+)  # fmt: skip
+_PAIR_FIRST_WORDS = frozenset({"api", "access", "private", "secret"})
+# Words that say which copy of a credential a name holds, not what it is: `DB_PASSWORD_PROD`,
+# `GITHUB_TOKEN_RW`, `AWS_ACCESS_KEY_ID`. Any other last word makes the name describe the
+# credential instead (`token_count`, `secret_santa`, `api_key_env`).
+_QUALIFIERS = frozenset(
     {
-        "api_key",
-        "apikey",
-        "authorization",
-        "credential",
-        "credentials",
-        "password",
-        "secret",
-        "token",
+        "prod", "production", "dev", "development", "staging", "stage", "test", "qa", "live",
+        "sandbox", "local", "ci", "rw", "ro", "read", "write", "readonly", "admin", "id", "old",
+        "new", "current", "previous", "primary", "secondary", "backup", "confirm",
+        "confirmation", "value", "raw", "b64", "base64",
     }
-)
-_CREDENTIAL_SUFFIXES = tuple(sorted("_" + word for word in _CREDENTIAL_WORDS)) + (
-    "access_key",
-    "access_key_id",
-    "private_key",
-    "secret_key",  # beyond the reference: AWS/Django-style SECRET_KEY values
-)
+)  # fmt: skip
+_VERSION = re.compile(r"v?[0-9]+")
 
 _Span = tuple[int, int]
 
@@ -169,8 +138,12 @@ def _normalize_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(unique, key=lambda s: (-len(s), s)))
 
 
-def _replace_spans(text: str, spans: list[_Span], *, keep_quotes: bool) -> str:
-    """Replace each span by the marker, merging spans that overlap so no fragment survives."""
+def _replace_spans(text: str, spans: list[_Span], quoted: frozenset[_Span] = frozenset()) -> str:
+    """Replace each span by the marker, merging spans that overlap so no fragment survives.
+
+    A merged span that is exactly one of ``quoted`` (an assignment's quoted value) keeps its
+    quotes: ``password="[REDACTED]"``.
+    """
     if not spans:
         return text
     spans.sort()
@@ -183,7 +156,7 @@ def _replace_spans(text: str, spans: list[_Span], *, keep_quotes: bool) -> str:
             continue
         value = text[current_start:current_end]
         pieces.append(text[position:current_start])
-        if keep_quotes and len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
+        if (current_start, current_end) in quoted and value[0] in "\"'" and value[-1] == value[0]:
             pieces.append(value[0] + REDACTED + value[0])
         else:
             pieces.append(REDACTED)
@@ -193,18 +166,43 @@ def _replace_spans(text: str, spans: list[_Span], *, keep_quotes: bool) -> str:
     return "".join(pieces)
 
 
-def _scrub_secrets(text: str, secrets: tuple[str, ...]) -> str:
-    # Occurrences are collected for every secret and merged, so overlapping secrets leave no
-    # fragment behind; for nested secrets this equals replacing the longest first.
+def _secret_spans(text: str, secrets: tuple[str, ...]) -> list[_Span]:
+    """Where the secrets occur, as sorted spans that do not overlap.
+
+    Occurrences are collected for every secret and merged, so overlapping secrets leave no
+    fragment behind; for nested secrets this equals replacing the longest first.
+    """
     spans: list[_Span] = []
     for secret in secrets:
         start = text.find(secret)
         while start >= 0:
             spans.append((start, start + len(secret)))
             start = text.find(secret, start + 1)
-    if spans:
-        spans = _outside_markers(text, spans)
-    return _replace_spans(text, spans, keep_quotes=False)
+    if not spans:
+        return spans
+    merged: list[_Span] = []
+    for start, end in sorted(_outside_markers(text, spans)):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _scrub_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    return _replace_spans(text, _secret_spans(text, secrets))
+
+
+def _names_credential(text: str, start: int, end: int, secret_spans: list[_Span]) -> bool:
+    """Whether ``text[start:end]`` names a credential as written, or as what is left of it
+    after the secrets (``_secret_spans`` of ``text``) are scrubbed: redacting again sees that,
+    and must not find a credential the first pass missed."""
+    if is_credential_key(text[start:end]):
+        return True
+    index = bisect_left(secret_spans, (end,)) - 1
+    if index < 0 or secret_spans[index][1] <= start:
+        return False
+    return is_credential_key(text[secret_spans[index][1] : end])
 
 
 def _outside_markers(text: str, spans: list[_Span]) -> list[_Span]:
@@ -231,51 +229,86 @@ def _lowered(text: str) -> str | None:
     return lowered if len(lowered) == len(text) else None
 
 
-def _redact_auth_schemes(text: str) -> str:
-    lowered = _lowered(text)
+def _auth_scheme_spans(text: str, lowered: str | None) -> list[_Span]:
     if lowered is None:
         matches = _AUTH_SCHEME_ANY_CASE.finditer(text)
     else:
         matches = _AUTH_SCHEME.finditer(lowered)
-    return _replace_spans(text, [match.span(1) for match in matches], keep_quotes=False)
+    return [match.span(1) for match in matches]
 
 
-def _redact_assignments(text: str) -> str:
-    lowered = _lowered(text)
+def _container_end(text: str, start: int) -> int:
+    """Where the bracketed value opening at ``start`` closes; the text's end if it never does."""
+    depth = 0
+    for token in _CONTAINER_TOKEN.finditer(text, start):
+        found = token.group()
+        if found in ('"', "'"):
+            break  # an unclosed quote: everything after it may belong to the value
+        if found in ("[", "{", "("):
+            depth += 1
+        elif found in ("]", "}", ")"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return len(text)
+
+
+def _assignment_spans(text: str, lowered: str | None, secret_spans: list[_Span]) -> list[_Span]:
     if lowered is not None and not any(word in lowered for word in _ASSIGNMENT_HINTS):
         # Substring checks are far cheaper than the scan on separator-dense text such as JSON.
-        return text
+        return []
     if lowered is None:
-        heads = _ASSIGNMENT_HEAD_REVERSED_ANY_CASE.finditer(text[::-1])
+        heads = list(_ASSIGNMENT_HEAD_REVERSED_ANY_CASE.finditer(text[::-1]))
     else:
-        heads = _ASSIGNMENT_HEAD_REVERSED.finditer(lowered[::-1])
-    last = len(text) - 1
+        heads = list(_ASSIGNMENT_HEAD_REVERSED.finditer(lowered[::-1]))
+    size = len(text)
     spans: list[_Span] = []
-    for head in heads:
-        if not _names_a_credential(head.group(1)[::-1]):
+    hidden_until = 0
+    # In text order, so that the assignments inside a hidden container are skipped and each
+    # character is scanned for brackets at most once.
+    for head in reversed(heads):
+        name_start, name_end, value_start = (
+            size - head.end(1),
+            size - head.start(1),
+            size - head.start(),
+        )
+        if value_start < hidden_until:
             continue
-        value = _ASSIGNMENT_VALUE.match(text, last - head.start() + 1)
-        if value is not None:
-            spans.append(value.span(1))
-    return _replace_spans(text, spans, keep_quotes=True)
+        if not _names_credential(text, name_start, name_end, secret_spans):
+            continue
+        value = _ASSIGNMENT_VALUE.match(text, value_start)
+        if value is None:
+            continue
+        start, end = value.span(1)
+        if text[start] in "[{(" and value.group(1) != REDACTED:
+            end = hidden_until = _container_end(text, start)
+        spans.append((start, end))
+    return spans
 
 
-def _url_repl(match: re.Match[str]) -> str:
-    userinfo = match.group(1)
-    colon = userinfo.find(":")
-    if colon < 0 or colon == len(userinfo) - 1:
-        return match.group(0)
-    return "://" + REDACTED + "@"
+def _url_spans(text: str) -> list[_Span]:
+    spans = []
+    for match in _URL_USERINFO.finditer(text):
+        colon = match.group(1).find(":")
+        if 0 <= colon < len(match.group(1)) - 1:  # a password, not just a user name
+            spans.append(match.span(1))
+    return spans
 
 
 def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
-    if secrets:
-        text = _scrub_secrets(text, secrets)
-    # Bearer/Basic before assignments: the reverse order would hide the scheme word as the
-    # assignment value and leave the token itself in place.
-    text = _redact_auth_schemes(text)
-    text = _redact_assignments(text)
-    return _URL_USERINFO.sub(_url_repl, text)
+    # Every rule reads the original text and the spans are merged, so no rule can hide
+    # another's match: a secret inside `GITHUB_TOKEN` does not unmask its value, and
+    # `Authorization: Bearer x` loses both the scheme word (an assignment's value) and x.
+    lowered = _lowered(text)
+    secret_spans = _secret_spans(text, secrets) if secrets else []
+    assignments = _assignment_spans(text, lowered, secret_spans)
+    spans = [
+        *secret_spans,
+        *_auth_scheme_spans(text, lowered),
+        *assignments,
+        *_url_spans(text),
+    ]
+    return _replace_spans(text, spans, frozenset(assignments))
 
 
 def _redact_value(value: Any, secrets: tuple[str, ...]) -> Any:
@@ -290,7 +323,7 @@ def _redact_value(value: Any, secrets: tuple[str, ...]) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 result[key] = _redact_value(item, secrets)
-            elif is_credential_key(key):
+            elif _names_credential(key, 0, len(key), _secret_spans(key, secrets)):
                 result[_redact_text(key, secrets)] = REDACTED
             else:
                 result[_redact_text(key, secrets)] = _redact_value(item, secrets)
@@ -310,24 +343,51 @@ def _redact_payload(text: str, secrets: tuple[str, ...]) -> str:
     return json.dumps(_redact_value(data, secrets), ensure_ascii=True, separators=(",", ":"))
 
 
-def is_credential_key(key: str) -> bool:
-    """Whether a mapping key names a credential whose value must be hidden whole.
+def _judge_name(name: str) -> bool:
+    lowered = name.lower()
+    if not any(word in lowered for word in _ASSIGNMENT_HINTS):
+        return False  # most names: no need to split
+    normalized = _CAMEL_WORD.sub(r"\1_\2", _CAMEL_ACRONYM.sub(r"\1_\2", name)).lower()
+    segments = [segment for segment in _NAME_SEGMENTS.split(normalized) if segment]
+    while segments and (segments[-1] in _QUALIFIERS or _VERSION.fullmatch(segments[-1])):
+        segments.pop()
+    if not segments:
+        return False
+    last = segments[-1].rstrip("0123456789")
+    if last.endswith(_CREDENTIAL_WORDS):
+        return True
+    return last == "key" and len(segments) > 1 and segments[-2] in _PAIR_FIRST_WORDS
 
-    The key is normalised first (camelCase to snake_case, ``-`` to ``_``, lower case). It is
-    credential-like if it equals, or ends with ``_`` plus, one of ``api_key``, ``apikey``,
-    ``authorization``, ``credential``, ``credentials``, ``password``, ``secret``, ``token``; or if
-    it ends with ``access_key``, ``access_key_id``, ``private_key`` or ``secret_key``.
+
+# The same few keys (role, content, max_tokens...) are judged over and over; long names, which
+# could fill the cache with junk, are judged afresh.
+_judge_name_cached = functools.lru_cache(maxsize=4096)(_judge_name)
+_MAX_CACHED_NAME = 64
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a name says its value is a credential: one vocabulary for every redaction.
+
+    Both the text rule for assignments (``name=value``, ``name: value``) and the walk of
+    JSON-like data (the value of a mapping key) ask this. The name is the key's last run of
+    letters, digits, ``_`` and ``-`` (what an assignment in text shows before its separator),
+    split into segments at camelCase humps, ``_`` and ``-``. Trailing qualifiers (digits,
+    ``v2``, ``prod``, ``rw``, ``id``, ...) are ignored; the last remaining segment must end with
+    ``token``, ``secret``, ``password``, ``passwd``, ``credential(s)``, ``authorization``,
+    ``apikey``, ``accesskey``, ``privatekey`` or ``secretkey`` (digits may follow), or be
+    ``key`` after ``api``, ``access``, ``private`` or ``secret``.
 
     Args:
-        key: The key as written, e.g. ``"apiKey"``, ``"X-Api-Key"`` or ``"awsAccessKeyId"``.
+        key: The name as written, e.g. ``"apiKey"``, ``"X-Api-Key"`` or ``"DB_PASSWORD_PROD"``.
 
     Returns:
-        True for ``api_key``, ``clientSecret``, ``awsAccessKeyId``, ``privateKey`` and the like;
-        False for ``max_tokens`` or ``secret_santa``.
+        True for ``api_key``, ``clientSecret``, ``awsAccessKeyId``, ``passwd``,
+        ``GITHUB_TOKEN_RW`` and the like; False for ``max_tokens``, ``token_count``,
+        ``secret_santa`` or ``InvalidTokenError``.
     """
-    normalized = _CAMEL_WORD.sub(r"\1_\2", _CAMEL_ACRONYM.sub(r"\1_\2", key))
-    normalized = normalized.replace("-", "_").lower()
-    return normalized in _CREDENTIAL_WORDS or normalized.endswith(_CREDENTIAL_SUFFIXES)
+    match = _NAME_REVERSED.match(key[::-1])
+    name = match.group()[::-1] if match else ""
+    return (_judge_name_cached if len(name) <= _MAX_CACHED_NAME else _judge_name)(name)
 
 
 def scrub_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -426,6 +486,18 @@ class Redactor:
         """
         return Redactor(self.secrets + more)
 
+    def scrub(self, text: str) -> str:
+        """Return `scrub_secrets` of ``text`` with this redactor's secrets (no pattern rules).
+
+        Args:
+            text: Text whose only possible secrets are the configured ones, such as a message
+                the package writes itself.
+
+        Returns:
+            The text with every secret replaced by ``[REDACTED]``.
+        """
+        return _scrub_secrets(text, self.secrets)
+
     def text(self, text: str) -> str:
         """Return `redact_text` of ``text`` with this redactor's secrets.
 
@@ -459,14 +531,40 @@ class Redactor:
         """
         return _redact_payload(text, self.secrets)
 
+    def record(self, record: logging.LogRecord) -> None:
+        """Redact a log record in place, before any handler formats it.
+
+        The message is formatted (``msg % args``), redacted into ``record.msg`` and
+        ``record.args`` is cleared. An attached exception is formatted into ``exc_text``,
+        redacted, and the exception itself dropped (``exc_info``), so that no handler can
+        render it afresh; ``stack_info`` is redacted too.
+
+        Args:
+            record: The record; it is modified.
+        """
+        try:
+            message = record.getMessage()
+        except Exception:
+            # logging would print the raw arguments to stderr on a bad format string.
+            message = f"{record.msg} {record.args!r}"
+        record.msg = _redact_text(message, self.secrets)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.exc_info = None
+        if record.exc_text:
+            record.exc_text = _redact_text(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = _redact_text(record.stack_info, self.secrets)
+
 
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts each record before any handler formats it.
 
-    The message is formatted (``msg % args``), redacted into ``record.msg`` and ``record.args``
-    is cleared; an attached traceback (``exc_text``) and ``stack_info`` are redacted too.
-    Attach it to a handler (``handler.addFilter(RedactingFilter(redactor))``) to cover every
-    logger that reaches that handler.
+    See `Redactor.record` for what is redacted. Attach it to a handler
+    (``handler.addFilter(RedactingFilter(redactor))``) to cover every logger that reaches that
+    handler. (The package's own loggers are redacted anyway while a server, gateway or run is
+    alive: see ``osmosis_ai._log_redaction``.)
 
     Args:
         redactor: The redactor holding the secrets to scrub.
@@ -485,17 +583,5 @@ class RedactingFilter(logging.Filter):
         Returns:
             Always True.
         """
-        try:
-            message = record.getMessage()
-        except Exception:
-            # logging would print the raw arguments to stderr on a bad format string.
-            message = f"{record.msg} {record.args!r}"
-        record.msg = self.redactor.text(message)
-        record.args = None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redactor.text(record.exc_text)
-        if record.stack_info:
-            record.stack_info = self.redactor.text(record.stack_info)
+        self.redactor.record(record)
         return True
