@@ -57,14 +57,17 @@ def test_failed_replace_removes_the_temp_file(work: Path, monkeypatch: pytest.Mo
     assert os.listdir(work) == []
 
 
-def test_atomic_write_replaces_a_symlink_instead_of_writing_through(work: Path) -> None:
+def test_atomic_write_refuses_a_symlink_instead_of_writing_through(work: Path) -> None:
+    # The package's one atomic-write policy (rollout._storage): a link is neither followed
+    # nor replaced.
     target = work / "target.json"
     target.write_text("keep")
     link = work / "metrics.json"
     link.symlink_to(target)
-    write_json_atomic(link, [])
-    assert not link.is_symlink() and link.read_text() == "[]\n"
-    assert target.read_text() == "keep"
+    with pytest.raises(OSError, match="symlink"):
+        write_json_atomic(link, [])
+    assert link.is_symlink() and target.read_text() == "keep"
+    assert sorted(os.listdir(work)) == ["metrics.json", "target.json"]
 
 
 def test_jsonl_rows_keep_key_order_one_per_line(work: Path) -> None:

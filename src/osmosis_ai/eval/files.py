@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from osmosis_ai.rollout._storage import atomic_write_bytes, fsync_directory
+
 __all__ = ["RESERVED_ARTIFACT_NAMES", "copy_artifacts", "write_json_atomic", "write_jsonl_atomic"]
 
 #: Top-level artifact names that are never copied (reserved for the run's own files).
@@ -19,43 +21,15 @@ RESERVED_ARTIFACT_NAMES: Final[frozenset[str]] = frozenset({"manifest.json"})
 _COPY_CHUNK: Final = 1 << 20
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _temp_sibling(path: Path, suffix: str) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(8)}.{suffix}")
-
-
-def _write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = _temp_sibling(path, "tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        # Replacing renames over the name itself, so a symlink at ``path`` is replaced,
-        # never written through.
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Path | str, data: Any, *, mode: int = 0o644) -> None:
     """Write ``data`` as JSON so readers see the old file or the new one, never a mix.
 
-    The text is 2-space indented with a trailing newline. It goes to a temporary file in
-    the same directory, is fsynced, renamed over ``path``, and the directory is fsynced.
+    The text is 2-space indented with a trailing newline, written durably by
+    `osmosis_ai.rollout._storage.atomic_write_bytes` (which refuses a symlinked ``path``).
 
     Args:
         path: Destination file; its directory must exist.
@@ -65,10 +39,10 @@ def write_json_atomic(path: Path | str, data: Any, *, mode: int = 0o644) -> None
     Raises:
         ValueError: ``data`` holds NaN or an infinity (nothing is written).
         TypeError: ``data`` is not JSON-serialisable (nothing is written).
-        OSError: The directory is missing or unwritable.
+        OSError: The directory is missing or unwritable, or ``path`` is a symlink.
     """
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-    _write_bytes_atomic(Path(path), text.encode("utf-8"), mode)
+    atomic_write_bytes(Path(path), text.encode("utf-8"), mode=mode)
 
 
 def write_jsonl_atomic(
@@ -90,7 +64,7 @@ def write_jsonl_atomic(
         OSError: The directory is missing or unwritable.
     """
     text = "".join(json.dumps(dict(row), allow_nan=False) + "\n" for row in rows)
-    _write_bytes_atomic(Path(path), text.encode("utf-8"), mode)
+    atomic_write_bytes(Path(path), text.encode("utf-8"), mode=mode)
 
 
 def _copy_regular_file(source: Path, target: Path) -> bool:
@@ -201,5 +175,5 @@ def copy_artifacts(src_dir: Path | str, dst_dir: Path | str) -> list[str]:
         if staging.exists():
             shutil.rmtree(staging)
         raise
-    _fsync_dir(dst.parent)
+    fsync_directory(dst.parent)
     return copied

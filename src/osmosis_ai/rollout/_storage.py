@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
-__all__ = ["ARTIFACT_ROOT_ENV", "atomic_write_bytes", "default_artifact_root"]
+__all__ = [
+    "ARTIFACT_ROOT_ENV",
+    "atomic_write_bytes",
+    "default_artifact_root",
+    "fsync_directory",
+]
 
 #: Environment variable naming the root of per-rollout directories (set by hosts).
 ARTIFACT_ROOT_ENV = "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"
@@ -17,20 +23,42 @@ def default_artifact_root() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".osmosis"
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Flush ``directory``'s entries to disk, so a rename inside it survives a crash."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix.
 
-    The bytes go to a temporary file in the same directory, are flushed to disk and
-    replace ``path`` in one rename, which is flushed too (unless ``durable`` is false: for
-    files worthless after a crash). Refuses to replace a symlink (it could point anywhere).
+    The one atomic write of the package; its policy:
+
+    - The bytes go to a fresh temporary file in the same directory (``O_EXCL``,
+      ``O_NOFOLLOW``, ``O_CLOEXEC``: never an existing file, never a link, never leaked to
+      a child process) and replace ``path`` in one rename.
+    - Durable by default: the file is fsynced before the rename and the directory after
+      it, so a crash leaves the old or the new content. ``durable=False`` skips both, for
+      files worthless after a crash (live previews, results read once).
+    - A symlink at ``path`` is refused, neither followed nor replaced: a link where the
+      package writes its own files means something else owns that name.
+
+    Args:
+        path: Destination file; its directory must exist.
+        data: The complete new content.
+        durable: Flush the file and the directory to disk.
+        mode: Permission bits of a newly written file (before the umask).
 
     Raises:
         OSError: The directory is missing or unwritable, or ``path`` is a symlink.
     """
     if path.is_symlink():
         raise OSError(f"refusing to write through symlink {path}")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(data):x}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
             remaining = memoryview(data)
@@ -40,14 +68,10 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
                 os.fsync(fd)
         finally:
             os.close(fd)
+        # A link swapped in after the check is replaced by the rename, never written through.
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
-        # Until the directory is flushed, a crash can still lose the rename.
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fsync_directory(path.parent)
