@@ -13,7 +13,7 @@ from typing import Any
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval._toml_lines import key_lines
 from osmosis_ai.eval.datasets import DATASET_FORMATS
-from osmosis_ai.rollout._ids import is_single_path_segment
+from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = ["EvalConfig", "EvaluationConfig", "ExperimentConfig", "load_eval_config"]
 

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Final, Literal, get_args
 
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.rollout._ids import ensure_single_path_segment
+from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import JSONObject
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.rollout._ids import is_single_path_segment
+from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.trajectory.redact import RedactingFilter, Redactor
 
 __all__ = [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
-from osmosis_ai.rollout._ids import ensure_single_path_segment
+from osmosis_ai.rollout.ids import ensure_single_path_segment
 
 __all__ = ["scaffold_rollout", "validate_entrypoint"]
 

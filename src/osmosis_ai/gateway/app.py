@@ -30,7 +30,7 @@ from osmosis_ai.gateway.request import (
     messages_sha256,
     parse_chat_request,
 )
-from osmosis_ai.rollout._ids import is_single_path_segment
+from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["GatewayState", "create_gateway_app"]

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from osmosis_ai.rollout._ids import ensure_single_path_segment
+from osmosis_ai.rollout.ids import ensure_single_path_segment
 
 __all__ = ["artifacts_dir_path", "create_artifacts_dir"]
 

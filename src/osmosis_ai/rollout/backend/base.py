@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._ids import ensure_single_path_segment
+from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import JSONObject, RolloutSample
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 

@@ -1,4 +1,7 @@
-"""Validation of ids that become filesystem path segments or URL path segments."""
+"""Validation of ids that become filesystem path segments or URL path segments.
+
+Public because the controller side (gateway, eval) validates the same ids the rollout side does.
+"""
 
 from __future__ import annotations
 
