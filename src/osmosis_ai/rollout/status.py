@@ -1,10 +1,11 @@
-"""Rollout status and error-category vocabularies shared by the backend and the wire."""
+"""Rollout status, error-category and cancel vocabularies shared by the backend and the wire."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-__all__ = ["TERMINAL_STATUSES", "RolloutErrorCategory", "RolloutStatus"]
+__all__ = ["TERMINAL_STATUSES", "CancelDisposition", "RolloutErrorCategory", "RolloutStatus"]
 
 
 class RolloutStatus(StrEnum):
@@ -34,3 +35,7 @@ class RolloutErrorCategory(StrEnum):
     AGENT_ERROR = "agent_error"
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
+
+
+#: What a cancel request did to one rollout.
+CancelDisposition = Literal["cancelled_queued", "cancelled_running", "not_found"]

@@ -13,10 +13,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from osmosis_ai.rollout.backend.base import CancelDisposition
 from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.sample import FiniteNumber, JSONObject
-from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.status import (
+    TERMINAL_STATUSES,
+    CancelDisposition,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
 
 __all__ = [
     "POLLING_LEASE_HEADER",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import JSONObject, RolloutSample
-from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.status import CancelDisposition, RolloutErrorCategory, RolloutStatus
 
 __all__ = [
     "CancelDisposition",
@@ -20,9 +20,6 @@ __all__ = [
     "ExecutionRequest",
     "ExecutionResult",
 ]
-
-#: What a cancel request did to one rollout.
-CancelDisposition = Literal["cancelled_queued", "cancelled_running", "not_found"]
 
 
 def _check_timeout(name: str, value: float | None) -> float | None:
