@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -24,12 +24,12 @@ from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response,
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecord, CallRecords
 from osmosis_ai.gateway.request import (
-    MAX_BODY_BYTES,
     ChatRequest,
     check_sampling,
     messages_sha256,
     parse_chat_request,
 )
+from osmosis_ai.rollout._json_body import BodyError, read_json_body
 from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.trajectory.redact import Redactor
 
@@ -113,29 +113,20 @@ async def _read_json(request: Request) -> object:
         raise ChatRequestError(
             "Content-Type must be application/json", status_code=415, param="Content-Type"
         )
-    declared = request.headers.get("content-length", "")
-    too_large = ChatRequestError(
-        f"request body exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB", status_code=413
-    )
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise too_large
-        chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks))
-    except UnicodeDecodeError as exc:
-        raise ChatRequestError("request body is not UTF-8 text") from exc
-    except json.JSONDecodeError as exc:
-        raise ChatRequestError(
-            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
-    except RecursionError as exc:
-        raise ChatRequestError("request body is nested too deeply") from exc
+        return await read_json_body(
+            _chunks(request), content_length=request.headers.get("content-length"), server="gateway"
+        )
+    except BodyError as exc:
+        raise ChatRequestError(exc.detail, status_code=exc.status) from exc
+
+
+async def _chunks(request: Request) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect as exc:
+        raise BodyError(400, "client disconnected while sending the body") from exc
 
 
 def _as_gateway_error(exc: Exception) -> GatewayError:

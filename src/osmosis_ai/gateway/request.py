@@ -12,16 +12,12 @@ from typing import Any
 from osmosis_ai.errors import ChatRequestError, ConfigError
 
 __all__ = [
-    "MAX_BODY_BYTES",
     "SAMPLING_FIELDS",
     "ChatRequest",
     "check_sampling",
     "messages_sha256",
     "parse_chat_request",
 ]
-
-#: Largest request body the gateway reads.
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 # Fields that would reconfigure the gateway or its provider: credentials, endpoints, routing,
 # client behaviour. The gateway owns these; a workflow may not set them per call.

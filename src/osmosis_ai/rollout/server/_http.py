@@ -1,4 +1,4 @@
-"""A minimal ASGI HTTP layer: requests, JSON answers, bounded JSON bodies.
+"""A minimal ASGI HTTP layer: requests, JSON answers, bounded JSON bodies (`_json_body`).
 
 The rollout server keeps thousands of long polls parked at once; a plain ASGI handler holds
 a fraction of the memory and CPU of a framework's middleware stack per parked request.
@@ -7,11 +7,11 @@ a fraction of the memory and CPU of a framework's middleware stack per parked re
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
+from osmosis_ai.rollout._json_body import MAX_BODY_BYTES, BodyError, read_json_body
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -29,19 +29,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-#: Largest body the server reads.
-MAX_BODY_BYTES = 32 * 1024 * 1024
-_MIB = 1024 * 1024
-
-
-class BodyError(Exception):
-    """A request body that cannot be read as JSON; answered with ``status``."""
-
-    def __init__(self, status: int, detail: Any) -> None:
-        super().__init__(str(detail))
-        self.status = status
-        self.detail = detail
 
 
 @dataclass(slots=True)
@@ -96,54 +83,21 @@ class HttpRequest:
         return None
 
     async def json(self) -> Any:
-        """The body parsed as JSON, at most ``MAX_BODY_BYTES`` and ``MAX_JSON_DEPTH`` levels.
+        """The body parsed as JSON by the package's one bounded reader.
 
         Raises:
             BodyError: Too large (413), not JSON or nested too deeply (422, as
-                FastAPI-style servers answer).
+                FastAPI-style servers answer), or the client hung up (400).
         """
-        declared = self.header(b"content-length") or ""
-        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise _too_large(int(declared))
-        chunks: list[bytes] = []
-        size = 0
+        return await read_json_body(
+            self._chunks(), content_length=self.header(b"content-length"), server="rollout server"
+        )
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
                 raise BodyError(400, "client disconnected while sending the body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _too_large(None)
-            chunks.append(chunk)
+            yield message.get("body", b"")
             if not message.get("more_body", False):
-                break
-        try:
-            value = json.loads(b"".join(chunks))
-        except UnicodeDecodeError as exc:
-            raise BodyError(422, "request body is not UTF-8 JSON") from exc
-        except json.JSONDecodeError as exc:
-            where = f"line {exc.lineno} column {exc.colno}"
-            raise BodyError(422, f"request body is not valid JSON: {exc.msg} at {where}") from exc
-        except RecursionError as exc:
-            raise _too_deep() from exc
-        if nests_deeper_than(value, MAX_JSON_DEPTH):
-            raise _too_deep()
-        return value
-
-
-def _too_deep() -> BodyError:
-    return BodyError(
-        422,
-        f"request body nests deeper than {MAX_JSON_DEPTH} levels, the rollout server's limit "
-        "(the request object is level 1); flatten metadata and extra_fields",
-    )
-
-
-def _too_large(size: int | None) -> BodyError:
-    limit = f"the rollout server's {MAX_BODY_BYTES // _MIB} MiB limit"
-    if size is None:
-        return BodyError(413, f"request body exceeds {limit}; shorten the prompt or metadata")
-    return BodyError(
-        413, f"request body is {size / _MIB:.1f} MiB, over {limit}; shorten the prompt or metadata"
-    )
+                return
