@@ -17,7 +17,14 @@ from starlette.routing import Route
 from osmosis_ai._serving import running_server
 from osmosis_ai.errors import RolloutAdmissionTimeoutError, RolloutProtocolError
 from osmosis_ai.rollout import RolloutStatus
-from osmosis_ai.rollout.client import RolloutClient, _retry_after
+from osmosis_ai.rollout.client import (
+    ClientRequest,
+    ClientResponse,
+    MockTransport,
+    RetryPolicy,
+    RolloutClient,
+    TransportError,
+)
 
 LEASE = {
     "rollout_id": "r1",
@@ -166,7 +173,7 @@ async def test_unreachable_server_is_a_protocol_error_without_status() -> None:
     [(None, 1.0), ("2", 2.0), ("garbage", 1.0), ("inf", 1.0), ("0", 0.05), ("1000", 60.0)],
 )
 def test_retry_after_is_parsed_and_clamped(header: str | None, seconds: float) -> None:
-    assert _retry_after(header) == seconds
+    assert RetryPolicy().retry_after(header) == seconds
 
 
 def test_constructor_refuses_bad_arguments() -> None:
@@ -174,3 +181,110 @@ def test_constructor_refuses_bad_arguments() -> None:
         RolloutClient(url="http://x", api_key=" ")
     with pytest.raises(ValueError):
         RolloutClient(url="http://x", admission_timeout_sec=float("inf"))
+    with pytest.raises(ValueError, match="session or transport"):
+        RolloutClient(url="http://x", session=object(), transport=MockTransport(Script()))
+
+
+# The same protocol logic without sockets, through MockTransport.
+
+FAST = RetryPolicy(backoff_sec=(0.0,))
+
+
+class Script:
+    """Answers requests from a queue per (method, path suffix); records what was sent."""
+
+    def __init__(self, **answers: list[ClientResponse | Exception]) -> None:
+        self.answers = {route: deque(items) for route, items in answers.items()}
+        self.sent: list[ClientRequest] = []
+
+    def __call__(self, request: ClientRequest) -> ClientResponse:
+        self.sent.append(request)
+        route = {"/rollout": "admit", "/result": "poll", "/health": "health"}
+        key = next(name for suffix, name in route.items() if request.url.endswith(suffix))
+        answer = self.answers[key].popleft()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def ok(body: Any, status: int = 200) -> ClientResponse:
+    return ClientResponse(status, json.dumps(body).encode())
+
+
+async def test_poll_answered_503_twice_then_200_completes_after_three_polls() -> None:
+    script = Script(admit=[ok(LEASE, 202)], poll=[ok({}, 503), ok({}, 503), ok(DONE)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=FAST) as client:
+        result = await (await client.run_rollout([], "http://gw", "r1", llm_api_key="k"))
+    assert result.status is RolloutStatus.SUCCESS
+    assert [request.method for request in script.sent] == ["POST", "GET", "GET", "GET"]
+    assert json.loads(script.sent[0].body or b"")["llm_api_key"] == "k"
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+async def test_polls_retry_every_status_of_the_one_policy(status: int) -> None:
+    # One policy: result polls retry what wait_idle retries (500 and 408 included).
+    script = Script(admit=[ok(LEASE, 202)], poll=[ok({}, status), ok(DONE)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=FAST) as client:
+        assert (await (await client.run_rollout([], "http://gw", "r1"))).status == "success"
+
+
+async def test_poll_that_gets_no_answer_is_retried() -> None:
+    script = Script(admit=[ok(LEASE, 202)], poll=[TransportError("reset"), ok(DONE)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=FAST) as client:
+        assert (await (await client.run_rollout([], "http://gw", "r1"))).status == "success"
+
+
+async def test_status_outside_the_policy_fails_the_poll_at_once() -> None:
+    script = Script(admit=[ok(LEASE, 202)], poll=[ok({"detail": "gone"}, 404)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=FAST) as client:
+        handle = await client.run_rollout([], "http://gw", "r1")
+        with pytest.raises(RolloutProtocolError, match="returned 404: gone"):
+            await handle
+    assert len(script.sent) == 2
+
+
+async def test_a_custom_policy_narrows_what_is_retried() -> None:
+    policy = RetryPolicy(statuses=frozenset({503}), backoff_sec=(0.0,))
+    script = Script(admit=[ok(LEASE, 202)], poll=[ok({}, 500)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=policy) as c:
+        with pytest.raises(RolloutProtocolError) as info:
+            await (await c.run_rollout([], "http://gw", "r1"))
+    assert info.value.status_code == 500
+
+
+async def test_wait_idle_retries_through_the_same_policy() -> None:
+    idle = {"process_id": "p1", "lifecycle": {"active_rollouts": 0}}
+    script = Script(health=[TransportError("refused"), ok({}, 503), ok(idle)])
+    async with RolloutClient(url="http://x", transport=MockTransport(script), retry=FAST) as client:
+        assert await client.wait_idle(timeout_sec=5, poll_interval_sec=0.0) == idle
+    assert all(request.timeout_sec == 30.0 for request in script.sent)
+
+
+async def test_no_answer_is_a_protocol_error_without_status_or_key() -> None:
+    script = Script(health=[TransportError("ClientConnectorError")])
+    async with RolloutClient(
+        url="http://x", api_key="server-key-77", transport=MockTransport(script)
+    ) as client:
+        with pytest.raises(RolloutProtocolError) as info:
+            await client.health()
+    assert info.value.status_code is None and "server-key-77" not in str(info.value)
+    assert script.sent[0].headers["Authorization"] == "Bearer server-key-77"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"backoff_sec": ()},
+        {"backoff_sec": (float("nan"),)},
+        {"retry_after_bounds_sec": (2.0, 1.0)},
+        {"call_timeout_sec": 0.0},
+    ],
+)
+def test_retry_policy_refuses_unbounded_settings(arguments: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="RetryPolicy"):
+        RetryPolicy(**arguments)
+
+
+def test_backoff_grows_then_repeats_its_last_delay() -> None:
+    policy = RetryPolicy(backoff_sec=(0.1, 0.5))
+    assert [policy.delay(n) for n in (1, 2, 3, 10)] == [0.1, 0.5, 0.5, 0.5]

@@ -2,11 +2,11 @@
 
 The client admits rollouts (retrying ``429`` after ``Retry-After``) and returns a
 `RolloutHandle` per rollout, which long-polls for its result in the background, renewing
-the lease with every poll, until the result is final. Transport errors and 502/503/504
-answers are retried with backoff, never past the lease deadline.
+the lease with every poll, until the result is final. What is retried, how often and for
+how long is one `RetryPolicy`.
 
-It speaks HTTP through aiohttp, whose connection pool stays cheap with thousands of
-concurrent long polls (one connection each).
+It speaks HTTP through a `Transport`: aiohttp by default, whose connection pool stays cheap
+with thousands of concurrent long polls (one connection each), or `MockTransport` in tests.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ import math
 import time
 import weakref
 from collections.abc import Generator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import RolloutAdmissionTimeoutError, RolloutProtocolError
+from osmosis_ai.rollout._transport import (
+    AiohttpTransport,
+    ClientRequest,
+    ClientResponse,
+    MockTransport,
+    Transport,
+    TransportError,
+)
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import (
     POLLING_LEASE_HEADER,
@@ -32,29 +40,79 @@ from osmosis_ai.rollout.types import (
 )
 
 __all__ = [
+    "ClientRequest",
+    "ClientResponse",
+    "MockTransport",
+    "RetryPolicy",
     "RolloutAdmissionTimeoutError",
     "RolloutClient",
     "RolloutHandle",
     "RolloutProtocolError",
+    "Transport",
+    "TransportError",
 ]
 
 _FEATURE = "RolloutClient"
-_RETRY_AFTER_BOUNDS = (0.05, 60.0)
-_RETRYABLE_STATUS = frozenset({502, 503, 504})
-_BACKOFF_SEC = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 _SHORT_CALL_TIMEOUT_SEC = 5.0
 _EXTRA_POLL_SEC = 10.0
 _RUNNING = frozenset({RolloutStatus.RUNNING, RolloutStatus.GRADING})
 
 
-def _retry_after(value: str | None) -> float:
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        seconds = 1.0
-    if not math.isfinite(seconds):
-        seconds = 1.0
-    return min(max(seconds, _RETRY_AFTER_BOUNDS[0]), _RETRY_AFTER_BOUNDS[1])
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """What the client retries, how often, and for how long: one policy for every call.
+
+    - Retried: result polls and `RolloutClient.wait_idle`'s health checks that got no
+      answer (`TransportError`) or an answer in ``statuses`` (a server that is busy,
+      restarting or behind a proxy hiccup). Anything else is the caller's error or a
+      protocol violation, raised at once. Admission retries only ``429``: any other
+      refusal (``503`` while draining, ``409`` for a retained id) is final.
+    - Waits between attempts follow ``backoff_sec`` (the last entry repeats); a ``429``
+      on admission waits its ``Retry-After`` instead, clamped to ``retry_after_bounds_sec``.
+    - Overall bound: a result poll retries until its polling lease would run out,
+      admission until ``admission_timeout_sec``, `RolloutClient.wait_idle` until its
+      ``timeout_sec``. One health check is bounded by ``call_timeout_sec``.
+    """
+
+    statuses: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
+    backoff_sec: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+    retry_after_bounds_sec: tuple[float, float] = (0.05, 60.0)
+    call_timeout_sec: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.backoff_sec or any(
+            not math.isfinite(delay) or delay < 0 for delay in self.backoff_sec
+        ):
+            raise ValueError("RetryPolicy.backoff_sec must be finite delays >= 0, at least one")
+        low, high = self.retry_after_bounds_sec
+        if not 0 <= low <= high or not math.isfinite(high):
+            raise ValueError(
+                "RetryPolicy.retry_after_bounds_sec must be (low, high), 0 <= low <= high"
+            )
+        if not math.isfinite(self.call_timeout_sec) or self.call_timeout_sec <= 0:
+            raise ValueError("RetryPolicy.call_timeout_sec must be a finite number of seconds > 0")
+
+    def retries(self, status: int | None) -> bool:
+        """Whether a call that ended with ``status`` (``None``: no answer) is retried."""
+        return status is None or status in self.statuses
+
+    def delay(self, failures: int) -> float:
+        """The wait before the next attempt after ``failures`` failed ones (1 or more)."""
+        return self.backoff_sec[min(max(failures - 1, 0), len(self.backoff_sec) - 1)]
+
+    def retry_after(self, value: str | None) -> float:
+        """A ``Retry-After`` header in seconds (1 when absent or unreadable), clamped."""
+        try:
+            seconds = float(value) if value is not None else 1.0
+        except ValueError:
+            seconds = 1.0
+        if not math.isfinite(seconds):
+            seconds = 1.0
+        low, high = self.retry_after_bounds_sec
+        return min(max(seconds, low), high)
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
 def _detail(body: bytes) -> str:
@@ -172,14 +230,14 @@ class RolloutHandle:
                 if result.terminal:
                     return result
                 continue
-            if status and status not in _RETRYABLE_STATUS:
+            if not self._client.retry.retries(status or None):
                 raise RolloutProtocolError(
                     f"GET /rollout/{self.rollout_id}/result returned {status}: {_detail(body)}",
                     status_code=status,
                     rollout_id=self.rollout_id,
                 )
-            delay = _BACKOFF_SEC[min(failures, len(_BACKOFF_SEC) - 1)]
             failures += 1
+            delay = self._client.retry.delay(failures)
             if time.monotonic() + delay >= self._lease_deadline:
                 last = status or "transport error"
                 raise RolloutProtocolError(
@@ -201,9 +259,13 @@ class RolloutClient:
         admission_timeout_sec: Bound on one admission including 429 retries; ``None`` = none.
         api_key: Bearer key the server requires, if any. Never shown in errors.
         max_connections: Size of the client's own connection pool (0 = unlimited).
+        retry: What is retried and for how long (`RetryPolicy`).
+        transport: Sends the requests instead of aiohttp (e.g. `MockTransport` in tests);
+            closed with the client. Excludes ``session``.
 
     Raises:
-        ValueError: ``admission_timeout_sec`` is not finite, or ``api_key`` is blank.
+        ValueError: ``admission_timeout_sec`` is not finite, ``api_key`` is blank, or both
+            ``session`` and ``transport`` are given.
     """
 
     def __init__(
@@ -214,23 +276,28 @@ class RolloutClient:
         admission_timeout_sec: float | None = None,
         api_key: str | None = None,
         max_connections: int = 0,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        transport: Transport | None = None,
     ) -> None:
         if admission_timeout_sec is not None and not math.isfinite(admission_timeout_sec):
             raise ValueError("admission_timeout_sec must be finite or None")
         if api_key is not None and not api_key.strip():
             raise ValueError("api_key must be a non-empty string or None")
-        self._aiohttp = import_optional("aiohttp", extra="server", feature=_FEATURE)
+        if session is not None and transport is not None:
+            raise ValueError("pass session or transport, not both (a transport owns its session)")
         self.url = url.rstrip("/")
         self.admission_timeout_sec = admission_timeout_sec
+        self.retry = retry
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._own_session = session is None
-        self._session = session
+        self._transport: Transport = transport or AiohttpTransport(
+            session=session, max_connections=max_connections, feature=_FEATURE
+        )
         self.max_connections = max_connections
         self._closed = False
         self._handles: weakref.WeakSet[RolloutHandle] = weakref.WeakSet()
 
     async def aclose(self) -> None:
-        """Stop every handle's polling, then close the client's own session.
+        """Stop every handle's polling, then close the transport.
 
         A session passed in is left open. Rollouts still running on the server are not
         cancelled; their leases expire.
@@ -240,9 +307,7 @@ class RolloutClient:
         for task in polling:
             task.cancel()
         await asyncio.gather(*polling, return_exceptions=True)
-        if self._own_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._transport.aclose()
 
     async def __aenter__(self) -> RolloutClient:
         return self
@@ -263,30 +328,20 @@ class RolloutClient:
         body: Any = None,
         headers: dict[str, str] | None = None,
         timeout_sec: float | None = None,
-    ) -> tuple[int, bytes, Any]:
-        aiohttp = self._aiohttp
+    ) -> ClientResponse:
         if self._closed:
             raise RolloutProtocolError(f"{method} {path}: the RolloutClient is closed")
-        if self._session is None:  # opened lazily: aiohttp wants a running event loop
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections)
-            )
-        timeout = aiohttp.ClientTimeout(total=timeout_sec)
+        request = ClientRequest(
+            method,
+            f"{self.url}{path}",
+            {**self._headers, **(headers or {})},
+            None if body is None else json.dumps(body).encode(),
+            timeout_sec,
+        )
         try:
-            async with self._session.request(
-                method,
-                f"{self.url}{path}",
-                json=body,
-                headers={**self._headers, **(headers or {})},
-                timeout=timeout,
-                allow_redirects=False,
-            ) as response:
-                return response.status, await response.read(), response.headers
-        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
-            # RuntimeError: a session someone else closed under us.
-            raise RolloutProtocolError(
-                f"{method} {path} failed: {type(exc).__name__}", status_code=None
-            ) from exc
+            return await self._transport.send(request)
+        except TransportError as exc:
+            raise RolloutProtocolError(f"{method} {path} failed: {exc}", status_code=None) from exc
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``.
@@ -294,7 +349,8 @@ class RolloutClient:
         Raises:
             RolloutProtocolError: Not a 200 with a JSON object.
         """
-        status, body, _ = await self._request("GET", "/health", timeout_sec=30)
+        answer = await self._request("GET", "/health", timeout_sec=self.retry.call_timeout_sec)
+        status, body = answer.status, answer.body
         try:
             data = json.loads(body) if status == 200 else None
         except ValueError:
@@ -323,7 +379,7 @@ class RolloutClient:
             try:
                 payload: dict[str, Any] | None = await self.health()
             except RolloutProtocolError as exc:
-                if exc.status_code not in (None, 408, 429, 500, 502, 503, 504):
+                if not self.retry.retries(exc.status_code):
                     raise
                 payload = None
             if payload is not None:
@@ -378,7 +434,8 @@ class RolloutClient:
             async with asyncio.timeout(self.admission_timeout_sec):
                 while True:
                     started = time.monotonic()
-                    status, content, headers = await self._request("POST", "/rollout", body=body)
+                    answer = await self._request("POST", "/rollout", body=body)
+                    status, content = answer.status, answer.body
                     if status == 202:
                         return self._handle(rollout_id, content, started)
                     if status != 429:
@@ -388,7 +445,7 @@ class RolloutClient:
                             status_code=status,
                             rollout_id=rollout_id,
                         )
-                    await asyncio.sleep(_retry_after(headers.get("Retry-After")))
+                    await asyncio.sleep(self.retry.retry_after(answer.header("Retry-After")))
         except TimeoutError as exc:
             raise RolloutAdmissionTimeoutError(
                 f"rollout {rollout_id} was not admitted within {self.admission_timeout_sec:g}s "
@@ -416,24 +473,25 @@ class RolloutClient:
         return handle
 
     async def _get_result(self, rollout_id: str, lease: RolloutInitResponse) -> tuple[int, bytes]:
-        status, body, _ = await self._request(
+        answer = await self._request(
             "GET",
             f"/rollout/{quote(rollout_id, safe='')}/result",
             headers={POLLING_LEASE_HEADER: lease.polling_lease_token},
             timeout_sec=lease.result_wait_timeout_sec + _EXTRA_POLL_SEC,
         )
-        return status, body
+        return answer.status, answer.body
 
     async def _get_preview(
         self, rollout_id: str, lease: RolloutInitResponse
     ) -> dict[str, Any] | None:
         path = f"/rollout/{quote(rollout_id, safe='')}/preview"
-        status, body, _ = await self._request(
+        answer = await self._request(
             "GET",
             path,
             headers={POLLING_LEASE_HEADER: lease.polling_lease_token},
             timeout_sec=_SHORT_CALL_TIMEOUT_SEC,
         )
+        status, body = answer.status, answer.body
         if status == 404:
             return None
         if status != 200:
@@ -454,12 +512,13 @@ class RolloutClient:
         Raises:
             RolloutProtocolError: The server did not answer 200 within 5 seconds.
         """
-        status, body, _ = await self._request(
+        answer = await self._request(
             "POST",
             "/rollout/cancel",
             body={"ids": [rollout_id]},
             timeout_sec=_SHORT_CALL_TIMEOUT_SEC,
         )
+        status, body = answer.status, answer.body
         if status != 200:
             raise RolloutProtocolError(
                 f"POST /rollout/cancel returned {status}: {_detail(body)}",
