@@ -21,7 +21,7 @@ from typing import Any
 from osmosis_ai.rollout.context import get_rollout_context
 from osmosis_ai.rollout.trajectory.redact import Redactor, _normalize_secrets
 
-__all__ = ["active_redactor", "registered_secrets"]
+__all__ = ["active_redactor", "registered_redactor", "registered_secrets"]
 
 _PACKAGE = "osmosis_ai"
 _PACKAGE_PREFIX = _PACKAGE + "."
@@ -54,6 +54,11 @@ class _Registry:
 
 
 _REGISTRY = _Registry()
+
+
+def registered_redactor() -> Redactor:
+    """The secrets registered in this process now (`registered_secrets`)."""
+    return _REGISTRY.redactor
 
 
 def active_redactor() -> Redactor:

@@ -91,6 +91,18 @@ def test_repr_never_shows_the_api_key() -> None:
     assert "sk-very-secret-123" not in repr(context)
 
 
+def test_the_context_redactor_holds_the_hosts_secrets_and_the_rollout_key() -> None:
+    from osmosis_ai._log_redaction import registered_secrets
+    from osmosis_ai.rollout.trajectory.redact import Redactor
+
+    given = RolloutContext(api_key="sk-key-1", redactor=Redactor(("configured-2",)))
+    assert set(given.redactor.secrets) == {"sk-key-1", "configured-2"}
+    with registered_secrets(["registered-3"]):
+        default = RolloutContext(api_key="sk-key-4")
+    assert set(default.redactor.secrets) == {"sk-key-4", "registered-3"}
+    assert RolloutContext().redactor.text("no secrets here") == "no secrets here"
+
+
 async def test_progress_ignores_noops_and_changes_after_terminal() -> None:
     progress = RolloutProgress()
     changes = [

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
@@ -19,6 +19,9 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.config import AgentWorkflowConfig
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
+
+if TYPE_CHECKING:
+    from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = [
     "AgentWorkflowContext",
@@ -154,6 +157,14 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _registered_redactor() -> Redactor:
+    # Imported when a context is made, not when the package is: `import osmosis_ai.rollout`
+    # stays free of the trajectory package.
+    from osmosis_ai._log_redaction import registered_redactor
+
+    return registered_redactor()
+
+
 @dataclass(eq=False, slots=True)
 class RolloutContext:
     """The ambient state of one rollout, installed by the execution backend.
@@ -186,6 +197,11 @@ class RolloutContext:
     preview_enabled: bool = True
     """Set to ``False`` at the start of ``run()`` to keep this rollout out of live previews."""
 
+    redactor: Redactor = field(default_factory=_registered_redactor, repr=False)
+    """The one redactor of this rollout: the host's secrets (a server's configured ones, by
+    default the process's registered ones) plus ``api_key``, which is always added. Logs,
+    previews, trajectories, diagnostics and error messages of the rollout all use it."""
+
     _tokens: list[contextvars.Token[RolloutContext | None]] = field(
         default_factory=list, init=False, repr=False
     )
@@ -199,6 +215,8 @@ class RolloutContext:
         )
         self.api_key = self.api_key or os.environ.get(ENV_API_KEY) or None
         self.rollout_id = self.rollout_id or os.environ.get(ENV_ROLLOUT_ID, "")
+        if self.api_key:
+            self.redactor = self.redactor.with_secrets(self.api_key)
 
     def __enter__(self) -> RolloutContext:
         self._tokens.append(_current.set(self))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from osmosis_ai.rollout._storage import atomic_write_bytes
+from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.trajectory import (
     TrajectoryReport,
@@ -22,6 +23,7 @@ from osmosis_ai.rollout.trajectory import (
     save_trajectory,
 )
 from osmosis_ai.rollout.trajectory import save as save_module
+from osmosis_ai.rollout.trajectory.redact import Redactor
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 6*7?"},
@@ -262,7 +264,7 @@ async def test_secrets_are_scrubbed_from_the_trajectory_file_and_nothing_else(
         ]
     )
     path = await save_trajectory(
-        rollout_id="r-secret", sample=sample, artifact_root=tmp_path, secrets=[key]
+        rollout_id="r-secret", sample=sample, artifact_root=tmp_path, redactor=Redactor((key,))
     )
     assert path is not None
     text = path.read_text()
@@ -276,7 +278,7 @@ async def test_diagnostics_are_redacted(tmp_path: Path) -> None:
         rollout_id="r-diag",
         diagnostics={"traceback": "Authorization: Bearer abc123", "api_key": "k", "note": "x9z"},
         artifact_root=tmp_path,
-        secrets=["x9z"],
+        redactor=Redactor(("x9z",)),
     )
     assert path is not None
     data = json.loads(path.read_text())
@@ -285,3 +287,18 @@ async def test_diagnostics_are_redacted(tmp_path: Path) -> None:
         "note": "[REDACTED]",
         "traceback": "Authorization: [REDACTED] [REDACTED]",
     }
+
+
+async def test_inside_a_rollout_the_files_use_the_rollout_context_redactor(tmp_path: Path) -> None:
+    # No redactor argument: the running rollout's (its key plus the host's secrets) applies.
+    key, configured = "sk-rollout-key-5521", "configured-secret-8830"
+    leaky = sample([{"role": "user", "content": f"{key} and {configured}"}])
+    with RolloutContext(api_key=key, rollout_id="r-ctx", redactor=Redactor((configured,))):
+        trajectory = await save_trajectory(rollout_id="r-ctx", sample=leaky, artifact_root=tmp_path)
+        diagnostics = await save_diagnostics(
+            rollout_id="r-ctx", diagnostics={"note": f"{configured} {key}"}, artifact_root=tmp_path
+        )
+    assert trajectory is not None and diagnostics is not None
+    for path in (trajectory, diagnostics):
+        text = path.read_text()
+        assert key not in text and configured not in text and "[REDACTED]" in text

@@ -384,11 +384,8 @@ def _failure(
     rollout_ctx: RolloutContext,
     sample: RolloutSample | None = None,
 ) -> Result:
-    # Imported here: the redaction module loads only when something actually failed.
-    from osmosis_ai._log_redaction import active_redactor
-
     # The secrets of the server (or run) this backend serves, and the rollout's key.
-    redactor = active_redactor().with_secrets(rollout_ctx.api_key or "")
+    redactor = rollout_ctx.redactor
     category = categorize(exc)
     # Our own failures already read as sentences; user exceptions get phase and type.
     own = isinstance(exc, _PhaseDeadline | GradingError | RolloutFailure)

@@ -53,6 +53,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         api_key=request.llm_api_key,
         rollout_id=request.rollout_id,
         progress=entry.progress,
+        redactor=entry.redactor,
     )
     _start_previews(state, entry, context)
     try:
@@ -91,9 +92,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
 
 def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -> None:
     if state.preview_hub is not None and preview_id_allowed(entry.rollout_id):
-        entry.preview = state.preview_hub.add(
-            entry.rollout_id, context, entry.progress, redactor=entry.redactor
-        )
+        entry.preview = state.preview_hub.add(entry.rollout_id, context, entry.progress)
 
 
 async def _save(
@@ -105,7 +104,6 @@ async def _save(
     """
     saved = outcome.result_to_save if outcome is not None else result
     request = entry.request
-    secrets = entry.redactor.secrets
     unsaved = None
     if saved.sample is not None:
         try:
@@ -117,7 +115,7 @@ async def _save(
                 request_extra_fields=request.extra_fields,
                 report=await _report(state, entry),
                 artifact_root=state.artifact_root,
-                secrets=secrets,
+                redactor=entry.redactor,
                 raise_storage_errors=True,
             )
         except OSError as exc:
@@ -129,7 +127,7 @@ async def _save(
             rollout_id=entry.rollout_id,
             diagnostics=diagnostics,
             artifact_root=state.artifact_root,
-            secrets=secrets,
+            redactor=entry.redactor,
         )
     return unsaved
 

@@ -36,7 +36,6 @@ from osmosis_ai.rollout.trajectory.preview import (
     encode_preview,
     snapshot_of,
 )
-from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["PreviewHub", "RolloutPreview"]
 
@@ -57,7 +56,6 @@ class RolloutPreview:
         progress: RolloutProgress,
         *,
         directory: Path | None,
-        redactor: Redactor,
         due: float,
     ) -> None:
         self.rollout_id = rollout_id
@@ -67,7 +65,8 @@ class RolloutPreview:
         self.due = due
         self.finished = asyncio.Event()
         self._directory = None if directory is None else directory / rollout_id
-        self._redactor = redactor
+        # Kept past ``context``, which is dropped when the rollout ends.
+        self._redactor = context.redactor
         self._revision: Hashable | object = _UNSEEN
         self._fingerprinted = True
         self._snapshot: Snapshot | None = None
@@ -203,10 +202,8 @@ class PreviewHub:
         rollout_id: str,
         context: RolloutContext,
         progress: RolloutProgress,
-        *,
-        redactor: Redactor,
     ) -> RolloutPreview:
-        """Start previewing a rollout."""
+        """Start previewing a rollout; its documents are redacted by ``context.redactor``."""
         # Spread rollouts admitted together over the interval.
         jitter = 0.5 + random.random()
         preview = RolloutPreview(
@@ -214,7 +211,6 @@ class PreviewHub:
             context,
             progress,
             directory=self.directory,
-            redactor=redactor,
             due=time.monotonic() + self.interval_sec * jitter,
         )
         self._rollouts[rollout_id] = preview

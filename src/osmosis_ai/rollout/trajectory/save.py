@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,12 @@ from pydantic import ValidationError
 
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.rollout._storage import atomic_write_bytes, default_artifact_root
+from osmosis_ai.rollout.context import get_rollout_context
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.trajectory._encode import encode_document
 from osmosis_ai.rollout.trajectory.convert import convert_sample_to_trajectory
-from osmosis_ai.rollout.trajectory.redact import redact_value, scrub_secrets
+from osmosis_ai.rollout.trajectory.redact import Redactor, redact_value, scrub_secrets
 from osmosis_ai.rollout.trajectory.report import TrajectoryReport
 
 __all__ = [
@@ -66,6 +67,13 @@ def _write(root: str | os.PathLike[str] | None, rollout_id: str, name: str, data
     return path
 
 
+def _rollout_redactor(redactor: Redactor | None) -> Redactor:
+    if redactor is not None:
+        return redactor
+    context = get_rollout_context()
+    return context.redactor if context is not None else Redactor()
+
+
 def _without_secrets(data: bytes, secrets: tuple[str, ...]) -> bytes:
     # Scrub the encoded text: that covers every key and value at once. A secret appears
     # there either raw or JSON-escaped (quotes, backslashes, control characters).
@@ -106,7 +114,7 @@ async def save_trajectory(
     request_extra_fields: Mapping[str, Any] | None = None,
     report: TrajectoryReport | None = None,
     artifact_root: str | os.PathLike[str] | None = None,
-    secrets: Iterable[str] = (),
+    redactor: Redactor | None = None,
     raise_storage_errors: bool = False,
 ) -> Path | None:
     """Write the sample's ATIF document to ``<artifact_root>/<rollout_id>/trajectory.json``.
@@ -125,8 +133,9 @@ async def save_trajectory(
         report: Per-call metrics to merge into the steps.
         artifact_root: Root directory; defaults to ``$_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``,
             else ``~/.osmosis``.
-        secrets: Values that must not appear in the file (the rollout's API key, configured
-            secrets); every occurrence becomes ``[REDACTED]``. Nothing else is altered.
+        redactor: Holds the values that must not appear in the file (the rollout's API key,
+            configured secrets); every occurrence becomes ``[REDACTED]``, nothing else is
+            altered. ``None``: the running rollout's (`RolloutContext.redactor`), if any.
         raise_storage_errors: Raise an `OSError` of the storage (disk full, read-only,
             permissions) instead of logging it, so the host can report the file as missing.
 
@@ -154,7 +163,7 @@ async def save_trajectory(
             request_extra_fields,
             report,
             artifact_root,
-            tuple(secrets),
+            _rollout_redactor(redactor).secrets,
         )
     except OSError as exc:
         if raise_storage_errors:
@@ -183,20 +192,21 @@ async def save_diagnostics(
     rollout_id: str,
     diagnostics: Mapping[str, Any],
     artifact_root: str | os.PathLike[str] | None = None,
-    secrets: Iterable[str] = (),
+    redactor: Redactor | None = None,
 ) -> Path | None:
     """Write backend diagnostics to ``<artifact_root>/<rollout_id>/diagnostics.json``.
 
     The JSON is indented with sorted keys; values JSON cannot encode are written as
-    ``str()``. Everything is redacted (credential keys, tokens, URL credentials and
-    ``secrets``). Encoding and the atomic write run in a worker thread. Best-effort: a
+    ``str()``. Everything is redacted (credential keys, tokens, URL credentials and the
+    redactor's secrets). Encoding and the atomic write run in a worker thread. Best-effort: a
     failure is logged as a warning and never raised.
 
     Args:
         rollout_id: The rollout; must be a single path segment.
         diagnostics: The diagnostics; an empty mapping writes nothing.
         artifact_root: Root directory; defaults as for `save_trajectory`.
-        secrets: Values that must not appear in the file.
+        redactor: Holds the values that must not appear in the file; ``None``: the running
+            rollout's (`RolloutContext.redactor`), if any.
 
     Returns:
         The path written, or ``None`` when nothing was written.
@@ -208,7 +218,11 @@ async def save_diagnostics(
         # Copied on the loop so that later changes by the caller cannot race the encoding.
         snapshot = dict(diagnostics)
         return await asyncio.to_thread(
-            _encode_and_write, rollout_id, snapshot, artifact_root, tuple(secrets)
+            _encode_and_write,
+            rollout_id,
+            snapshot,
+            artifact_root,
+            _rollout_redactor(redactor).secrets,
         )
     except Exception as exc:
         logger.warning("diagnostics of rollout %r not saved: %s", rollout_id, _describe(exc))
