@@ -106,7 +106,7 @@ class AiohttpTransport:
             self._session = None
 
 
-Handler = Callable[[ClientRequest], "ClientResponse | Awaitable[ClientResponse]"]
+Handler = Callable[[ClientRequest], ClientResponse | Awaitable[ClientResponse]]
 
 
 class MockTransport:

@@ -289,8 +289,12 @@ class RolloutClient:
         self.admission_timeout_sec = admission_timeout_sec
         self.retry = retry
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._transport: Transport = transport or AiohttpTransport(
-            session=session, max_connections=max_connections, feature=_FEATURE
+        self._transport: Transport = (
+            transport
+            if transport is not None
+            else AiohttpTransport(
+                session=session, max_connections=max_connections, feature=_FEATURE
+            )
         )
         self.max_connections = max_connections
         self._closed = False
