@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+
+from osmosis_ai.testing import ChatStub
 
 _ISOLATED_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 
@@ -45,6 +48,13 @@ def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
 def artifact_root(isolated_environment: Path) -> Path:
     """The per-test artifact root (``_OSMOSIS_ROLLOUT_ARTIFACT_ROOT``)."""
     return isolated_environment
+
+
+@pytest_asyncio.fixture
+async def stub() -> AsyncIterator[ChatStub]:
+    """A running `ChatStub` (a real OpenAI-compatible HTTP stub on 127.0.0.1)."""
+    async with ChatStub() as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -17,12 +17,6 @@ PROVIDER_KEY = "sk-provider-7f3a9c1e5d"
 
 
 @pytest_asyncio.fixture
-async def stub() -> AsyncIterator[ChatStub]:
-    async with ChatStub() as running:
-        yield running
-
-
-@pytest_asyncio.fixture
 async def gateway(stub: ChatStub) -> AsyncIterator[Gateway]:
     policy = OpenAICompatiblePolicy(stub.base_url, api_key=PROVIDER_KEY, timeout_sec=5)
     async with Gateway(policy) as running:

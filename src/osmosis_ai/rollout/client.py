@@ -457,8 +457,6 @@ class RolloutClient:
                 rollout_id=rollout_id,
             ) from exc
 
-    run_rollout_async = run_rollout
-
     def _handle(self, rollout_id: str, content: bytes, started: float) -> RolloutHandle:
         try:
             lease = RolloutInitResponse.model_validate_json(content)

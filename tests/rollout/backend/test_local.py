@@ -268,13 +268,14 @@ async def test_queue_time_counts_against_the_agent_deadline() -> None:
 
     class Sleepy(AgentWorkflow[Config]):
         async def run(self, ctx: AgentWorkflowContext[Config]) -> list[dict[str, Any]]:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.75)
             return []
 
+    # The first has 0.65 s of slack (a loaded machine); the second needs at least 1.5 s.
     backend = LocalBackend(workflow=Sleepy, workflow_config=Config())
     first, second = await asyncio.gather(
-        backend.execute(request("a", agent_timeout_sec=0.4)),
-        backend.execute(request("b", agent_timeout_sec=0.4)),
+        backend.execute(request("a", agent_timeout_sec=1.4)),
+        backend.execute(request("b", agent_timeout_sec=1.4)),
     )
     assert first.result.status is RolloutStatus.SUCCESS
     assert second.result.err_category is RolloutErrorCategory.TIMEOUT

@@ -13,6 +13,8 @@ from osmosis_ai._serving import running_server
 from osmosis_ai.rollout import LocalBackend
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
+from osmosis_ai.rollout.server._state import ServerState
+from osmosis_ai.rollout.server.app import RolloutServerApp
 from tests.rollout.server.workflows import Answer, ExactMatch
 
 PROMPT = [{"role": "user", "content": "What is 6*7?"}]
@@ -22,18 +24,21 @@ CHAT_URL = "http://127.0.0.1:9/v1/rollouts/unused"
 class Server:
     """A running rollout server with a protocol client and a raw HTTP client."""
 
-    def __init__(self, base_url: str, client: RolloutClient, http: httpx.AsyncClient, app: Any):
+    def __init__(
+        self,
+        base_url: str,
+        client: RolloutClient,
+        http: httpx.AsyncClient,
+        app: RolloutServerApp,
+    ):
         self.base_url = base_url
         self.client = client
         self.http = http
         self.app = app
 
     @property
-    def state(self) -> Any:
-        app = self.app
-        while not hasattr(app, "state"):
-            app = app.app  # unwrap the auth middleware
-        return app.state.rollout
+    def state(self) -> ServerState:
+        return self.app.state.rollout
 
     async def admit(self, rollout_id: str, **fields: Any) -> httpx.Response:
         body = {

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from osmosis_ai.rollout import LocalBackend, RolloutStatus
+from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from tests.rollout.server.conftest import PROMPT, ServeFactory
 from tests.rollout.server.workflows import SOURCES, Answer, ExactMatch, Talking
@@ -146,7 +147,7 @@ async def test_previews_are_off_without_a_root_or_the_flag(serve: ServeFactory) 
 
 
 async def test_http_only_previews_need_no_root(serve: ServeFactory, tmp_path: Path) -> None:
-    async with serve(_backend(), previews=True, preview_interval_sec=INTERVAL) as server:
+    async with serve(_backend(), previews="on", preview_interval_sec=INTERVAL) as server:
         _, seen = await _run(server, "http-only", turns=2, pause=0.2)
     assert seen and seen[-1]["extra"]["osmosis"]["status"] == "success"
 
@@ -174,3 +175,38 @@ async def test_preview_endpoint_requires_the_lease(serve: ServeFactory, preview_
                 pass
     assert (missing.status_code, wrong.status_code, unknown.status_code) == (422, 403, 404)
     assert posted.status_code == 405
+
+
+#: previews= -> (previews on?, writing files?) without and with a preview root.
+CHOICES: list[tuple[Any, tuple[bool, bool], tuple[bool, bool]]] = [
+    ("auto", (False, False), (True, True)),
+    ("on", (True, False), (True, True)),
+    ("off", (False, False), (False, False)),
+    (None, (False, False), (True, True)),  # the older spellings
+    (True, (True, False), (True, True)),
+    (False, (False, False), (False, False)),
+]
+
+
+@pytest.mark.parametrize(("previews", "without_root", "with_root"), CHOICES)
+def test_preview_choice_decides_http_and_files(
+    previews: Any,
+    without_root: tuple[bool, bool],
+    with_root: tuple[bool, bool],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def hub_of() -> tuple[bool, bool]:
+        app = create_rollout_server(backend=_backend(), previews=previews, configure_logging=False)
+        hub = app.state.rollout.preview_hub
+        return hub is not None, hub is not None and hub.directory is not None
+
+    assert hub_of() == without_root
+    monkeypatch.setenv(PREVIEW_ROOT_ENV, str(tmp_path / "previews"))
+    assert hub_of() == with_root
+
+
+@pytest.mark.parametrize("previews", ["http", "ON", 1, ""])
+def test_unknown_preview_choice_names_the_choices(previews: Any) -> None:
+    with pytest.raises(ValueError, match=r"previews must be 'auto', 'on' or 'off', got "):
+        create_rollout_server(backend=_backend(), previews=previews, configure_logging=False)

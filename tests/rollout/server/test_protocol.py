@@ -105,8 +105,10 @@ async def test_lease_expiry_cancels_the_workflow_and_reports_lease_expired(
         admitted = await server.admit("abandoned", metadata={"do": "hang"})
         lease = admitted.json()["polling_lease_token"]
         entry = server.state.registry.get("abandoned")
+        assert entry is not None and entry.task is not None
+        task = entry.task
         async with asyncio.timeout(5):
-            await asyncio.wait({entry.task})  # the sweeper expires the lease and cancels it
+            await asyncio.wait({task})  # the sweeper expires the lease and cancels it
         response = await server.http.get(
             "/rollout/abandoned/result", headers={POLLING_LEASE_HEADER: lease}
         )
@@ -115,7 +117,7 @@ async def test_lease_expiry_cancels_the_workflow_and_reports_lease_expired(
     assert result["status"] == "failure"
     assert result["err_category"] == "lease_expired"
     assert "polling lease expired" in result["err_message"]
-    assert entry.task.cancelled()
+    assert task.cancelled()
     assert health["lifecycle"]["active_rollouts"] == 0
 
 

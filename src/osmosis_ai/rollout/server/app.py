@@ -11,11 +11,11 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -42,6 +42,7 @@ from osmosis_ai.rollout.server._http import (
 from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Entry, Registry
 from osmosis_ai.rollout.server._results import encode_status, failure
+from osmosis_ai.rollout.server._routes import Router
 from osmosis_ai.rollout.server._state import ReportProvider, ServerState
 from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
@@ -57,6 +58,7 @@ __all__ = [
     "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
     "DEFAULT_RESULT_RETENTION_SEC",
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
+    "Previews",
     "RolloutServerApp",
     "create_rollout_server",
 ]
@@ -78,9 +80,13 @@ SECRET_ENV_NAMES_ENV = "OSMOSIS_ROLLOUT_SECRET_ENV_NAMES"
 _RETRY_AFTER_SEC = "1"
 _PROCESS_ID = uuid.uuid4().hex
 _LEASE_HEADER = POLLING_LEASE_HEADER.lower().encode()
-_ROLLOUT_PREFIX = "/rollout/"
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
+#: Live previews: ``"auto"`` follows ``$_OSMOSIS_ROLLOUT_PREVIEW_ROOT`` (on, as files and over
+#: HTTP, exactly when it names a valid directory); ``"on"`` serves them over HTTP in any case
+#: (and writes the files too when the root is set); ``"off"`` turns them off.
+Previews = Literal["auto", "on", "off"]
+_PREVIEW_CHOICES: tuple[Previews, ...] = ("auto", "on", "off")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -290,18 +296,16 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
                     await state.http_session.close()
 
 
-Handler = Callable[[ServerState, HttpRequest], Awaitable[Answer]]
-_ROUTES: dict[str, dict[str, Handler]] = {
-    "/rollout": {"POST": admit_rollout},
-    "/rollout/cancel": {"POST": cancel_rollouts},
-    "/health": {"GET": health},
-}
-# GET /rollout/{rollout_id}<suffix>
-_PER_ROLLOUT_ROUTES: tuple[
-    tuple[str, Callable[[ServerState, HttpRequest, str], Awaitable[Answer]]], ...
-] = (
-    ("/result", poll_result),
-    ("/preview", get_preview),
+_ROUTER = Router(
+    fixed={
+        ("POST", "/rollout"): admit_rollout,
+        ("POST", "/rollout/cancel"): cancel_rollouts,
+        ("GET", "/health"): health,
+    },
+    per_rollout={
+        ("GET", "/rollout/{rollout_id}/result"): poll_result,
+        ("GET", "/rollout/{rollout_id}/preview"): get_preview,
+    },
 )
 
 
@@ -327,27 +331,11 @@ class RolloutServerApp:
             await answer.send(send)
 
     async def _dispatch(self, request: HttpRequest) -> Answer:
-        state = self.state.rollout
         if self._auth is not None:
             presented = request.header(b"authorization") or ""
             if not hmac.compare_digest(presented.encode("latin-1"), self._auth):
                 return json_answer({"detail": "unauthorized"}, 401)
-        path = request.path
-        methods = _ROUTES.get(path)
-        if methods is not None:
-            handler = methods.get(request.method)
-            if handler is None:
-                return json_answer({"detail": "Method Not Allowed"}, 405)
-            return await handler(state, request)
-        for suffix, per_rollout in _PER_ROLLOUT_ROUTES:
-            if path.startswith(_ROLLOUT_PREFIX) and path.endswith(suffix):
-                rollout_id = path[len(_ROLLOUT_PREFIX) : -len(suffix)]
-                if not rollout_id or "/" in rollout_id:
-                    break
-                if request.method != "GET":
-                    return json_answer({"detail": "Method Not Allowed"}, 405)
-                return await per_rollout(state, request, rollout_id)
-        return json_answer({"detail": "Not Found"}, 404)
+        return await _ROUTER.dispatch(self.state.rollout, request)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         # The configured secrets are scrubbed from every log record of the package meanwhile.
@@ -358,20 +346,17 @@ class RolloutServerApp:
         await receive()  # lifespan.startup
         # Users serve the app with plain uvicorn.run(app), which never bounds header time.
         bound_header_time_in_lifespan(receive)
-        running = _running(self)
+        started = False
         try:
-            await running.__aenter__()
+            async with _running(self):
+                await send({"type": "lifespan.startup.complete"})
+                started = True
+                await receive()  # lifespan.shutdown
         except Exception as exc:
-            logger.exception("rollout server startup failed")
-            await send({"type": "lifespan.startup.failed", "message": type(exc).__name__})
-            return
-        await send({"type": "lifespan.startup.complete"})
-        await receive()  # lifespan.shutdown
-        try:
-            await running.__aexit__(None, None, None)
-        except Exception as exc:
-            logger.exception("rollout server shutdown failed")
-            await send({"type": "lifespan.shutdown.failed", "message": type(exc).__name__})
+            phase = "shutdown" if started else "startup"
+            logger.exception("rollout server %s failed", phase)
+            # The type only: the message may hold a secret.
+            await send({"type": f"lifespan.{phase}.failed", "message": type(exc).__name__})
             return
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -380,6 +365,26 @@ def _positive(name: str, value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number of seconds above 0, got {value!r}")
     return value
+
+
+def _preview_choice(previews: Previews | bool | None) -> Previews:
+    """``previews`` as a choice; ``None``/``True``/``False`` are older spellings."""
+    if previews is None:
+        return "auto"
+    if isinstance(previews, bool):
+        return "on" if previews else "off"
+    if previews not in _PREVIEW_CHOICES:
+        raise ValueError(f"previews must be 'auto', 'on' or 'off', got {previews!r}")
+    return previews
+
+
+def _preview_hub(previews: Previews, interval_sec: float) -> PreviewHub | None:
+    if previews == "off":
+        return None  # the preview root is not even read (no warning about it)
+    root = preview_root_from_env()
+    if previews == "auto" and root is None:
+        return None
+    return PreviewHub(directory=root, interval_sec=interval_sec)
 
 
 def _configured_redactor(secrets: Iterable[str]) -> Redactor:
@@ -439,7 +444,7 @@ def create_rollout_server(
     artifact_root: Path | str | None = None,
     report_provider: ReportProvider | None = None,
     block_threshold_sec: float = 0.5,
-    previews: bool | None = None,
+    previews: Previews | bool | None = "auto",
     preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
     secrets: Iterable[str] = (),
 ) -> RolloutServerApp:
@@ -478,10 +483,12 @@ def create_rollout_server(
         report_provider: Async callable giving per-call metrics for a finished rollout's
             trajectory; by default the URL in ``extra_fields["trajectory_report_url"]``.
         block_threshold_sec: A rollout step holding the event loop longer is logged.
-        previews: Publish live previews of rollouts whose sample source supports them.
-            ``None`` (default): on exactly when ``$_OSMOSIS_ROLLOUT_PREVIEW_ROOT`` names a
-            valid directory, where ``<rollout_id>/preview.json`` files are written; ``True``
-            also without one (served over HTTP only); ``False``: off.
+        previews: Live previews of rollouts whose sample source supports them (see
+            `Previews`). ``"auto"`` (default): on exactly when
+            ``$_OSMOSIS_ROLLOUT_PREVIEW_ROOT`` names a valid directory, where
+            ``<rollout_id>/preview.json`` files are written; ``"on"``: also without one
+            (served over HTTP only); ``"off"``. ``None``, ``True`` and ``False`` still mean
+            ``"auto"``, ``"on"`` and ``"off"``.
         preview_interval_sec: Seconds between two looks at a rollout's sample source.
         secrets: Values scrubbed (``[REDACTED]``) from results, trajectories, diagnostics,
             previews and messages, like each rollout's key; the values of the environment
@@ -491,10 +498,11 @@ def create_rollout_server(
 
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
-            the wait, or ``api_key`` is blank.
+            the wait, ``api_key`` is blank, or ``previews`` is not a choice.
         TypeError: ``secrets`` is a single ``str`` or holds a non-string.
         ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend.
     """
+    preview_choice = _preview_choice(previews)
     _positive("result_wait_timeout_sec", result_wait_timeout_sec)
     _positive("preview_interval_sec", preview_interval_sec)
     _positive("polling_lease_timeout_sec", polling_lease_timeout_sec)
@@ -509,7 +517,6 @@ def create_rollout_server(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
     backend = _backend_from_env(backend)
-    preview_root = preview_root_from_env() if previews is not False else None
     state = ServerState(
         backend=backend,
         registry=Registry(
@@ -525,10 +532,6 @@ def create_rollout_server(
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,
         redactor=_configured_redactor(secrets),
-        preview_hub=(
-            PreviewHub(directory=preview_root, interval_sec=preview_interval_sec)
-            if (previews if previews is not None else preview_root is not None)
-            else None
-        ),
+        preview_hub=_preview_hub(preview_choice, preview_interval_sec),
     )
     return RolloutServerApp(state)

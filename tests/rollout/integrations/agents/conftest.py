@@ -7,18 +7,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest_asyncio
-
 from osmosis_ai.rollout import RolloutContext
 from osmosis_ai.testing import ChatStub, StubReply
 
 API_KEY = "sk-rollout-5e1d7c9a3b"
-
-
-@pytest_asyncio.fixture
-async def stub() -> AsyncIterator[ChatStub]:
-    async with ChatStub() as running:
-        yield running
 
 
 @contextlib.asynccontextmanager
