@@ -84,6 +84,10 @@ class Dataset:
         """The selected source rows in selector syntax, e.g. ``"0-9,12"``."""
         return format_rows(item.source_row_index for item in self.items)
 
+    def work_items(self, n: int) -> list[tuple[int, int]]:
+        """Every ``(row_index, run_index)`` of ``n`` runs per selected row, in order."""
+        return [(item.row_index, run) for item in self.items for run in range(n)]
+
 
 def parse_rows(spec: str) -> list[int]:
     """Parse a source-row selector such as ``3,7,10-20`` (ranges are inclusive).
