@@ -218,15 +218,10 @@ def run_command(
     ),
 ) -> None:
     """Run the rollout over the dataset against the model, then print the results table."""
-    from osmosis_ai.errors import ConfigError, OsmosisError
-    from osmosis_ai.eval.run_dir import check_run_name
     from osmosis_ai.eval.runner import EvalOptions
 
     if name is not None:
-        try:
-            check_run_name(name, label="--name")
-        except ConfigError as exc:
-            raise error_exit(str(exc)) from None
+        _check_name(name)
     if verbose:
         configure_logging()
     console = plain_console(stderr=as_json)
@@ -245,6 +240,23 @@ def run_command(
         backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
+    _run_and_report(options, console, as_json=as_json, view=view)
+
+
+def _check_name(name: str) -> None:
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.eval.run_dir import check_run_name
+
+    try:
+        check_run_name(name, label="--name")
+    except ConfigError as exc:
+        raise error_exit(str(exc)) from None
+
+
+def _run_and_report(options: EvalOptions, console: Console, *, as_json: bool, view: bool) -> None:
+    """Run the eval, print its outcome and exit 1 unless it is complete."""
+    from osmosis_ai.errors import OsmosisError
+
     try:
         outcome = run(_evaluate(options, console, as_json=as_json, view=view))
     except KeyboardInterrupt:
