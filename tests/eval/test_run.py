@@ -296,6 +296,20 @@ async def test_pass_at_k_over_two_runs_matches_the_hand_computation(workspace: W
     ]
 
 
+async def test_live_pass_counter_uses_the_configured_pass_threshold(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rewards 1.0, 0.6 and 0.2 with pass_threshold 0.5: two pass, in the table and live.
+    workspace.write_rows([*rows(1), *rows(1, metadata={"reward": 0.6}),
+                          *rows(1, metadata={"reward": 0.2})])  # fmt: skip
+    workspace.write_config(evaluation="pass_threshold = 0.5\nbatch_size = 1")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws its live progress bar
+    code, out = await workspace.run("--name", "live")
+    assert code == 0, out
+    assert "66.7% (reward ≥ 0.5)" in out  # the final table
+    assert "pass 2 · failed 0" in out, out  # the live counter agrees with it
+
+
 async def test_policy_key_reaches_the_model_and_nothing_else(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:

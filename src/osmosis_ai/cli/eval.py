@@ -6,8 +6,9 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import typer
@@ -16,6 +17,14 @@ from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
 from osmosis_ai.cli._logging import configure_logging
 from osmosis_ai.cli._options import upstream_timeout_option
 from osmosis_ai.cli._output import error_exit, plain_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from osmosis_ai.eval.hooks import ItemProgress
+    from osmosis_ai.eval.journal import JournalRecord
+    from osmosis_ai.eval.runner import EvalOptions, EvalOutcome
 
 __all__ = ["eval_app"]
 
@@ -58,6 +67,121 @@ def _render_results(outcome: Any, console: Any) -> None:
     console.print(f"results in {outcome.run_dir}")
 
 
+class _ConsoleHooks:
+    """`EvalHooks` for the terminal: a live bar (or one line per item), steps, the plan.
+
+    ``--view`` starts the viewer in ``stack`` once the run directory exists.
+    """
+
+    def __init__(
+        self, console: Console, *, as_json: bool, view: bool, stack: contextlib.AsyncExitStack
+    ) -> None:
+        self.console, self.as_json, self.view, self.stack = console, as_json, view, stack
+        self.interactive = console.is_terminal and not as_json
+        self.progress = _progress(console, enabled=self.interactive)
+        self.task_id = self.progress.add_task("rollouts", total=None, stats="")
+        self.started = time.monotonic()
+
+    async def run_dir_ready(self, run_dir: Path) -> None:
+        if not self.view:
+            return
+        from osmosis_ai.viewer import Viewer
+
+        viewer = await self.stack.enter_async_context(Viewer(run_dir.parent))
+        self.console.print(f"viewer: {viewer.url}#/run/{quote(run_dir.name)}")
+
+    def plan(self, plan: Mapping[str, str]) -> None:
+        if self.as_json:
+            return
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(show_header=False, box=None)
+        for key, value in plan.items():
+            table.add_row(Text(key, style="bold"), value)
+        self.console.print(table)
+
+    def message(self, text: str) -> None:
+        if not self.as_json:
+            self.console.print(f"→ {text}")
+
+    def item_finished(self, record: JournalRecord, progress: ItemProgress) -> None:
+        done, total = progress.done, progress.total
+        if self.interactive:
+            rate = done / max(time.monotonic() - self.started, 1e-9)
+            stats = f"pass {progress.passed} · failed {progress.failed} · {rate:.1f}/s"
+            self.progress.update(self.task_id, completed=done, total=total, stats=stats)
+        elif not self.as_json:
+            self.console.print(
+                f"[{done}/{total}] row {record.row_index} run {record.run_index}: "
+                f"{record.status} reward={record.reward} {record.error_type or ''}".rstrip()
+            )
+
+
+def _progress(console: Console, *, enabled: bool) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not enabled,
+    )
+
+
+def _report(outcome: EvalOutcome, console: Console, *, as_json: bool) -> None:
+    if as_json:
+        payload = {
+            "run_name": outcome.run_name,
+            "output_path": str(outcome.run_dir),
+            "total_work_items": outcome.total,
+            "dispatched": outcome.dispatched,
+            "resumed": outcome.resumed,
+            "complete": outcome.complete,
+            "halted": outcome.halted,
+            "metrics": outcome.metrics,
+            "failed_rows": outcome.failed_rows,
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.flush()
+        return
+    from rich.text import Text
+
+    _render_results(outcome, console)
+    if outcome.halted:
+        # Resuming helps only once items have run; before that the message says what
+        # to fix (an entry point that serves nothing is not fixed by re-running).
+        advice = "; re-run to resume" if outcome.dispatched else ""
+        console.print(Text.assemble(("stopped early:", "yellow"), f" {outcome.halted}{advice}"))
+
+
+async def _evaluate(
+    options: EvalOptions, console: Console, *, as_json: bool, view: bool
+) -> EvalOutcome:
+    """Run the eval with the terminal's hooks; with ``view``, report and keep serving."""
+    from osmosis_ai.eval.runner import run_eval
+
+    async with contextlib.AsyncExitStack() as stack:
+        hooks = _ConsoleHooks(console, as_json=as_json, view=view, stack=stack)
+        with hooks.progress:
+            outcome = await run_eval(options, hooks)
+        if view:
+            _report(outcome, console, as_json=as_json)
+            await wait_for_stop_signal(
+                on_ready=lambda: console.print("the viewer stays up until Ctrl-C")
+            )
+        return outcome
+
+
 @eval_app.command("run")
 def run_command(
     config: Path = typer.Argument(..., help="Eval config, e.g. configs/eval/calculator.toml."),
@@ -94,24 +218,10 @@ def run_command(
     ),
 ) -> None:
     """Run the rollout over the dataset against the model, then print the results table."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
-    from osmosis_ai.errors import ConfigError, OsmosisError
-    from osmosis_ai.eval.run_dir import check_run_name
-    from osmosis_ai.eval.runner import EvalOptions, run_eval
+    from osmosis_ai.eval.runner import EvalOptions
 
     if name is not None:
-        try:
-            check_run_name(name, label="--name")
-        except ConfigError as exc:
-            raise error_exit(str(exc)) from None
+        _check_name(name)
     if verbose:
         configure_logging()
     console = plain_console(stderr=as_json)
@@ -130,107 +240,31 @@ def run_command(
         backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
-    interactive = console.is_terminal and not as_json
-    counts = {"passed": 0, "failed": 0}
-    started = time.monotonic()
-    progress = Progress(
-        TextColumn("rollouts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not interactive,
-    )
-    task_id = progress.add_task("rollouts", total=None, stats="")
+    _run_and_report(options, console, as_json=as_json, view=view)
 
-    def on_item(record: Any, done: int, total: int) -> None:
-        if record.status == "failed":
-            counts["failed"] += 1
-        elif record.reward is not None and record.reward >= 1.0:
-            counts["passed"] += 1
-        rate = done / max(time.monotonic() - started, 1e-9)
-        stats = f"pass {counts['passed']} · failed {counts['failed']} · {rate:.1f}/s"
-        if interactive:
-            progress.update(task_id, completed=done, total=total, stats=stats)
-        elif not as_json:
-            console.print(
-                f"[{done}/{total}] row {record.row_index} run {record.run_index}: "
-                f"{record.status} reward={record.reward} {record.error_type or ''}".rstrip()
-            )
 
-    def on_plan(plan: dict[str, str]) -> None:
-        if as_json:
-            return
-        from rich.table import Table
-
-        table = Table(show_header=False, box=None)
-        for key, value in plan.items():
-            table.add_row(Text(key, style="bold"), value)
-        console.print(table)
-
-    def on_message(text: str) -> None:
-        if not as_json:
-            console.print(f"→ {text}")
-
-    def report(outcome: Any) -> None:
-        if as_json:
-            payload = {
-                "run_name": outcome.run_name,
-                "output_path": str(outcome.run_dir),
-                "total_work_items": outcome.total,
-                "dispatched": outcome.dispatched,
-                "resumed": outcome.resumed,
-                "complete": outcome.complete,
-                "halted": outcome.halted,
-                "metrics": outcome.metrics,
-                "failed_rows": outcome.failed_rows,
-            }
-            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            sys.stdout.flush()
-        else:
-            _render_results(outcome, console)
-            if outcome.halted:
-                # Resuming helps only once items have run; before that the message says what
-                # to fix (an entry point that serves nothing is not fixed by re-running).
-                advice = "; re-run to resume" if outcome.dispatched else ""
-                console.print(
-                    Text.assemble(("stopped early:", "yellow"), f" {outcome.halted}{advice}")
-                )
-
-    async def evaluate() -> Any:
-        async with contextlib.AsyncExitStack() as stack:
-
-            async def start_viewer(run_dir: Path) -> None:
-                from osmosis_ai.viewer import Viewer
-
-                viewer = await stack.enter_async_context(Viewer(run_dir.parent))
-                console.print(f"viewer: {viewer.url}#/run/{quote(run_dir.name)}")
-
-            outcome = await run_eval(
-                options,
-                on_item=on_item,
-                on_message=on_message,
-                on_plan=on_plan,
-                on_run_dir=start_viewer if view else None,
-            )
-            if view:
-                progress.stop()
-                report(outcome)
-                await wait_for_stop_signal(
-                    on_ready=lambda: console.print("the viewer stays up until Ctrl-C")
-                )
-            return outcome
+def _check_name(name: str) -> None:
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.eval.run_dir import check_run_name
 
     try:
-        with progress:
-            outcome = run(evaluate())
+        check_run_name(name, label="--name")
+    except ConfigError as exc:
+        raise error_exit(str(exc)) from None
+
+
+def _run_and_report(options: EvalOptions, console: Console, *, as_json: bool, view: bool) -> None:
+    """Run the eval, print its outcome and exit 1 unless it is complete."""
+    from osmosis_ai.errors import OsmosisError
+
+    try:
+        outcome = run(_evaluate(options, console, as_json=as_json, view=view))
     except KeyboardInterrupt:
         console.print("interrupted: in-flight items stay pending; run the same command to resume")
         raise typer.Exit(130) from None
     except OsmosisError as exc:
         raise error_exit(str(exc)) from None
     if not view:
-        report(outcome)
+        _report(outcome, console, as_json=as_json)
     if not outcome.complete:
         raise typer.Exit(1)

@@ -148,21 +148,7 @@ def load_eval_config(path: Path) -> EvalConfig:
             entry point does not exist. The message names the file, the line and the key.
     """
     path = Path(os.path.abspath(path))
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(f"eval config {path} does not exist") from exc
-    except OSError as exc:
-        raise ConfigError(f"eval config {path} cannot be read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"eval config {path} is not UTF-8 text (bad byte at offset {exc.start})"
-        ) from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
-
+    text, data = _read_toml(path)
     src = _Source(path, key_lines(text))
     for name in data:
         if name not in _SECTIONS:
@@ -190,6 +176,23 @@ def load_eval_config(path: Path) -> EvalConfig:
         secrets=_secrets(src, tables["secrets"], env),
         advanced=tables["advanced"],
     )
+
+
+def _read_toml(path: Path) -> tuple[str, TOMLTable]:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"eval config {path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"eval config {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"eval config {path} is not UTF-8 text (bad byte at offset {exc.start})"
+        ) from exc
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
 
 
 def _workspace_of(path: Path) -> Path:
@@ -271,6 +274,22 @@ def _experiment(src: _Source, table: TOMLTable, workspace: Path) -> ExperimentCo
     for key in _EXPERIMENT_REQUIRED:
         if key not in table:
             raise src.error(("experiment",), f"experiment.{key} is required in [experiment]")
+    rollout, entrypoint = _rollout_location(src, table, workspace)
+    model_path = _model_path(src, table)
+    dataset = _dataset_path(src, table, workspace)
+    branch, commit_sha = _provenance(src, table)
+    return ExperimentConfig(
+        rollout=rollout,
+        entrypoint=entrypoint,
+        model_path=model_path,
+        dataset=dataset,
+        branch=branch,
+        commit_sha=commit_sha,
+    )
+
+
+def _rollout_location(src: _Source, table: TOMLTable, workspace: Path) -> tuple[str, str]:
+    """``experiment.rollout`` and ``.entrypoint``, checked to exist in the workspace."""
     rollout = src.string(table, "experiment", "rollout")
     entrypoint = src.string(table, "experiment", "entrypoint")
     for key, value, hint in (
@@ -296,7 +315,10 @@ def _experiment(src: _Source, table: TOMLTable, workspace: Path) -> ExperimentCo
             f"experiment.entrypoint {entrypoint!r}: there is no file {rollout_dir / entrypoint}; "
             "name the file that starts the rollout server",
         )
+    return rollout, entrypoint
 
+
+def _model_path(src: _Source, table: TOMLTable) -> str:
     model_path = src.string(table, "experiment", "model_path")
     # Imported here: the gateway package loads its server stack, which config parsing
     # should not pay for at import time.
@@ -306,7 +328,10 @@ def _experiment(src: _Source, table: TOMLTable, workspace: Path) -> ExperimentCo
         parse_policy_spec(model_path)
     except ConfigError as exc:
         raise src.error(("experiment", "model_path"), f"experiment.model_path: {exc}") from exc
+    return model_path
 
+
+def _dataset_path(src: _Source, table: TOMLTable, workspace: Path) -> Path:
     dataset_text = src.string(table, "experiment", "dataset")
     dataset = Path(dataset_text).expanduser()
     if dataset.suffix.lower().lstrip(".") not in DATASET_FORMATS:
@@ -315,30 +340,26 @@ def _experiment(src: _Source, table: TOMLTable, workspace: Path) -> ExperimentCo
             f"experiment.dataset {dataset_text!r} must be a local file ending in "
             + ", ".join(f".{ext}" for ext in DATASET_FORMATS),
         )
-    dataset = Path(os.path.normpath(workspace / dataset))
+    return Path(os.path.normpath(workspace / dataset))
 
+
+def _provenance(src: _Source, table: TOMLTable) -> tuple[str | None, str | None]:
+    """``experiment.branch`` or ``.commit_sha`` (at most one)."""
     branch = src.string(table, "experiment", "branch") if "branch" in table else None
-    commit_sha = None
-    if "commit_sha" in table:
-        commit_sha = src.string(table, "experiment", "commit_sha")
-        if branch is not None:
-            raise src.error(
-                ("experiment", "commit_sha"),
-                "experiment.branch and experiment.commit_sha are mutually exclusive; keep one",
-            )
-        if not _COMMIT_SHA.fullmatch(commit_sha):
-            raise src.error(
-                ("experiment", "commit_sha"),
-                f"experiment.commit_sha {commit_sha!r} must be 7 to 40 hexadecimal digits",
-            )
-    return ExperimentConfig(
-        rollout=rollout,
-        entrypoint=entrypoint,
-        model_path=model_path,
-        dataset=dataset,
-        branch=branch,
-        commit_sha=commit_sha,
-    )
+    if "commit_sha" not in table:
+        return branch, None
+    commit_sha = src.string(table, "experiment", "commit_sha")
+    if branch is not None:
+        raise src.error(
+            ("experiment", "commit_sha"),
+            "experiment.branch and experiment.commit_sha are mutually exclusive; keep one",
+        )
+    if not _COMMIT_SHA.fullmatch(commit_sha):
+        raise src.error(
+            ("experiment", "commit_sha"),
+            f"experiment.commit_sha {commit_sha!r} must be 7 to 40 hexadecimal digits",
+        )
+    return None, commit_sha
 
 
 def _evaluation(src: _Source, table: TOMLTable) -> EvaluationConfig:

@@ -84,6 +84,10 @@ class Dataset:
         """The selected source rows in selector syntax, e.g. ``"0-9,12"``."""
         return format_rows(item.source_row_index for item in self.items)
 
+    def work_items(self, n: int) -> list[tuple[int, int]]:
+        """Every ``(row_index, run_index)`` of ``n`` runs per selected row, in order."""
+        return [(item.row_index, run) for item in self.items for run in range(n)]
+
 
 def parse_rows(spec: str) -> list[int]:
     """Parse a source-row selector such as ``3,7,10-20`` (ranges are inclusive).
@@ -132,10 +136,10 @@ def load_dataset(path: Path, *, rows: str | None = None, limit: int | None = Non
             is invalid or names rows past the end of the file; or nothing is selected.
         DatasetRowError: A selected row cannot be normalised; the message starts with the
             file and names the row and the column.
+        MissingExtraError: A Parquet file is read without pyarrow installed.
 
     A row that is valid but nested past what a rollout request may carry
     (``MAX_JSON_DEPTH``) is kept as an item with an ``error``, so it fails alone.
-        MissingExtraError: A Parquet file is read without pyarrow installed.
     """
     extension = path.suffix.lower().lstrip(".")
     if extension not in DATASET_FORMATS:
@@ -155,46 +159,57 @@ def load_dataset(path: Path, *, rows: str | None = None, limit: int | None = Non
         known_total, reader = _parquet_rows(path, stop)
     else:
         known_total, reader = None, (_csv_rows if extension == "csv" else _jsonl_rows)(path)
-    items: list[DatasetItem] = []
-    counted = 0
     with contextlib.closing(reader):
-        for index, (where, load) in enumerate(reader):
-            counted = index + 1
-            if not _selected(index, ranges, stop):
-                continue
-            try:
-                row = normalize_dataset_row(load(), row_index=index)
-            except DatasetRowError as exc:
-                raise _located(f"{path}{where}", exc) from exc
-            except RecursionError:  # deeper than the parser reads
-                items.append(_too_deep(f"{path}{where}", len(items), index, column=None))
-                continue
-            if nests_deeper_than(row.metadata, MAX_JSON_DEPTH - 1):
-                items.append(_too_deep(f"{path}{where}", len(items), index, column="metadata"))
-                continue
-            items.append(
-                DatasetItem(
-                    row_index=len(items),
-                    source_row_index=index,
-                    prompt=row.prompt,
-                    label=row.label,
-                    metadata=row.metadata,
-                )
-            )
+        items, counted = _read_items(path, reader, ranges, stop)
     total = counted if known_total is None else known_total
-
     if ranges is not None:
-        beyond = [(max(first, total), last) for first, last in ranges if last >= total]
-        if beyond:
-            raise ConfigError(
-                f"rows {_format_ranges(beyond)} are beyond the end of dataset {path}, which "
-                f"has {total} rows (0-{total - 1})"
-                if total
-                else f"rows {_format_ranges(beyond)} were selected but dataset {path} is empty"
-            )
+        _check_within(path, ranges, total)
     if not items:
         raise ConfigError(f"dataset {path} has no rows to evaluate; add rows to the file")
     return Dataset(path=path, sha256=sha256, total_rows=total, items=items)
+
+
+def _read_items(
+    path: Path, reader: _Rows, ranges: _Ranges | None, stop: int | None
+) -> tuple[list[DatasetItem], int]:
+    """The selected rows of ``reader`` as items, and how many rows it had (to ``stop``)."""
+    items: list[DatasetItem] = []
+    counted = 0
+    for index, (where, load) in enumerate(reader):
+        counted = index + 1
+        if not _selected(index, ranges, stop):
+            continue
+        try:
+            row = normalize_dataset_row(load(), row_index=index)
+        except DatasetRowError as exc:
+            raise _located(f"{path}{where}", exc) from exc
+        except RecursionError:  # deeper than the parser reads
+            items.append(_too_deep(f"{path}{where}", len(items), index, column=None))
+            continue
+        if nests_deeper_than(row.metadata, MAX_JSON_DEPTH - 1):
+            items.append(_too_deep(f"{path}{where}", len(items), index, column="metadata"))
+            continue
+        items.append(
+            DatasetItem(
+                row_index=len(items),
+                source_row_index=index,
+                prompt=row.prompt,
+                label=row.label,
+                metadata=row.metadata,
+            )
+        )
+    return items, counted
+
+
+def _check_within(path: Path, ranges: _Ranges, total: int) -> None:
+    beyond = [(max(first, total), last) for first, last in ranges if last >= total]
+    if beyond:
+        raise ConfigError(
+            f"rows {_format_ranges(beyond)} are beyond the end of dataset {path}, which "
+            f"has {total} rows (0-{total - 1})"
+            if total
+            else f"rows {_format_ranges(beyond)} were selected but dataset {path} is empty"
+        )
 
 
 # --- row selection --------------------------------------------------------------------------------

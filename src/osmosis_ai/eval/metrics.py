@@ -11,7 +11,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.journal import JournalRecord, JournalStatus, WorkItem
 from osmosis_ai.rollout.sample import JSONObject
 
-__all__ = ["IndexRow", "index_rows", "pass_at_k", "pass_at_k_points", "summarize"]
+__all__ = ["IndexRow", "index_rows", "pass_at_k", "pass_at_k_points", "passes", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +148,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - miss_all
 
 
+def passes(status: str, reward: float | None, pass_threshold: float) -> bool:
+    """Whether an outcome counts as a pass: graded, not skipped, reward >= ``pass_threshold``.
+
+    The one definition behind the final table, pass@k and the CLI's live counter.
+    """
+    return status != "skipped" and reward is not None and reward >= pass_threshold
+
+
 def _passed(row: IndexRow, pass_threshold: float) -> bool:
-    return row.status != "skipped" and row.reward is not None and row.reward >= pass_threshold
+    return passes(row.status, row.reward, pass_threshold)
 
 
 def pass_at_k_points(rows: Sequence[IndexRow], *, pass_threshold: float) -> list[JSONObject]:

@@ -13,7 +13,7 @@ from typing import Any
 from osmosis_ai.eval.datasets import Dataset
 from osmosis_ai.eval.files import copy_artifacts, write_json_atomic, write_jsonl_atomic
 from osmosis_ai.eval.journal import JournalRecord
-from osmosis_ai.eval.metrics import index_rows, summarize
+from osmosis_ai.eval.metrics import IndexRow, index_rows, summarize
 
 __all__ = ["Projections", "write_projections"]
 
@@ -58,13 +58,7 @@ def write_projections(
     """Rebuild ``index.jsonl``, ``summary.jsonl``, ``progress.json``, ``metrics.json``,
     ``trajectories/`` and ``artifacts/`` of ``run_dir`` from the journal (synchronous I/O)."""
     trials = run_dir / "rollout_trials"
-    filenames: dict[str, str] = {}
-    for record in records.values():
-        if (
-            _trajectory_identity(trials / record.rollout_id / "trajectory.json")
-            == record.rollout_id
-        ):
-            filenames[record.rollout_id] = "trajectory.json"
+    filenames = _trajectory_filenames(trials, records)
     rows = index_rows(records, resumed_keys=resumed_keys, trajectory_filenames=filenames)
     lines = [row.to_json() for row in rows]
     write_jsonl_atomic(run_dir / "index.jsonl", lines)
@@ -78,7 +72,6 @@ def write_projections(
         },
     )
     complete = all(item in records for item in items)
-    now = dt.datetime.now(dt.UTC).isoformat()
     eval_run: dict[str, Any] = {
         "id": manifest["local_run_id"],
         "status": "finished" if complete else "incomplete",
@@ -89,11 +82,27 @@ def write_projections(
         "started_at": manifest["created_at"],
     }
     if complete:
-        eval_run["completed_at"] = now
+        eval_run["completed_at"] = dt.datetime.now(dt.UTC).isoformat()
     metrics = {"eval_run": eval_run, "summary": summarize(rows, pass_threshold=pass_threshold)}
     write_json_atomic(run_dir / "metrics.json", metrics)
     _copy_selected(run_dir, rows, filenames)
-    failed = [
+    return Projections(metrics=metrics, complete=complete, failed_rows=_failed_rows(trials, rows))
+
+
+def _trajectory_filenames(trials: Path, records: Mapping[Item, JournalRecord]) -> dict[str, str]:
+    """rollout_id -> trajectory file name, for the rollouts whose trajectory is their own."""
+    filenames: dict[str, str] = {}
+    for record in records.values():
+        if (
+            _trajectory_identity(trials / record.rollout_id / "trajectory.json")
+            == record.rollout_id
+        ):
+            filenames[record.rollout_id] = "trajectory.json"
+    return filenames
+
+
+def _failed_rows(trials: Path, rows: list[IndexRow]) -> list[dict[str, Any]]:
+    return [
         {
             "row_index": row.row_index,
             "source_row_index": row.source_row_index,
@@ -109,7 +118,6 @@ def write_projections(
         for row in rows
         if row.status == "failed"
     ]
-    return Projections(metrics=metrics, complete=complete, failed_rows=failed)
 
 
 def _copy_selected(run_dir: Path, rows: list[Any], filenames: Mapping[str, str]) -> None:

@@ -126,6 +126,9 @@ class Contains(Grader):
         if what == "remove":
             ctx.sample.remove_sample = True
             return
+        if "reward" in (ctx.metadata or {}):  # a reward chosen by the row
+            ctx.set_reward(float((ctx.metadata or {})["reward"]))
+            return
         answer = ctx.sample.messages[-1].get("content") or ""
         ctx.set_reward(1.0 if (ctx.label or "") in answer else 0.0)
 

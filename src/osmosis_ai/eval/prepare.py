@@ -1,0 +1,180 @@
+"""What an eval run reads and decides before it starts anything: `prepare_run`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from secrets import token_urlsafe
+from typing import Any
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval.config import EvalConfig, load_eval_config
+from osmosis_ai.eval.datasets import Dataset, load_dataset
+from osmosis_ai.eval.run_dir import canonical_digest, source_digest
+from osmosis_ai.gateway import Policy, build_policy, displayable_policy_spec
+from osmosis_ai.rollout._scrub import scrub_files
+from osmosis_ai.rollout.server.app import parse_backend_spec
+from osmosis_ai.rollout.trajectory.redact import Redactor
+
+__all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run"]
+
+_ROLLOUT_PROTOCOL = "0.4"
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What ``osmosis eval run`` was asked to do."""
+
+    config_path: Path
+    name: str | None = None
+    output: Path | None = None
+    dataset_file: Path | None = None
+    rows: str | None = None
+    n: int | None = None
+    max_in_flight: int | None = None
+    fresh: bool = False
+    retry_failed: bool = False
+    policy_api_key: str | None = None
+    upstream_timeout_sec: float | None = None
+    """Bound of one call to the policy's upstream (``--upstream-timeout``); None: 600 s."""
+    backend: str = "local"
+    """Where the rollout server runs rollouts: ``local``, ``ray``, ``ray:ADDRESS``,
+    ``process`` or ``process:sandbox``."""
+
+
+@dataclass(frozen=True, repr=False)
+class RunKeys:
+    """Every key this invocation knows: what it scrubs from its outputs."""
+
+    rollout: str
+    """The rollout key (the gateway's token), the only key the rollout server gets."""
+    policy: tuple[str, ...]
+    """The policy's credentials: withheld from the rollout server."""
+    redactor: Redactor
+    """Redacts both, and the ``[secrets]`` values."""
+
+    def scrub(self, path: Path) -> list[Path]:
+        """Scrub every known key from the files below ``path`` (see `scrub_files`)."""
+        return scrub_files(path, self.redactor.secrets)
+
+
+@dataclass(frozen=True, repr=False)
+class PreparedRun:
+    """A run's inputs, read and checked; nothing started yet."""
+
+    config: EvalConfig
+    dataset: Dataset
+    n: int
+    inputs: dict[str, Any]
+    """What identifies the run (its manifest's inputs)."""
+    run_name: str
+    output_root: Path
+    secrets: dict[str, str]
+    """The ``[secrets]`` values, by name."""
+    policy: Policy
+    keys: RunKeys
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_root / self.run_name
+
+    @property
+    def model_label(self) -> str:
+        """The model, shown without URL credentials."""
+        return displayable_policy_spec(self.config.experiment.model_path)
+
+
+def _inputs(config: EvalConfig, dataset: Dataset, n: int) -> dict[str, Any]:
+    return {
+        "model_path": displayable_policy_spec(config.experiment.model_path),
+        "dataset": {
+            "sha256": dataset.sha256,
+            "selected_source_rows": dataset.selected_source_rows,
+        },
+        "n": n,
+        "rollout": {
+            "name": config.experiment.rollout,
+            "entrypoint": config.experiment.entrypoint,
+            "source_digest": source_digest(config.rollout_dir),
+        },
+        "env": dict(sorted(config.env.items())),
+        "secret_names": sorted(config.secrets),
+        "timeouts": {
+            "agent_timeout_sec": config.evaluation.agent_timeout_sec,
+            "grader_timeout_sec": config.evaluation.grader_timeout_sec,
+        },
+        "versions": {
+            "rollout_protocol": _ROLLOUT_PROTOCOL,
+            "dataset_normalization": 1,
+            "state_schema": 1,
+        },
+    }
+
+
+def _secret_values(config: EvalConfig) -> dict[str, str]:
+    missing = [name for name in config.secrets if not os.environ.get(name)]
+    if missing:
+        raise ConfigError(
+            f"[secrets] requires {', '.join(missing)}; set them in the environment first"
+        )
+    return {name: os.environ[name] for name in config.secrets}
+
+
+def _policy_credentials(policy: Policy, api_key: str | None) -> tuple[str, ...]:
+    # The key from the environment counts even when the caller passed none.
+    candidates = (*policy.secrets(), api_key, os.environ.get("OSMOSIS_POLICY_API_KEY"))
+    return tuple(dict.fromkeys(key for key in candidates if key))
+
+
+def _refuse_policy_keys(
+    config: EvalConfig, secrets: Mapping[str, str], policy_keys: tuple[str, ...]
+) -> None:
+    """The rollout server must never get the policy's credentials, even when asked to."""
+    for where, entries in (("secrets.required: ", secrets), ("env.", config.env)):
+        for name, value in entries.items():
+            if any(key in value for key in policy_keys):
+                raise ConfigError(
+                    f"{where}{name} holds the policy's key, which the rollout server never gets "
+                    "(its workflow reaches the model through the gateway with its rollout key); "
+                    f"remove {name} from the eval config or give the policy another key"
+                )
+
+
+def prepare_run(options: EvalOptions) -> PreparedRun:
+    """Everything that reads files before a run (call it in a worker thread).
+
+    Raises:
+        ConfigError: Bad config, backend, dataset, rows or secrets.
+    """
+    parse_backend_spec(options.backend, label="--backend")
+    config = load_eval_config(options.config_path)
+    secrets = _secret_values(config)
+    policy = build_policy(
+        config.experiment.model_path,
+        api_key=options.policy_api_key,
+        timeout_sec=options.upstream_timeout_sec,
+    )
+    policy_keys = _policy_credentials(policy, options.policy_api_key)
+    _refuse_policy_keys(config, secrets, policy_keys)
+    rollout_key = token_urlsafe(32)
+    redactor = Redactor((rollout_key, *policy_keys, *secrets.values()))
+    dataset = load_dataset(
+        options.dataset_file or config.experiment.dataset,
+        rows=options.rows,
+        limit=config.evaluation.limit,
+    )
+    n = options.n or config.evaluation.n
+    inputs = _inputs(config, dataset, n)
+    return PreparedRun(
+        config=config,
+        dataset=dataset,
+        n=n,
+        inputs=inputs,
+        run_name=options.name or f"{options.config_path.stem}-{canonical_digest(inputs)[:8]}",
+        output_root=(options.output or config.workspace / ".osmosis" / "evals").resolve(),
+        secrets=secrets,
+        policy=policy,
+        keys=RunKeys(rollout_key, policy_keys, redactor),
+    )
