@@ -78,3 +78,11 @@ def test_package_is_typed() -> None:
     from importlib.resources import files
 
     assert files("osmosis_ai").joinpath("py.typed").is_file()
+
+
+def test_cancel_disposition_keeps_its_backend_import_path() -> None:
+    # It moved to the contract layer (rollout/status.py); the backend path still works.
+    from osmosis_ai.rollout.backend.base import CancelDisposition as from_backend
+    from osmosis_ai.rollout.types import CancelDisposition as from_types
+
+    assert from_backend is from_types
