@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from typing import Any
 
 import httpx
 import pytest
 
-from osmosis_ai._serving import HEADER_TIMEOUT_SEC
+from osmosis_ai._serving import HEADER_TIMEOUT_SEC, running_server
 from osmosis_ai.gateway import Gateway
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub
@@ -58,3 +60,19 @@ async def test_kept_alive_connections_are_not_cut_by_the_header_bound() -> None:
                     await reader.readexactly(length)
         finally:
             writer.close()
+
+
+async def _failing_startup_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "lifespan"
+    await receive()  # lifespan.startup
+    await send({"type": "lifespan.startup.failed", "message": "no database"})
+
+
+async def test_a_failed_startup_is_a_runtime_error_and_frees_the_port() -> None:
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    with pytest.raises(RuntimeError, match="failed to start"):
+        async with running_server(_failing_startup_app, port=port):
+            pytest.fail("the block must not run when the app's startup failed")
+    socket.create_server(("127.0.0.1", port)).close()  # the server's socket was closed

@@ -163,6 +163,14 @@ async def running_server(
         def capture_signals(self) -> Iterator[None]:
             yield
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            # uvicorn ends the process (sys.exit) when the app's startup fails; a SystemExit
+            # escaping a task would stop our caller's event loop, so this server just stops.
+            try:
+                await super().startup(sockets=sockets)
+            except SystemExit:
+                self.should_exit = True
+
     sock = bind_socket(host, port)
     config = uvicorn.Config(
         app,
@@ -186,9 +194,11 @@ async def running_server(
         yield RunningServer(host=host, port=sock.getsockname()[1])
     finally:
         server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        sock.close()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            sock.close()
 
 
 class ServedApp:
