@@ -34,6 +34,8 @@ class AskTheModel(AgentWorkflow[AskConfig]):
         assert context is not None
         meta = ctx.metadata or {}
         if meta.get("sleep"):
+            if ctx.artifacts_dir is not None:  # tells a test the workflow is running
+                await asyncio.to_thread((ctx.artifacts_dir / "sleeping").write_text, "")
             await asyncio.sleep(float(meta["sleep"]))
         assert self.config is not None
         async with httpx.AsyncClient(timeout=60) as client:
