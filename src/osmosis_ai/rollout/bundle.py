@@ -21,13 +21,13 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Unpack
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.backend._spec import dump_spec, load_spec
-from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
-from osmosis_ai.rollout.spec import GraderRef, RolloutSpec, WorkflowRef, spec_argument
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 
 __all__ = ["Bundle", "build_bundle", "run_bundle"]
 
@@ -113,11 +113,8 @@ def build_bundle(
     spec: RolloutSpec | None = None,
     *,
     project: Path | str,
-    workflow: WorkflowRef | None = None,
-    workflow_config: AgentWorkflowConfig | str | None = None,
-    grader: GraderRef | None = None,
-    grader_config: GraderConfig | str | None = None,
     cache_dir: Path | str | None = None,
+    **refs: Unpack[SpecKeywords],
 ) -> Bundle:
     """Build (or reuse from the cache) the wheel of ``project`` running these objects.
 
@@ -138,13 +135,7 @@ def build_bundle(
     root = Path(project).resolve()
     if not root.is_dir():
         raise ConfigError(f"bundle project {root} is not a directory")
-    resolved = spec_argument(
-        spec,
-        workflow=workflow,
-        workflow_config=workflow_config,
-        grader=grader,
-        grader_config=grader_config,
-    )
+    resolved = spec_argument(spec, **refs)
     spec_json = dump_spec(resolved, root=root)
     files = _project_files(root)
     hasher = hashlib.sha256(f"osmosis-ai {__version__}\0".encode() + spec_json)

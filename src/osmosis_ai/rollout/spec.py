@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._imports import resolve_object
@@ -17,7 +17,7 @@ from osmosis_ai.rollout.config import AgentWorkflowConfig, BaseConfig, GraderCon
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
-__all__ = ["RolloutSpec", "WorkflowRef", "GraderRef", "spec_argument"]
+__all__ = ["GraderRef", "RolloutSpec", "SpecKeywords", "WorkflowRef", "spec_argument"]
 
 C = TypeVar("C", bound=BaseConfig)
 K = TypeVar("K", bound=type)
@@ -26,6 +26,15 @@ K = TypeVar("K", bound=type)
 WorkflowRef = type[AgentWorkflow[Any]] | str
 #: A grader class or its ``"module:Class"`` import path.
 GraderRef = type[Grader] | str
+
+
+class SpecKeywords(TypedDict, total=False):
+    """A backend's keyword spelling of a `RolloutSpec` (``LocalBackend(workflow=...)``)."""
+
+    workflow: WorkflowRef | None
+    workflow_config: AgentWorkflowConfig | str | None
+    grader: GraderRef | None
+    grader_config: GraderConfig | str | None
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class RolloutSpec:
     def resolve(
         cls,
         *,
-        workflow: WorkflowRef | None,
+        workflow: WorkflowRef | None = None,
         workflow_config: AgentWorkflowConfig | str | None = None,
         grader: GraderRef | None = None,
         grader_config: GraderConfig | str | None = None,
@@ -93,31 +102,28 @@ class RolloutSpec:
 def spec_argument(
     spec: RolloutSpec | None,
     *,
-    workflow: WorkflowRef | None,
-    workflow_config: AgentWorkflowConfig | str | None,
-    grader: GraderRef | None,
-    grader_config: GraderConfig | str | None,
     workflow_label: str = "workflow",
+    require_workflow: bool = False,
+    **refs: Unpack[SpecKeywords],
 ) -> RolloutSpec:
     """A backend's spec: ``spec`` itself, or one resolved from its keyword spelling.
 
+    Args:
+        workflow_label: The workflow argument's name in error messages.
+        require_workflow: Refuse a spec without a workflow (the backend runs workflows).
+
     Raises:
-        ConfigError: Both, or a bad reference.
+        ConfigError: Both a spec and keywords, a bad reference, or a missing workflow.
     """
     if spec is None:
-        return RolloutSpec.resolve(
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-            workflow_label=workflow_label,
-        )
-    given = [workflow, workflow_config, grader, grader_config]
-    if any(ref is not None for ref in given):
+        spec = RolloutSpec.resolve(workflow_label=workflow_label, **refs)
+    elif any(ref is not None for ref in refs.values()):
         raise ConfigError(
             f"pass either spec= or {workflow_label}=/workflow_config=/grader=/grader_config=, "
             "not both"
         )
+    if require_workflow:
+        spec.require_workflow(workflow_label)
     return spec
 
 

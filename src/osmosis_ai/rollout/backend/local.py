@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._artifacts import create_artifacts_dir
@@ -16,7 +16,7 @@ from osmosis_ai.rollout.backend.base import ExecutionResult as Result
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import RolloutSample
-from osmosis_ai.rollout.spec import GraderRef, RolloutSpec, WorkflowRef, spec_argument
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
 __all__ = ["LocalBackend"]
@@ -62,20 +62,10 @@ class LocalBackend(ExecutionBackend):
         self,
         spec: RolloutSpec | None = None,
         *,
-        workflow: WorkflowRef | None = None,
-        workflow_config: AgentWorkflowConfig | str | None = None,
-        grader: GraderRef | None = None,
-        grader_config: GraderConfig | str | None = None,
         artifact_root: Path | str | None = None,
+        **refs: Unpack[SpecKeywords],
     ) -> None:
-        self.spec = spec_argument(
-            spec,
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-        )
-        self.spec.require_workflow()
+        self.spec = spec_argument(spec, require_workflow=True, **refs)
         self.artifact_root = (
             Path(artifact_root).expanduser() if artifact_root else default_artifact_root()
         )

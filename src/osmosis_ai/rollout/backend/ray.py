@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import Any
+from typing import Any, Unpack
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -33,9 +33,8 @@ from osmosis_ai.rollout.backend.base import (
     ExecutionResult,
 )
 from osmosis_ai.rollout.backend.local import LocalBackend
-from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
-from osmosis_ai.rollout.spec import GraderRef, RolloutSpec, WorkflowRef, spec_argument
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 
 __all__ = ["RayBackend"]
@@ -160,10 +159,6 @@ class RayBackend(ExecutionBackend):
         self,
         spec: RolloutSpec | None = None,
         *,
-        workflow: WorkflowRef | None = None,
-        workflow_config: AgentWorkflowConfig | str | None = None,
-        grader: GraderRef | None = None,
-        grader_config: GraderConfig | str | None = None,
         artifact_root: Path | str | None = None,
         address: str | None = None,
         num_actors: int = 2,
@@ -173,17 +168,11 @@ class RayBackend(ExecutionBackend):
         runtime_env: dict[str, Any] | None = None,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         start_timeout_sec: float = 120.0,
+        **refs: Unpack[SpecKeywords],
     ) -> None:
         if num_actors < 1 or actor_concurrency < 1:
             raise ConfigError("num_actors and actor_concurrency must be at least 1")
-        self.spec = spec_argument(
-            spec,
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-        )
-        self.spec.require_workflow()
+        self.spec = spec_argument(spec, require_workflow=True, **refs)
         self.artifact_root = (
             Path(artifact_root).expanduser() if artifact_root else default_artifact_root()
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +165,9 @@ async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path)
         container_python=sys.executable,
         trials_dir=tmp_path / "trials",
     )
-    request = ExecutionRequest(id="h-cancel", prompt=[], metadata={"sleep": 60})
+    # /logs/agent is the trial's agent directory, visible on the host while the trial runs.
+    metadata = {"sleep": 60, "started": "/logs/agent/started"}
+    request = ExecutionRequest(id="h-cancel", prompt=[], metadata=metadata)
     context = RolloutContext(
         chat_completions_url="http://127.0.0.1:9/v1",
         api_key="sk-cancel-canary",
@@ -178,9 +179,9 @@ async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path)
             return await backend.execute(request)
 
     task = asyncio.create_task(run())
-    sleeping = tmp_path / "trials" / "trial-h-cancel" / "artifacts" / "sleeping"
+    started = tmp_path / "trials" / "trial-h-cancel" / "agent" / "started"
     async with asyncio.timeout(60):
-        while not sleeping.exists():  # noqa: ASYNC110 -- the workflow in the sandbox writes it
+        while not started.exists():  # noqa: ASYNC110 -- the workflow in the sandbox writes it
             await asyncio.sleep(0.1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -197,10 +197,9 @@ class HarborBackend(ExecutionBackend):
             grader=grader,
             grader_config=grader_config,
             workflow_label="agent",
+            require_workflow=self.native is None,
         )
-        if self.native is None:
-            self.spec.require_workflow("agent")
-        elif self.spec.workflow is not None:
+        if self.native is not None and self.spec.workflow is not None:
             raise ConfigError(
                 f"agent={self.native!r} is a native agent; the spec must not name a workflow"
             )

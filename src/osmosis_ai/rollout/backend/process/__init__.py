@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 from osmosis_ai.errors import ConfigError, RolloutFailure
@@ -52,7 +52,6 @@ from osmosis_ai.rollout.backend.base import (
 from osmosis_ai.rollout.backend.process._child import GATEWAY_SOCKET_ENV
 from osmosis_ai.rollout.backend.process._launch import ColdLauncher, Exit, PoolLauncher
 from osmosis_ai.rollout.backend.process._sandbox import Network, bwrap_command, check_bwrap
-from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.container import (
     AGENT_LOGS_DIR_ENV,
     ARTIFACTS_DIR_ENV,
@@ -71,7 +70,7 @@ from osmosis_ai.rollout.context import (
     RolloutContext,
     get_rollout_context,
 )
-from osmosis_ai.rollout.spec import GraderRef, RolloutSpec, WorkflowRef, spec_argument
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 
@@ -113,10 +112,6 @@ class ProcessBackend(ExecutionBackend):
         self,
         spec: RolloutSpec | None = None,
         *,
-        workflow: WorkflowRef | None = None,
-        workflow_config: AgentWorkflowConfig | str | None = None,
-        grader: GraderRef | None = None,
-        grader_config: GraderConfig | str | None = None,
         artifact_root: Path | str | None = None,
         sandbox: bool = False,
         network: Network = "gateway",
@@ -126,15 +121,9 @@ class ProcessBackend(ExecutionBackend):
         kill_grace_sec: float = 0.5,
         preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
         python: str | None = None,
+        **refs: Unpack[SpecKeywords],
     ) -> None:
-        self.spec = spec_argument(
-            spec,
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-        )
-        self.spec.require_workflow()
+        self.spec = spec_argument(spec, require_workflow=True, **refs)
         self.artifact_root = (
             Path(artifact_root).expanduser() if artifact_root else default_artifact_root()
         )
