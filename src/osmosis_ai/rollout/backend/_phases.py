@@ -58,7 +58,6 @@ async def run_workflow_phase(
     *,
     artifacts_dir: Path | None,
     submitted_at: float,
-    slots: ConcurrencyLimiter | None = None,
 ) -> Result:
     """Run ``spec``'s workflow for ``request`` and return the phase's result.
 
@@ -66,53 +65,46 @@ async def run_workflow_phase(
         artifacts_dir: The rollout's artifacts directory (``None``: unavailable).
         submitted_at: ``time.monotonic()`` at submission; queue time counts against the
             agent deadline.
-        slots: Workflow slots to hold while it runs.
 
     Raises:
         ConfigError: ``spec`` has no workflow.
     """
     workflow_cls = spec.require_workflow()
-    if slots is not None:
-        await slots.acquire()
-    try:
-        queued_sec = time.monotonic() - submitted_at
-        with _rollout_context(request) as rollout_ctx:
-            rollout_ctx.set_status(RolloutStatus.RUNNING)
-            config = copy.deepcopy(spec.workflow_config)
-            ctx = AgentWorkflowContext(
-                prompt=request.prompt,
-                config=config,
-                metadata=request.metadata,
-                artifacts_dir=artifacts_dir,
+    queued_sec = time.monotonic() - submitted_at
+    with _rollout_context(request) as rollout_ctx:
+        rollout_ctx.set_status(RolloutStatus.RUNNING)
+        config = copy.deepcopy(spec.workflow_config)
+        ctx = AgentWorkflowContext(
+            prompt=request.prompt,
+            config=config,
+            metadata=request.metadata,
+            artifacts_dir=artifacts_dir,
+        )
+        workflow = workflow_cls(config)
+
+        async def produce() -> RolloutSample | None:
+            output = normalize_output(await workflow.run(ctx))
+            if output is None:
+                return await rollout_ctx.get_sample()
+            if output.messages is None:
+                return None
+            return RolloutSample(
+                messages=output.messages,
+                label=request.label,
+                metrics=dict(output.metrics),
             )
-            workflow = workflow_cls(config)
 
-            async def produce() -> RolloutSample | None:
-                output = normalize_output(await workflow.run(ctx))
-                if output is None:
-                    return await rollout_ctx.get_sample()
-                if output.messages is None:
-                    return None
-                return RolloutSample(
-                    messages=output.messages,
-                    label=request.label,
-                    metrics=dict(output.metrics),
-                )
-
-            limit = request.agent_timeout_sec
-            budget = None if limit is None else max(limit - queued_sec, 0.0)
-            try:
-                sample = await _within(produce, budget, "workflow", limit, queued_sec)
-            except Exception as exc:
-                return _failure(exc, "workflow", request, rollout_ctx)
-            finally:
-                await rollout_ctx.run_cleanups()
-            if sample is not None and sample.label is None:
-                sample.label = request.label
-            return Result(status=RolloutStatus.SUCCESS, sample=sample)
-    finally:
-        if slots is not None:
-            slots.release()
+        limit = request.agent_timeout_sec
+        budget = None if limit is None else max(limit - queued_sec, 0.0)
+        try:
+            sample = await _within(produce, budget, "workflow", limit, queued_sec)
+        except Exception as exc:
+            return _failure(exc, "workflow", request, rollout_ctx)
+        finally:
+            await rollout_ctx.run_cleanups()
+        if sample is not None and sample.label is None:
+            sample.label = request.label
+        return Result(status=RolloutStatus.SUCCESS, sample=sample)
 
 
 async def run_grader_phase(
@@ -130,7 +122,8 @@ async def run_grader_phase(
 
     Args:
         artifacts_dir: The rollout's artifacts directory (``None``: unavailable).
-        slots: Grader slots to hold while it runs.
+        slots: Grader slots to hold while it runs (taken here, after the sample is known
+            to be gradable: an ungradable one fails without waiting for a slot).
     """
     assert spec.grader is not None
     with _rollout_context(request) as rollout_ctx:

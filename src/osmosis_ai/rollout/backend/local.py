@@ -108,15 +108,7 @@ class LocalBackend(ExecutionBackend):
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         """Run the workflow, then the grader when one exists and ``request.grade`` is true."""
-        submitted_at = time.monotonic()
-        artifacts_dir = await create_artifacts_dir(self.artifact_root, request.id)
-        workflow = await run_workflow_phase(
-            self.spec,
-            request,
-            artifacts_dir=artifacts_dir,
-            submitted_at=submitted_at,
-            slots=self._workflows,
-        )
+        workflow, artifacts_dir = await self._workflow_phase(request, time.monotonic())
         if not workflow.ok or not request.grade or self.spec.grader is None:
             return ExecutionOutcome(workflow=workflow)
         grader = await run_grader_phase(
@@ -137,13 +129,22 @@ class LocalBackend(ExecutionBackend):
                 since then counts against the agent deadline. Defaults to now.
         """
         started = time.monotonic() if submitted_at is None else submitted_at
-        return await run_workflow_phase(
-            self.spec,
-            request,
-            artifacts_dir=await create_artifacts_dir(self.artifact_root, request.id),
-            submitted_at=started,
-            slots=self._workflows,
-        )
+        result, _ = await self._workflow_phase(request, started)
+        return result
+
+    async def _workflow_phase(
+        self, request: ExecutionRequest, submitted_at: float
+    ) -> tuple[Result, Path | None]:
+        # The slot comes first: a rollout counts as queued from its first step.
+        await self._workflows.acquire()
+        try:
+            artifacts_dir = await create_artifacts_dir(self.artifact_root, request.id)
+            result = await run_workflow_phase(
+                self.spec, request, artifacts_dir=artifacts_dir, submitted_at=submitted_at
+            )
+            return result, artifacts_dir
+        finally:
+            self._workflows.release()
 
     async def run_grader(
         self, request: ExecutionRequest, result: Result | RolloutSample | None
