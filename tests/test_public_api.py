@@ -27,6 +27,7 @@ ROLLOUT_NAMES = {
     "RolloutContext",
     "RolloutErrorCategory",
     "RolloutSample",
+    "RolloutSpec",
     "RolloutStatus",
     "SampleSource",
     "get_rollout_context",

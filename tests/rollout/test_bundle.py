@@ -120,10 +120,6 @@ def test_a_class_outside_the_project_is_refused(project: Any, tmp_path: Path) ->
 def test_a_grader_only_bundle_needs_no_workflow_in_the_project(
     project: Any, tmp_path: Path
 ) -> None:
-    from osmosis_ai.rollout.container import GraderOnlyWorkflow
-
     root, flow = project
-    bundle = build_bundle(
-        project=root, workflow=GraderOnlyWorkflow, grader=flow.Judge, cache_dir=tmp_path / "c"
-    )
+    bundle = build_bundle(project=root, grader=flow.Judge, cache_dir=tmp_path / "c")
     assert bundle.wheel.exists()

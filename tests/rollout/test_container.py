@@ -3,6 +3,7 @@ subprocess on a bare install's code paths, files in, files out)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from osmosis_ai.rollout import ExecutionRequest
 from osmosis_ai.rollout.container import (
     ContainerInput,
     ContainerPaths,
@@ -18,6 +20,7 @@ from osmosis_ai.rollout.container import (
     agent_main,
     grader_main,
 )
+from osmosis_ai.rollout.types import RolloutInitRequest
 from tests.rollout.backend.process_workflows import Behave, Match, Settings
 
 KEY = "sk-container-canary-0d3b"
@@ -112,3 +115,45 @@ def test_runs_as_a_process_with_the_environment_for_paths(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "Agent runner complete: status=success" in done.stdout
     assert (tmp_path / "out" / "note.txt").read_text() == "kept"
+
+
+def test_a_request_and_its_phase_inputs_carry_the_same_rollout() -> None:
+    request = ExecutionRequest(
+        id="m1",
+        prompt=[{"role": "user", "content": "q"}],
+        label="42",
+        metadata={"row": 3},
+        agent_timeout_sec=30,
+        grader_timeout_sec=5,
+    )
+    agent = ContainerInput.from_request(request, include_label=False, elapsed_sec=1.5)
+    grader = ContainerInput.from_request(request, include_label=True)
+    assert (agent.label, grader.label) == (None, "42")  # agents never see the ground truth
+    for data in (agent, grader):
+        assert (data.agent_timeout_sec, data.grader_timeout_sec) == (30, 5)
+        assert data.api_key is None  # harnesses pass the key through the environment
+    assert agent.elapsed_sec == 1.5
+    assert grader.to_request(include_label=True) == dataclasses.replace(request, grade=True)
+    assert agent.to_request(include_label=False).label is None
+
+
+def test_a_wire_request_maps_to_the_execution_request() -> None:
+    init = RolloutInitRequest(
+        rollout_id="w1",
+        initial_messages=[{"role": "user", "content": "q"}],
+        chat_completions_url="http://127.0.0.1:9/v1",
+        label="7",
+        metadata={"k": 1},
+        grade=False,
+        agent_timeout_sec=12,
+        grader_timeout_sec=3,
+    )
+    assert ExecutionRequest.from_init(init) == ExecutionRequest(
+        id="w1",
+        prompt=[{"role": "user", "content": "q"}],
+        label="7",
+        metadata={"k": 1},
+        agent_timeout_sec=12,
+        grader_timeout_sec=3,
+        grade=False,
+    )

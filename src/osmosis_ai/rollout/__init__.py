@@ -25,6 +25,7 @@ from osmosis_ai.rollout.context import (
 )
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import AgentWorkflowOutput, RolloutSample
+from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
@@ -46,6 +47,7 @@ __all__ = [
     "RolloutContext",
     "RolloutErrorCategory",
     "RolloutSample",
+    "RolloutSpec",
     "RolloutStatus",
     "SampleSource",
     "get_rollout_context",

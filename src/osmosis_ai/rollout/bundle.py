@@ -21,12 +21,13 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.backend._spec import dump_spec, load_spec
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 
 __all__ = ["Bundle", "build_bundle", "run_bundle"]
 
@@ -109,19 +110,18 @@ def _cache_root() -> Path:
 
 
 def build_bundle(
+    spec: RolloutSpec | None = None,
     *,
     project: Path | str,
-    workflow: type[Any],
-    workflow_config: Any = None,
-    grader: type[Any] | None = None,
-    grader_config: Any = None,
     cache_dir: Path | str | None = None,
+    **refs: Unpack[SpecKeywords],
 ) -> Bundle:
     """Build (or reuse from the cache) the wheel of ``project`` running these objects.
 
     Args:
+        spec: The objects as a `RolloutSpec` (instead of the four keywords below).
         project: The directory the workflow's module is imported from.
-        workflow: The ``AgentWorkflow`` class.
+        workflow: The ``AgentWorkflow`` class (``None`` for a grader-only bundle).
         workflow_config: Its config instance, if any.
         grader: The ``Grader`` class, if any.
         grader_config: Its config instance, if any.
@@ -135,9 +135,10 @@ def build_bundle(
     root = Path(project).resolve()
     if not root.is_dir():
         raise ConfigError(f"bundle project {root} is not a directory")
-    spec = dump_spec(workflow, workflow_config, grader, grader_config, root=root)
+    resolved = spec_argument(spec, **refs)
+    spec_json = dump_spec(resolved, root=root)
     files = _project_files(root)
-    hasher = hashlib.sha256(f"osmosis-ai {__version__}\0".encode() + spec)
+    hasher = hashlib.sha256(f"osmosis-ai {__version__}\0".encode() + spec_json)
     for name, data in files:
         hasher.update(f"\0{name}\0{len(data)}\0".encode() + data)
     digest = hasher.hexdigest()
@@ -148,7 +149,7 @@ def build_bundle(
     launcher = "from osmosis_ai.rollout.bundle import run_bundle\n\nrun_bundle(__package__, {!r})\n"
     entries = [
         (f"{package}/__init__.py", b""),
-        (f"{package}/spec.json", spec),
+        (f"{package}/spec.json", spec_json),
         (f"{package}/agent.py", launcher.format("agent").encode()),
         (f"{package}/grade.py", launcher.format("grade").encode()),
         *((f"{package}/project/{name}", data) for name, data in files),
@@ -166,6 +167,8 @@ def run_bundle(package: str | None, phase: str) -> None:
     root = Path(importlib.import_module(package).__file__ or "").parent
     spec = load_spec((root / "spec.json").read_bytes(), root=root / "project")
     if phase == "agent":
+        if spec.workflow is None:
+            raise SystemExit("this bundle has no workflow")
         raise SystemExit(agent_main(spec.workflow, spec.workflow_config))
     if spec.grader is None:
         raise SystemExit("this bundle has no grader")

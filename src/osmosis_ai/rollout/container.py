@@ -35,12 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._storage import atomic_write_bytes
+from osmosis_ai.rollout.backend._phases import run_grader_phase as _grade
+from osmosis_ai.rollout.backend._phases import run_workflow_phase
 from osmosis_ai.rollout.backend.base import ExecutionRequest, ExecutionResult
-from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import AgentWorkflowOutput, JSONObject, RolloutSample
+from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 from osmosis_ai.rollout.workflow import AgentWorkflow
@@ -52,7 +54,6 @@ __all__ = [
     "ContainerInput",
     "ContainerPaths",
     "ContainerResult",
-    "GraderOnlyWorkflow",
     "agent_main",
     "grader_main",
     "run_agent_phase",
@@ -102,6 +103,43 @@ class ContainerInput(BaseModel):
     elapsed_sec: float = 0.0
     """Time already spent on the rollout (queued, starting) that counts against the agent
     deadline (an extension)."""
+
+    @classmethod
+    def from_request(
+        cls,
+        request: ExecutionRequest,
+        *,
+        include_label: bool,
+        preview_path: str | None = None,
+        preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
+        elapsed_sec: float = 0.0,
+    ) -> ContainerInput:
+        """The input of one phase of ``request``; the agent phase's leaves the label out.
+
+        The key is not copied: harnesses pass it through the environment.
+        """
+        return cls(
+            rollout_id=request.id,
+            prompt=request.prompt,
+            label=request.label if include_label else None,
+            metadata=request.metadata,
+            agent_timeout_sec=request.agent_timeout_sec,
+            grader_timeout_sec=request.grader_timeout_sec,
+            preview_path=preview_path,
+            preview_interval_sec=preview_interval_sec,
+            elapsed_sec=elapsed_sec,
+        )
+
+    def to_request(self, *, include_label: bool) -> ExecutionRequest:
+        """The request this input describes (without the label for the agent phase)."""
+        return ExecutionRequest(
+            id=self.rollout_id,
+            prompt=self.prompt,
+            label=self.label if include_label else None,
+            metadata=self.metadata,
+            agent_timeout_sec=self.agent_timeout_sec,
+            grader_timeout_sec=self.grader_timeout_sec,
+        )
 
 
 class ContainerResult(BaseModel):
@@ -177,31 +215,14 @@ def _projection(sample: RolloutSample | None) -> AgentWorkflowOutput | None:
     return AgentWorkflowOutput(messages=sample.messages, metrics=metrics)
 
 
-class _FixedDirBackend(LocalBackend):
-    """`LocalBackend` whose artifacts dir is the one the harness collects."""
-
-    def __init__(self, artifacts_dir: Path, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._fixed_artifacts_dir = artifacts_dir
-
-    async def _artifacts_dir(self, rollout_id: str) -> Path | None:
-        try:
-            await asyncio.to_thread(self._fixed_artifacts_dir.mkdir, parents=True, exist_ok=True)
-        except OSError as exc:
-            logger.warning("artifacts dir unavailable (%s)", type(exc).__name__)
-            return None
-        return self._fixed_artifacts_dir
-
-
-def _request(data: ContainerInput, *, label: str | None) -> ExecutionRequest:
-    return ExecutionRequest(
-        id=data.rollout_id,
-        prompt=data.prompt,
-        label=label,
-        metadata=data.metadata,
-        agent_timeout_sec=data.agent_timeout_sec,
-        grader_timeout_sec=data.grader_timeout_sec,
-    )
+async def _fixed_dir(artifacts_dir: Path) -> Path | None:
+    """The artifacts dir the harness collects, created; ``None`` when it cannot be."""
+    try:
+        await asyncio.to_thread(artifacts_dir.mkdir, parents=True, exist_ok=True)
+    except OSError as exc:
+        logger.warning("artifacts dir unavailable (%s)", type(exc).__name__)
+        return None
+    return artifacts_dir
 
 
 def _rollout_context(data: ContainerInput) -> RolloutContext:
@@ -236,7 +257,8 @@ async def run_agent_phase(
     ``data.preview_path`` (when given) whenever it changes, looked at every
     ``data.preview_interval_sec``.
     """
-    backend = _FixedDirBackend(artifacts_dir, workflow=workflow, workflow_config=config)
+    spec = RolloutSpec.resolve(workflow=workflow, workflow_config=config)
+    fixed_dir = await _fixed_dir(artifacts_dir)
     submitted_at = time.monotonic() - data.elapsed_sec
     with _rollout_context(data) as context:
         collector = None
@@ -245,8 +267,11 @@ async def run_agent_phase(
                 _collect_previews(context, Path(data.preview_path), data.preview_interval_sec)
             )
         try:
-            result = await backend.run_workflow(
-                _request(data, label=None), submitted_at=submitted_at
+            result = await run_workflow_phase(
+                spec,
+                data.to_request(include_label=False),
+                artifacts_dir=fixed_dir,
+                submitted_at=submitted_at,
             )
         finally:
             if collector is not None:
@@ -264,20 +289,13 @@ async def run_grader_phase(
     artifacts_dir: Path,
 ) -> ContainerResult:
     """Grade ``sample`` against ``data.label`` and return the phase's result."""
-    backend = _FixedDirBackend(
-        artifacts_dir, workflow=GraderOnlyWorkflow, grader=grader, grader_config=config
-    )
+    spec = RolloutSpec.resolve(workflow=None, grader=grader, grader_config=config)
+    fixed_dir = await _fixed_dir(artifacts_dir)
     with _rollout_context(data):
-        result = await backend.run_grader(_request(data, label=data.label), sample)
+        result = await _grade(
+            spec, data.to_request(include_label=True), sample, artifacts_dir=fixed_dir
+        )
     return ContainerResult.from_execution_result(_with_memory_note(result))
-
-
-class GraderOnlyWorkflow(AgentWorkflow):
-    """The workflow slot of a grader-only setup (a native Harbor agent with a ``Grader``,
-    the grader phase here): never run."""
-
-    async def run(self, ctx: Any) -> None:
-        raise RuntimeError("GraderOnlyWorkflow stands in for a workflow and is never run")
 
 
 async def _collect_previews(context: RolloutContext, path: Path, interval: float) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "RolloutContext",
     "RolloutProgress",
     "SampleSource",
+    "current_redactor",
     "get_rollout_context",
 ]
 
@@ -52,6 +53,12 @@ _current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar
 def get_rollout_context() -> RolloutContext | None:
     """The ``RolloutContext`` of the rollout running in this task, or ``None``."""
     return _current.get()
+
+
+def current_redactor() -> Redactor:
+    """The running rollout's redactor; outside a rollout, the process's registered secrets."""
+    context = _current.get()
+    return context.redactor if context is not None else _registered_redactor()
 
 
 class SampleSource(ABC):

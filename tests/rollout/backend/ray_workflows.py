@@ -11,10 +11,13 @@ from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext, Grader, Grad
 
 class Remote(AgentWorkflow):
     """Answers "42". Metadata: ``sleep`` seconds first; ``artifact`` text to write to
-    ``out.txt``; ``marker`` a file written when the rollout is cancelled on the actor."""
+    ``out.txt``; ``started`` a file written when the workflow starts; ``marker`` a file
+    written when the rollout is cancelled on the actor."""
 
     async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
         meta = ctx.metadata or {}
+        if meta.get("started"):
+            await asyncio.to_thread(Path(meta["started"]).write_text, "started")
         if meta.get("artifact") and ctx.artifacts_dir is not None:
             path = ctx.artifacts_dir / "out.txt"
             await asyncio.to_thread(path.write_text, str(meta["artifact"]))

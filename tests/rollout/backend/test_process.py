@@ -163,12 +163,17 @@ async def test_results_match_in_process_execution(pooled: ProcessBackend, kind: 
         assert actual.result.sample.model_dump() == expected.result.sample.model_dump()
 
 
-async def test_cancellation_kills_the_child(pooled: ProcessBackend, artifact_root: Path) -> None:
-    task = asyncio.create_task(_execute(pooled, _request("r-cancel", "sleep", timeout=None)))
-    pids_file = artifact_root / "r-cancel" / "artifacts" / "pids"
+async def _wait_for_pids(artifact_root: Path, rollout_id: str) -> None:
+    """Until the rollout's child wrote its pid (it is then running the workflow)."""
+    pids_file = artifact_root / rollout_id / "artifacts" / "pids"
     async with asyncio.timeout(10):
         while not pids_file.exists() or not pids_file.read_text():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
+
+
+async def test_cancellation_kills_the_child(pooled: ProcessBackend, artifact_root: Path) -> None:
+    task = asyncio.create_task(_execute(pooled, _request("r-cancel", "sleep", timeout=None)))
+    await _wait_for_pids(artifact_root, "r-cancel")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -179,9 +184,11 @@ async def test_cancellation_kills_the_child(pooled: ProcessBackend, artifact_roo
     assert pooled._root is not None and not any((pooled._root / "rollouts").iterdir())
 
 
-async def test_a_dead_pool_fails_its_rollouts_and_restarts(pooled: ProcessBackend) -> None:
+async def test_a_dead_pool_fails_its_rollouts_and_restarts(
+    pooled: ProcessBackend, artifact_root: Path
+) -> None:
     running = asyncio.create_task(_execute(pooled, _request("r-orphan", "sleep", timeout=None)))
-    await asyncio.sleep(0.5)
+    await _wait_for_pids(artifact_root, "r-orphan")  # the pool's child is running the rollout
     pool_pid = pooled.health()["process"]["pool_pid"]
     os.kill(pool_pid, 9)
     async with asyncio.timeout(10):

@@ -61,12 +61,13 @@ async def test_cancelling_reaches_the_rollout_on_its_actor(
     ray_cluster: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "cancelled"
+    started = tmp_path / "started"
+    metadata = {"sleep": 60, "marker": str(marker), "started": str(started)}
     async with serving(_backend(num_actors=1)) as client:
-        handle = await client.run_rollout(
-            PROMPT, URL, "to-cancel", label="42", metadata={"sleep": 60, "marker": str(marker)}
-        )
-        await handle.wait_for_running()
-        await asyncio.sleep(0.5)  # let the actor start the workflow
+        handle = await client.run_rollout(PROMPT, URL, "to-cancel", label="42", metadata=metadata)
+        async with asyncio.timeout(30):
+            while not started.exists():  # noqa: ASYNC110 -- written by the actor process
+                await asyncio.sleep(0.05)
         await handle.cancel()
         async with asyncio.timeout(30):
             result = await handle

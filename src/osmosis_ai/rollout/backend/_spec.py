@@ -16,28 +16,18 @@ import importlib.util
 import inspect
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.rollout.spec import RolloutSpec
 
-__all__ = ["LoadedSpec", "dump_spec", "load_spec", "project_root", "source_paths"]
+__all__ = ["dump_spec", "load_spec", "project_root", "source_paths"]
 
 # Module name under which a server's ``__main__`` file is loaded in children.
 _MAIN_ALIAS = "_osmosis_rollout_main"
-
-
-@dataclass(frozen=True)
-class LoadedSpec:
-    """The objects a child runs, rebuilt from a spec."""
-
-    workflow: type[Any]
-    workflow_config: Any
-    grader: type[Any] | None
-    grader_config: Any
 
 
 def _class_ref(cls: type[Any], label: str, root: Path | None) -> dict[str, Any]:
@@ -102,15 +92,8 @@ def _config_ref(config: BaseModel | None, label: str, root: Path | None) -> dict
     return {"class": _class_ref(type(config), label, root), "data": data}
 
 
-def dump_spec(
-    workflow: type[Any],
-    workflow_config: BaseModel | None,
-    grader: type[Any] | None,
-    grader_config: BaseModel | None,
-    *,
-    root: Path | None = None,
-) -> bytes:
-    """The JSON spec of these objects.
+def dump_spec(spec: RolloutSpec, *, root: Path | None = None) -> bytes:
+    """The JSON form of ``spec``.
 
     Without ``root``, for a child on this machine: absolute files and this process's import
     path. With ``root``, for a bundle of that project: files relative to it.
@@ -118,14 +101,18 @@ def dump_spec(
     Raises:
         ConfigError: An object cannot be rebuilt in another process.
     """
-    spec = {
-        "workflow": _class_ref(workflow, "workflow", root),
-        "workflow_config": _config_ref(workflow_config, "workflow_config", root),
-        "grader": None if grader is None else _class_ref(grader, "grader", root),
-        "grader_config": _config_ref(grader_config, "grader_config", root),
+    data = {
+        "workflow": _optional_class_ref(spec.workflow, "workflow", root),
+        "workflow_config": _config_ref(spec.workflow_config, "workflow_config", root),
+        "grader": _optional_class_ref(spec.grader, "grader", root),
+        "grader_config": _config_ref(spec.grader_config, "grader_config", root),
         "sys_path": [] if root is not None else [entry for entry in sys.path if entry],
     }
-    return json.dumps(spec).encode()
+    return json.dumps(data).encode()
+
+
+def _optional_class_ref(cls: type[Any] | None, label: str, root: Path | None) -> Any:
+    return None if cls is None else _class_ref(cls, label, root)
 
 
 def _load_main(file: str) -> Any:
@@ -153,9 +140,13 @@ def _load_class(ref: dict[str, Any]) -> type[Any]:
     return obj  # type: ignore[no-any-return]
 
 
-def load_spec(data: bytes, *, root: Path | None = None) -> LoadedSpec:
+def load_spec(data: bytes, *, root: Path | None = None) -> RolloutSpec:
     """Import what ``data`` names: from ``root`` (a bundle's project), or with the import
-    path the server had."""
+    path the server had.
+
+    Raises:
+        ConfigError: A loaded object is not of the kind its slot needs.
+    """
     spec = json.loads(data)
     if root is not None:
         sys.path.insert(0, str(root))
@@ -163,18 +154,22 @@ def load_spec(data: bytes, *, root: Path | None = None) -> LoadedSpec:
         if entry not in sys.path:
             sys.path.append(entry)
 
-    def load(ref: dict[str, Any]) -> type[Any]:
+    def load(ref: dict[str, Any] | None) -> type[Any] | None:
+        if ref is None:
+            return None
         if root is not None and ref["file"] is not None:
             ref = {**ref, "file": str(root / ref["file"])}
         return _load_class(ref)
 
     def config(ref: dict[str, Any] | None) -> Any:
-        return None if ref is None else load(ref["class"]).model_validate(ref["data"])
+        cls = None if ref is None else load(ref["class"])
+        return None if cls is None or ref is None else cls.model_validate(ref["data"])
 
-    return LoadedSpec(
+    # Through resolve(): what another process loaded is checked like what a user passed.
+    return RolloutSpec.resolve(
         workflow=load(spec["workflow"]),
         workflow_config=config(spec["workflow_config"]),
-        grader=None if spec["grader"] is None else load(spec["grader"]),
+        grader=load(spec["grader"]),
         grader_config=config(spec["grader_config"]),
     )
 

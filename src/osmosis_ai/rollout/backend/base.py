@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import JSONObject, RolloutSample
 from osmosis_ai.rollout.status import CancelDisposition, RolloutErrorCategory, RolloutStatus
+
+if TYPE_CHECKING:  # the wire types import this module
+    from osmosis_ai.rollout.types import RolloutInitRequest
 
 __all__ = [
     "CancelDisposition",
@@ -60,6 +63,20 @@ class ExecutionRequest:
         ensure_single_path_segment(self.id, label="rollout_id")
         self.agent_timeout_sec = _check_timeout("agent_timeout_sec", self.agent_timeout_sec)
         self.grader_timeout_sec = _check_timeout("grader_timeout_sec", self.grader_timeout_sec)
+
+    @classmethod
+    def from_init(cls, init: RolloutInitRequest) -> ExecutionRequest:
+        """The rollout a wire ``POST /rollout`` asks for (endpoint and key stay with the
+        rollout context)."""
+        return cls(
+            id=init.rollout_id,
+            prompt=init.initial_messages,
+            label=init.label,
+            metadata=init.metadata,
+            agent_timeout_sec=init.agent_timeout_sec,
+            grader_timeout_sec=init.grader_timeout_sec,
+            grade=init.grade,
+        )
 
 
 @dataclass(slots=True)
@@ -155,8 +172,6 @@ class ExecutionBackend(ABC):
         * ``cancel_rollouts()`` — cancel work the backend tracks itself (queued work in a
           remote pool, sandboxes...). The server cancels its own tasks for ids the backend
           answers ``not_found`` for.
-        * ``rollout_status()`` — a backend that answers ``not_found`` for finished work must
-          keep a terminal status until delivery completes.
         * ``start()`` — acquire resources (a cluster, workers) when the server starts,
           before it admits rollouts.
         * ``shutdown()`` — release resources after admission stopped and in-flight rollouts
@@ -179,10 +194,6 @@ class ExecutionBackend(ABC):
     def health(self) -> dict[str, Any]:
         """Health and capacity facts for ``GET /health``."""
         return {"status": "ok"}
-
-    def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:
-        """Backend-side status of a rollout, or ``None`` when the backend does not track it."""
-        return None
 
     def cancel_rollouts(
         self,

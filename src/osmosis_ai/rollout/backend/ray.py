@@ -20,10 +20,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import ModuleType
-from typing import Any
+from typing import Any, Unpack
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.rollout._storage import default_artifact_root
+from osmosis_ai.rollout.backend._once import StartOnce
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
     ExecutionOutcome,
@@ -32,6 +34,7 @@ from osmosis_ai.rollout.backend.base import (
 )
 from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 
 __all__ = ["RayBackend"]
@@ -55,10 +58,7 @@ def _ray() -> ModuleType:
 class _Spec:
     """What an executor actor needs to build its `LocalBackend`."""
 
-    workflow: Any
-    workflow_config: Any
-    grader: Any
-    grader_config: Any
+    rollout: RolloutSpec
     max_artifact_bytes: int
 
 
@@ -76,13 +76,7 @@ class _Executor:
     def __init__(self, spec: _Spec) -> None:
         self._root = Path(tempfile.mkdtemp(prefix="osmosis-ray-artifacts-"))
         self._spec = spec
-        self._backend = LocalBackend(
-            workflow=spec.workflow,
-            workflow_config=spec.workflow_config,
-            grader=spec.grader,
-            grader_config=spec.grader_config,
-            artifact_root=self._root,
-        )
+        self._backend = LocalBackend(spec.rollout, artifact_root=self._root)
 
     def node(self) -> str:
         return str(_ray().get_runtime_context().get_node_id())
@@ -139,7 +133,8 @@ def _pickle_user_modules_by_value(ray: ModuleType, *objects: Any) -> None:
 class RayBackend(ExecutionBackend):
     """Runs rollouts on ``num_actors`` Ray actors, each running many concurrently.
 
-    Takes `LocalBackend`'s arguments (validated the same way, here, at construction) plus:
+    Takes `LocalBackend`'s arguments (a `RolloutSpec`, or ``workflow=``... validated the
+    same way, here, at construction) plus:
 
     Args:
         address: Ray cluster to join (``"auto"``, ``"ray://host:10001"``, a GCS address);
@@ -162,11 +157,8 @@ class RayBackend(ExecutionBackend):
 
     def __init__(
         self,
+        spec: RolloutSpec | None = None,
         *,
-        workflow: Any,
-        workflow_config: Any = None,
-        grader: Any = None,
-        grader_config: Any = None,
         artifact_root: Path | str | None = None,
         address: str | None = None,
         num_actors: int = 2,
@@ -176,17 +168,14 @@ class RayBackend(ExecutionBackend):
         runtime_env: dict[str, Any] | None = None,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         start_timeout_sec: float = 120.0,
+        **refs: Unpack[SpecKeywords],
     ) -> None:
         if num_actors < 1 or actor_concurrency < 1:
             raise ConfigError("num_actors and actor_concurrency must be at least 1")
-        local = LocalBackend(
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-            artifact_root=artifact_root,
+        self.spec = spec_argument(spec, require_workflow=True, **refs)
+        self.artifact_root = (
+            Path(artifact_root).expanduser() if artifact_root else default_artifact_root()
         )
-        self.artifact_root = local.artifact_root
         self.address = address
         self.num_actors = num_actors
         self.start_timeout_sec = start_timeout_sec
@@ -199,25 +188,14 @@ class RayBackend(ExecutionBackend):
             self._actor_options["resources"] = dict(actor_resources)
         if runtime_env:
             self._actor_options["runtime_env"] = dict(runtime_env)
-        self._spec = _Spec(
-            local.workflow_cls,
-            local.workflow_config,
-            local.grader_cls,
-            local.grader_config,
-            max_artifact_bytes,
-        )
-        cap = local.workflow_config.concurrency.max_concurrent if local.workflow_config else None
+        self._spec = _Spec(self.spec, max_artifact_bytes)
+        cap = self.spec.max_concurrent
         capacity = num_actors * actor_concurrency
         self._capacity = capacity if cap is None else min(capacity, cap)
         self._slots: list[_Slot] = []
         self._background: set[asyncio.Task[None]] = set()
         self._in_flight = 0
-        self._started: asyncio.Future[None] | None = None
-
-    @classmethod
-    def from_local(cls, backend: LocalBackend, **ray_options: Any) -> RayBackend:
-        """A RayBackend running the same workflow, grader and configs as ``backend``."""
-        return cls(**backend.arguments(), **ray_options)
+        self._start_once = StartOnce(lambda: asyncio.to_thread(self._start_blocking))
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -227,9 +205,7 @@ class RayBackend(ExecutionBackend):
         Raises:
             ConfigError: The Ray cluster cannot be reached.
         """
-        if self._started is None:
-            self._started = asyncio.ensure_future(asyncio.to_thread(self._start_blocking))
-        await asyncio.shield(self._started)
+        await self._start_once()
 
     def _start_blocking(self) -> None:
         ray = _ray()
@@ -250,8 +226,8 @@ class RayBackend(ExecutionBackend):
                     "pass its address (or address=None for a local instance)"
                 ) from exc
         _pickle_user_modules_by_value(
-            ray, self._spec.workflow, self._spec.grader, self._spec.workflow_config,
-            self._spec.grader_config,
+            ray, self.spec.workflow, self.spec.grader, self.spec.workflow_config,
+            self.spec.grader_config,
         )  # fmt: skip
         actors = [self._new_actor() for _ in range(self.num_actors)]
         try:
@@ -261,7 +237,6 @@ class RayBackend(ExecutionBackend):
         except Exception as exc:
             for actor in actors:
                 ray.kill(actor)
-            self._started = None  # a later start() tries again
             raise ConfigError(
                 f"RayBackend could not start {self.num_actors} executor actor(s) "
                 f"({type(exc).__name__}); the cluster may lack the CPUs or resources asked "
@@ -281,7 +256,7 @@ class RayBackend(ExecutionBackend):
         for slot in self._slots:
             ray.kill(slot.actor)
         self._slots = []
-        self._started = None
+        self._start_once.reset()
 
     # -- ExecutionBackend ----------------------------------------------------------------
 

@@ -58,17 +58,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
     _start_previews(state, entry, context)
     try:
         with context:
-            outcome = await state.backend.execute(
-                ExecutionRequest(
-                    id=request.rollout_id,
-                    prompt=request.initial_messages,
-                    label=request.label,
-                    metadata=request.metadata,
-                    agent_timeout_sec=request.agent_timeout_sec,
-                    grader_timeout_sec=request.grader_timeout_sec,
-                    grade=request.grade,
-                )
-            )
+            outcome = await state.backend.execute(ExecutionRequest.from_init(request))
         result = outcome.result
     except asyncio.CancelledError:
         state.registry.finish(entry, cancelled_result(state))

@@ -424,11 +424,13 @@ def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
 
         where = "child processes inside bubblewrap" if option else "child processes"
         logger.info("%s=%s: rollouts run in %s", BACKEND_ENV, spec, where)
-        return ProcessBackend.from_local(backend, sandbox=option == "sandbox")
+        return ProcessBackend(
+            backend.spec, artifact_root=backend.artifact_root, sandbox=option == "sandbox"
+        )
     from osmosis_ai.rollout.backend.ray import RayBackend
 
     logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
-    return RayBackend.from_local(backend, address=option or None)
+    return RayBackend(backend.spec, artifact_root=backend.artifact_root, address=option or None)
 
 
 def create_rollout_server(

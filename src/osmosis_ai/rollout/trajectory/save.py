@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.rollout._storage import atomic_write_bytes, default_artifact_root
-from osmosis_ai.rollout.context import get_rollout_context
+from osmosis_ai.rollout.context import current_redactor
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.trajectory._encode import encode_document
@@ -68,10 +68,7 @@ def _write(root: str | os.PathLike[str] | None, rollout_id: str, name: str, data
 
 
 def _rollout_redactor(redactor: Redactor | None) -> Redactor:
-    if redactor is not None:
-        return redactor
-    context = get_rollout_context()
-    return context.redactor if context is not None else Redactor()
+    return redactor if redactor is not None else current_redactor()
 
 
 def _without_secrets(data: bytes, secrets: tuple[str, ...]) -> bytes:

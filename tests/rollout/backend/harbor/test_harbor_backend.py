@@ -15,6 +15,7 @@ from harbor_rollout import AnsweredAtAll, AskConfig, AskTheModel, Narrate
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import ExecutionRequest, RolloutContext
 from osmosis_ai.rollout.backend.harbor import HarborBackend
+from osmosis_ai.rollout.container import INPUT_FILE
 from tests.rollout.backend.harbor.conftest import (
     PROJECT,
     PROMPT,
@@ -165,7 +166,9 @@ async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path)
         container_python=sys.executable,
         trials_dir=tmp_path / "trials",
     )
-    request = ExecutionRequest(id="h-cancel", prompt=[], metadata={"sleep": 60})
+    # /logs/agent is the trial's agent directory, visible on the host while the trial runs.
+    metadata = {"sleep": 60, "started": "/logs/agent/started"}
+    request = ExecutionRequest(id="h-cancel", prompt=[], metadata=metadata)
     context = RolloutContext(
         chat_completions_url="http://127.0.0.1:9/v1",
         api_key="sk-cancel-canary",
@@ -177,10 +180,10 @@ async def test_cancellation_stops_the_trial(tmp_path: Path, artifact_root: Path)
             return await backend.execute(request)
 
     task = asyncio.create_task(run())
+    started = tmp_path / "trials" / "trial-h-cancel" / "agent" / "started"
     async with asyncio.timeout(60):
-        while not (tmp_path / "trials" / "trial-h-cancel" / "agent").exists():  # noqa: ASYNC110
+        while not started.exists():  # noqa: ASYNC110 -- the workflow in the sandbox writes it
             await asyncio.sleep(0.1)
-    await asyncio.sleep(1.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -205,6 +208,24 @@ async def test_the_rollout_key_is_absent_from_every_kept_file(
     # The key the agent echoed was replaced, not silently dropped with its file.
     answer = (artifact_root / "h-leak" / "artifacts" / "answer.txt").read_text()
     assert "[REDACTED]" in answer
+
+
+async def test_the_rollout_deadlines_reach_the_sandboxed_runner(
+    serve_harbor: ServeHarbor, tmp_path: Path
+) -> None:
+    # The in-container runner enforces (and reports) the deadlines only if it receives them.
+    tasks = write_task(tmp_path, "deadlines")
+    async with serve_harbor(
+        **_workflow(tasks, cleanup_successful_trials=False), trials_dir=tmp_path / "kept"
+    ) as served:
+        result = await served.run(
+            "h-deadlines", label="hello", agent_timeout_sec=120, grader_timeout_sec=60
+        )
+    assert result.status == "success", result.err_message
+    sent = json.loads((tmp_path / "kept" / "trial-h-deadlines" / "agent" / INPUT_FILE).read_text())
+    assert sent["agent_timeout_sec"] == 120
+    assert sent["grader_timeout_sec"] == 60
+    assert sent["label"] is None  # the agent never sees the ground truth
 
 
 async def test_previews_flow_from_the_sandboxed_workflow(

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, CredentialScrubError
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
+from osmosis_ai.rollout.backend._once import StartOnce
 from osmosis_ai.rollout.backend._relay import serve_tcp_forward
 from osmosis_ai.rollout.backend._spec import project_root
 from osmosis_ai.rollout.backend.base import (
@@ -48,25 +49,20 @@ from osmosis_ai.rollout.backend.base import (
 )
 from osmosis_ai.rollout.backend.harbor import _docker, _tasks
 from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_tree
-from osmosis_ai.rollout.backend.local import _resolve_class, _resolve_config
 from osmosis_ai.rollout.bundle import Bundle, build_bundle
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.container import (
     INPUT_FILE,
     RESULT_FILE,
     ContainerInput,
-    GraderOnlyWorkflow,
     read_result,
 )
-from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
-from osmosis_ai.rollout.grader import Grader
+from osmosis_ai.rollout.context import RolloutContext, current_redactor, get_rollout_context
 from osmosis_ai.rollout.sample import RolloutSample
+from osmosis_ai.rollout.spec import GraderRef, RolloutSpec, WorkflowRef, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
-from osmosis_ai.rollout.workflow import AgentWorkflow
 
 import_optional("harbor", extra="harbor", feature="HarborBackend")
-# Harbor's agents import LiteLLM, which otherwise fetches its cost map from the internet.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from harbor import TrialEvent, TrialQueue  # noqa: E402
 from harbor.models.trial.config import (  # noqa: E402
@@ -122,6 +118,9 @@ class HarborBackend(ExecutionBackend):
 
     Args:
         tasks_dir: The template task (template mode) or a directory of tasks (dataset mode).
+        spec: The workflow track's workflow, grader and configs as a `RolloutSpec` (instead
+            of ``agent=``, ``grader=`` and the configs); with a native ``agent``, a spec
+            without a workflow carries its grader.
         agent: An ``AgentWorkflow`` class or ``"module:Class"`` (workflow track), or a
             native agent name (``mini-swe-agent``, ``terminus-2``, ``opencode``, ``oracle``).
         grader: A ``Grader`` class or import path, run by the verifier when the task has no
@@ -158,15 +157,16 @@ class HarborBackend(ExecutionBackend):
         self,
         *,
         tasks_dir: Path | str,
-        agent: type[AgentWorkflow[Any]] | str,
-        grader: type[Grader] | str | None = None,
+        spec: RolloutSpec | None = None,
+        agent: WorkflowRef | None = None,
+        grader: GraderRef | None = None,
         workflow_config: AgentWorkflowConfig | str | None = None,
         grader_config: GraderConfig | str | None = None,
         native_agent_kwargs: dict[str, Any] | None = None,
         task_mode: TaskMode = "template",
         model_name: str = "openai/osmosis-rollout",
-        environment_config: Any = None,
-        orchestrator: Any = None,
+        environment_config: EnvironmentConfig | None = None,
+        orchestrator: TrialQueue | None = None,
         n_concurrent: int = 4,
         trials_dir: Path | str | None = None,
         cleanup_successful_trials: bool = True,
@@ -190,16 +190,19 @@ class HarborBackend(ExecutionBackend):
                 "native_agent_kwargs applies to native agents only "
                 f"({', '.join(sorted(_NATIVE))}); configure a workflow with workflow_config"
             )
-        self.workflow_cls: type[AgentWorkflow[Any]] | None = (
-            None if self.native else _resolve_class(agent, AgentWorkflow, "agent")
+        self.spec = spec_argument(
+            spec,
+            workflow=None if self.native else agent,
+            workflow_config=workflow_config,
+            grader=grader,
+            grader_config=grader_config,
+            workflow_label="agent",
+            require_workflow=self.native is None,
         )
-        self.grader_cls: type[Grader] | None = (
-            None if grader is None else _resolve_class(grader, Grader, "grader")
-        )
-        self.workflow_config = _resolve_config(
-            workflow_config, AgentWorkflowConfig, "workflow_config"
-        )
-        self.grader_config = _resolve_config(grader_config, GraderConfig, "grader_config")
+        if self.native is not None and self.spec.workflow is not None:
+            raise ConfigError(
+                f"agent={self.native!r} is a native agent; the spec must not name a workflow"
+            )
         if self.native == "oracle":
             logger.warning(
                 "agent='oracle' runs the task's reference solution: its samples are not "
@@ -223,7 +226,7 @@ class HarborBackend(ExecutionBackend):
         self._queue.add_hook(TrialEvent.VERIFICATION_START, self._on_verification)
         self._rollouts: dict[str, _Rollout] = {}
         self._bundle: Bundle | None = None
-        self._starting: asyncio.Future[None] | None = None
+        self._start_once = StartOnce(lambda: asyncio.to_thread(self._start_blocking))
 
     @property
     def artifact_root(self) -> Path:
@@ -236,11 +239,7 @@ class HarborBackend(ExecutionBackend):
 
     async def start(self) -> None:
         """Build the bundle (workflow track, or a grader) and the trials directory."""
-        if self._starting is None or (
-            self._starting.done() and self._starting.exception() is not None
-        ):
-            self._starting = asyncio.ensure_future(asyncio.to_thread(self._start_blocking))
-        await asyncio.shield(self._starting)
+        await self._start_once()
 
     def _start_blocking(self) -> None:
         if self._trials_dir is None:
@@ -248,15 +247,13 @@ class HarborBackend(ExecutionBackend):
                 tempfile.mkdtemp(prefix=f"osmosis-harbor-{self.tasks_dir.name}-")
             )
         (self._trials_dir / "rollouts").mkdir(parents=True, exist_ok=True)
-        owner = self.workflow_cls or self.grader_cls
+        if self.native is not None:
+            # Native agents run in this process and import LiteLLM when a trial builds
+            # them; without this it fetches its cost map from the internet.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        owner = self.spec.workflow or self.spec.grader
         if owner is not None:
-            self._bundle = build_bundle(
-                project=self._code_dir or project_root(owner),
-                workflow=self.workflow_cls or GraderOnlyWorkflow,
-                workflow_config=self.workflow_config,
-                grader=self.grader_cls,
-                grader_config=self.grader_config,
-            )
+            self._bundle = build_bundle(self.spec, project=self._code_dir or project_root(owner))
 
     async def shutdown(self) -> None:
         """Stop the loopback forwarders (Docker on Linux)."""
@@ -381,9 +378,9 @@ class HarborBackend(ExecutionBackend):
         )
         if self.task_mode == "template" and "harbor_task" not in (request.metadata or {}):
             _tasks.write_instruction(task, request.prompt)
-        if request.grade and self.grader_cls is not None and not _tasks.has_own_tests(task):
+        if request.grade and self.spec.grader is not None and not _tasks.has_own_tests(task):
             assert self._bundle is not None
-            grader_input = _container_input(request, label=request.label)
+            grader_input = ContainerInput.from_request(request, include_label=True)
             _tasks.write_grader_tests(
                 task, self._bundle, grader_input.model_dump_json().encode(), self.container_python
             )
@@ -419,9 +416,10 @@ class HarborBackend(ExecutionBackend):
         model = str(metadata.get("harbor_model") or self.model_name)
         if self.native is None:
             assert self._bundle is not None
-            data = _container_input(
+            # The key reaches the sandbox through the agent's environment, never a file.
+            data = ContainerInput.from_request(
                 request,
-                label=None,  # agents never see the ground truth
+                include_label=False,  # agents never see the ground truth
                 preview_path=f"/logs/agent/{_PREVIEW_FILES[None]}",
                 preview_interval_sec=self.preview_interval_sec,
             )
@@ -546,19 +544,6 @@ _VALIDATION = RolloutErrorCategory.VALIDATION_ERROR
 _INTERNAL = RolloutErrorCategory.INTERNAL_ERROR
 
 
-def _container_input(
-    request: ExecutionRequest, *, label: str | None, **fields: Any
-) -> ContainerInput:
-    # The key reaches the sandbox through the agent's environment, never a file.
-    return ContainerInput(
-        rollout_id=request.id,
-        prompt=request.prompt,
-        label=label,
-        metadata=request.metadata,
-        **fields,
-    )
-
-
 def _endpoint_env(url: str, key: str, rollout_id: str) -> dict[str, str]:
     return {
         "OSMOSIS_CHAT_COMPLETIONS_URL": url,
@@ -625,17 +610,15 @@ def _grader_result(
 
 def _redact(outcome: ExecutionOutcome, key: str | None) -> None:
     """Messages and output tails come from inside the sandbox: scrub them like files."""
-    from osmosis_ai.rollout.trajectory.redact import redact_text
-
-    secrets = [key] if key else []
+    redactor = current_redactor().with_secrets(*([key] if key else []))
     for phase in (outcome.workflow, outcome.grader):
         if phase is None:
             continue
         if phase.err_message:
-            phase.err_message = redact_text(phase.err_message, secrets=secrets)
+            phase.err_message = redactor.text(phase.err_message)
         extra = phase.extra_fields or {}
         if isinstance(extra.get("output_tail"), str):
-            extra["output_tail"] = redact_text(extra["output_tail"], secrets=secrets)
+            extra["output_tail"] = redactor.text(extra["output_tail"])
 
 
 def _add_trial_metrics(sample: RolloutSample, result: Any) -> None:

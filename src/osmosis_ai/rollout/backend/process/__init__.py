@@ -32,13 +32,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 from osmosis_ai.errors import ConfigError, RolloutFailure
 from osmosis_ai.rollout._artifacts import create_artifacts_dir
+from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
+from osmosis_ai.rollout.backend._once import StartOnce
 from osmosis_ai.rollout.backend._spec import dump_spec, source_paths
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
@@ -47,7 +49,6 @@ from osmosis_ai.rollout.backend.base import (
     ExecutionResult,
     backend_failure,
 )
-from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.backend.process._child import GATEWAY_SOCKET_ENV
 from osmosis_ai.rollout.backend.process._launch import ColdLauncher, Exit, PoolLauncher
 from osmosis_ai.rollout.backend.process._sandbox import Network, bwrap_command, check_bwrap
@@ -67,8 +68,10 @@ from osmosis_ai.rollout.context import (
     ENV_CHAT_COMPLETIONS_URL,
     ENV_ROLLOUT_ID,
     RolloutContext,
+    current_redactor,
     get_rollout_context,
 )
+from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 
@@ -84,8 +87,9 @@ _PREVIEW_FILE = "preview.json"
 class ProcessBackend(ExecutionBackend):
     """Runs each rollout's workflow and grader in fresh child processes.
 
-    Takes `LocalBackend`'s arguments (validated the same way, at construction; classes must
-    be defined at module level and configs must survive a JSON round trip) plus:
+    Takes `LocalBackend`'s arguments (a `RolloutSpec`, or ``workflow=``... validated the
+    same way, at construction; classes must be defined at module level and configs must
+    survive a JSON round trip) plus:
 
     Args:
         sandbox: Run each phase inside bubblewrap (Linux; needs the ``bwrap`` program).
@@ -107,11 +111,8 @@ class ProcessBackend(ExecutionBackend):
 
     def __init__(
         self,
+        spec: RolloutSpec | None = None,
         *,
-        workflow: Any,
-        workflow_config: Any = None,
-        grader: Any = None,
-        grader_config: Any = None,
         artifact_root: Path | str | None = None,
         sandbox: bool = False,
         network: Network = "gateway",
@@ -121,19 +122,13 @@ class ProcessBackend(ExecutionBackend):
         kill_grace_sec: float = 0.5,
         preview_interval_sec: float = PREVIEW_INTERVAL_SEC,
         python: str | None = None,
+        **refs: Unpack[SpecKeywords],
     ) -> None:
-        local = LocalBackend(
-            workflow=workflow,
-            workflow_config=workflow_config,
-            grader=grader,
-            grader_config=grader_config,
-            artifact_root=artifact_root,
+        self.spec = spec_argument(spec, require_workflow=True, **refs)
+        self.artifact_root = (
+            Path(artifact_root).expanduser() if artifact_root else default_artifact_root()
         )
-        self._local = local
-        self.artifact_root = local.artifact_root
-        self._spec = dump_spec(
-            local.workflow_cls, local.workflow_config, local.grader_cls, local.grader_config
-        )
+        self._spec_json = dump_spec(self.spec)
         if network not in ("gateway", "none", "host"):
             raise ConfigError(f"network must be 'gateway', 'none' or 'host', got {network!r}")
         if warm_pool is None:
@@ -155,17 +150,11 @@ class ProcessBackend(ExecutionBackend):
         self.preview_interval_sec = preview_interval_sec
         self._python = python or sys.executable
         self._bwrap = check_bwrap() if sandbox else None
-        cap = local.workflow_config.concurrency.max_concurrent if local.workflow_config else None
-        limit = max_processes or cap or 4 * (os.cpu_count() or 1)
+        limit = max_processes or self.spec.max_concurrent or 4 * (os.cpu_count() or 1)
         self._limiter = ConcurrencyLimiter(limit)
         self._root: Path | None = None
         self._launcher: PoolLauncher | ColdLauncher | None = None
-        self._starting: asyncio.Future[None] | None = None
-
-    @classmethod
-    def from_local(cls, backend: LocalBackend, **options: Any) -> ProcessBackend:
-        """A ProcessBackend running the same workflow, grader and configs as ``backend``."""
-        return cls(**backend.arguments(), **options)
+        self._start_once = StartOnce(self._start)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -175,16 +164,12 @@ class ProcessBackend(ExecutionBackend):
         Raises:
             RolloutFailure: The pool could not import the workflow.
         """
-        if self._starting is None or (
-            self._starting.done() and self._starting.exception() is not None
-        ):
-            self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        await self._start_once()
 
     async def _start(self) -> None:
         if self._root is None:
             self._root = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="osmosis-process-"))
-            await asyncio.to_thread((self._root / "spec.json").write_bytes, self._spec)
+            await asyncio.to_thread((self._root / "spec.json").write_bytes, self._spec_json)
             await asyncio.to_thread((self._root / "rollouts").mkdir)
         spec_path = self._root / "spec.json"
         if self.warm_pool:
@@ -196,7 +181,7 @@ class ProcessBackend(ExecutionBackend):
     async def shutdown(self) -> None:
         """Stop the pool (killing any child) and remove the private working directory."""
         launcher, self._launcher = self._launcher, None
-        self._starting = None
+        self._start_once.reset()
         if launcher is not None:
             await launcher.close()
         root, self._root = self._root, None
@@ -213,7 +198,7 @@ class ProcessBackend(ExecutionBackend):
             Path(sys.prefix),
             Path(sys.base_prefix),
             Path(self._python).parent,
-            *source_paths(self._spec),
+            *source_paths(self._spec_json),
         ]
         writable = [Path(env[AGENT_LOGS_DIR_ENV]).parent, Path(env[ARTIFACTS_DIR_ENV])]
         return bwrap_command(
@@ -254,9 +239,9 @@ class ProcessBackend(ExecutionBackend):
                 if context.sample_source is None:
                     context.set_sample_source(FilePreviewSource(run.dir / _PREVIEW_FILE))
             elapsed = time.monotonic() - submitted_at
-            agent_input = _input(
+            agent_input = ContainerInput.from_request(
                 request,
-                label=None,  # agents never see the ground truth
+                include_label=False,  # agents never see the ground truth
                 preview_path=str(run.dir / _PREVIEW_FILE),
                 preview_interval_sec=self.preview_interval_sec,
                 elapsed_sec=elapsed,  # counts against the child's own deadline
@@ -265,12 +250,12 @@ class ProcessBackend(ExecutionBackend):
             budget = None if limit is None else max(limit - elapsed, 0.0)
             workflow = await self._phase(run, "agent", agent_input, limit, budget)
             _label(workflow, request)
-            if not workflow.ok or not request.grade or self._local.grader_cls is None:
+            if not workflow.ok or not request.grade or self.spec.grader is None:
                 return ExecutionOutcome(workflow=workflow)
             if context is not None:
                 context.set_status(RolloutStatus.GRADING)
             limit = request.grader_timeout_sec
-            grader_input = _input(request, label=request.label)
+            grader_input = ContainerInput.from_request(request, include_label=True)
             grader = await self._phase(run, "grader", grader_input, limit, limit)
             _label(grader, request)
             return ExecutionOutcome(workflow=workflow, grader=grader)
@@ -344,10 +329,8 @@ class ProcessBackend(ExecutionBackend):
         return await self._crash(run, phase, ended, log)
 
     async def _crash(self, run: _Run, phase: str, ended: Exit, log: Path) -> ExecutionResult:
-        from osmosis_ai.rollout.trajectory.redact import redact_text
-
         tail = await asyncio.to_thread(_tail, log)
-        secrets = [run.api_key] if run.api_key else []
+        redactor = current_redactor().with_secrets(*([run.api_key] if run.api_key else []))
         name = "workflow" if phase == "agent" else "grader"
         message = f"{name} process {ended.describe()} before writing its result"
         if ended.code is not None:
@@ -355,7 +338,7 @@ class ProcessBackend(ExecutionBackend):
         if self.memory_limit_mb is not None and "MemoryError" in tail:
             message += f"; it ran out of memory under its {self.memory_limit_mb} MiB cap"
         details: dict[str, Any] = {"exit_code": ended.code, "signal": ended.signal}
-        details["output_tail"] = redact_text(tail, secrets=secrets)
+        details["output_tail"] = redactor.text(tail)
         return _failure(phase, message, RolloutErrorCategory.AGENT_ERROR, details)
 
 
@@ -412,19 +395,6 @@ class _Run:
         if self.relay is not None:
             self.relay.close()
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
-
-
-def _input(request: ExecutionRequest, *, label: str | None, **fields: Any) -> ContainerInput:
-    # The key is never written to a file: the child reads it from its environment.
-    return ContainerInput(
-        rollout_id=request.id,
-        prompt=request.prompt,
-        label=label,
-        metadata=request.metadata,
-        agent_timeout_sec=request.agent_timeout_sec,
-        grader_timeout_sec=request.grader_timeout_sec,
-        **fields,
-    )
 
 
 def _label(result: ExecutionResult, request: ExecutionRequest) -> None:

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from osmosis_ai.rollout.backend._spec import LoadedSpec, load_spec
+from osmosis_ai.rollout.backend._spec import load_spec
 from osmosis_ai.rollout.container import MEMORY_LIMIT_ENV, ContainerPaths, agent_main, grader_main
 from osmosis_ai.rollout.context import ENV_CHAT_COMPLETIONS_URL
+from osmosis_ai.rollout.spec import RolloutSpec
 
 __all__ = ["GATEWAY_SOCKET_ENV", "run_phase"]
 
@@ -43,14 +44,15 @@ def _route_through_relay() -> None:
     os.environ[ENV_CHAT_COMPLETIONS_URL] = urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
 
 
-def run_phase(spec: LoadedSpec, phase: str) -> int:
+def run_phase(spec: RolloutSpec, phase: str) -> int:
     """Run ``phase`` (``agent`` or ``grader``) with the paths and limits of the environment."""
     faulthandler.enable()  # a native crash leaves the Python stack in the output
     _route_through_relay()
     _limit_memory()
     paths = ContainerPaths.from_env()
     if phase == "agent":
-        return agent_main(spec.workflow, spec.workflow_config, paths=paths, write_trajectory=False)
+        workflow = spec.require_workflow()
+        return agent_main(workflow, spec.workflow_config, paths=paths, write_trajectory=False)
     assert spec.grader is not None
     return grader_main(spec.grader, spec.grader_config, paths=paths)
 

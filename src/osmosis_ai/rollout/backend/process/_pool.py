@@ -30,9 +30,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.rollout.backend._spec import LoadedSpec, load_spec
+from osmosis_ai.rollout.backend._spec import load_spec
 from osmosis_ai.rollout.backend.process._child import run_phase
 from osmosis_ai.rollout.context import AgentWorkflowContext
+from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
 _PR_SET_PDEATHSIG = 1
@@ -64,7 +65,7 @@ class _Idle(AgentWorkflow):
         return [{"role": "assistant", "content": "-"}]
 
 
-def _spare(spec: LoadedSpec, requests: int, closing: list[int]) -> None:
+def _spare(spec: RolloutSpec, requests: int, closing: list[int]) -> None:
     """A forked child waiting for its rollout: it runs one phase, then exits."""
     code = 70
     try:
@@ -105,7 +106,7 @@ def _send(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def serve(spec: LoadedSpec) -> None:
+def serve(spec: RolloutSpec) -> None:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)

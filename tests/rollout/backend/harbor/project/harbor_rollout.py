@@ -33,6 +33,8 @@ class AskTheModel(AgentWorkflow[AskConfig]):
         context = get_rollout_context()
         assert context is not None
         meta = ctx.metadata or {}
+        if meta.get("started"):  # a file that tells a test the workflow is running
+            await asyncio.to_thread(Path(meta["started"]).write_text, "")
         if meta.get("sleep"):
             await asyncio.sleep(float(meta["sleep"]))
         assert self.config is not None
