@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from osmosis_ai.redact import Redactor, _normalize_secrets
 from osmosis_ai.rollout.context import get_rollout_context
-from osmosis_ai.rollout.trajectory.redact import Redactor, _normalize_secrets
 
 __all__ = ["active_redactor", "registered_redactor", "registered_secrets"]
 

@@ -93,7 +93,7 @@ def test_repr_never_shows_the_api_key() -> None:
 
 def test_the_context_redactor_holds_the_hosts_secrets_and_the_rollout_key() -> None:
     from osmosis_ai._log_redaction import registered_secrets
-    from osmosis_ai.rollout.trajectory.redact import Redactor
+    from osmosis_ai.redact import Redactor
 
     given = RolloutContext(api_key="sk-key-1", redactor=Redactor(("configured-2",)))
     assert set(given.redactor.secrets) == {"sk-key-1", "configured-2"}

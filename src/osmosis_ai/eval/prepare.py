@@ -14,9 +14,9 @@ from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, load_dataset
 from osmosis_ai.eval.run_dir import canonical_digest, source_digest
 from osmosis_ai.gateway import Policy, build_policy, displayable_policy_spec
+from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import parse_backend_spec
-from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run"]
 

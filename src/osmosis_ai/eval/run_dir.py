@@ -19,8 +19,8 @@ from typing import Any
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError, OsmosisError
+from osmosis_ai.redact import RedactingFilter, Redactor
 from osmosis_ai.rollout.ids import is_single_path_segment
-from osmosis_ai.rollout.trajectory.redact import RedactingFilter, Redactor
 
 __all__ = [
     "MANIFEST",

@@ -29,9 +29,9 @@ from osmosis_ai.gateway.request import (
     messages_sha256,
     parse_chat_request,
 )
+from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._json_body import BodyError, read_json_body
 from osmosis_ai.rollout.ids import is_single_path_segment
-from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["GatewayState", "create_gateway_app"]
 

@@ -8,7 +8,7 @@ from typing import Literal
 from osmosis_ai.errors import GatewayError
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import parse_chat_request
-from osmosis_ai.rollout.trajectory.redact import redact_text
+from osmosis_ai.redact import redact_text
 
 __all__ = ["PreflightResult", "preflight"]
 

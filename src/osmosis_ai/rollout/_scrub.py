@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import CredentialScrubError
+from osmosis_ai.redact import scrub_secrets
 from osmosis_ai.rollout._storage import atomic_write_bytes
-from osmosis_ai.rollout.trajectory.redact import scrub_secrets
 
 __all__ = ["scrub_bytes", "scrub_files", "scrub_json", "scrub_tree", "secret_forms"]
 

@@ -21,7 +21,7 @@ from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
 
 if TYPE_CHECKING:
-    from osmosis_ai.rollout.trajectory.redact import Redactor
+    from osmosis_ai.redact import Redactor
 
 __all__ = [
     "AgentWorkflowContext",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.sample import RolloutSample
@@ -23,7 +24,6 @@ from osmosis_ai.rollout.trajectory import (
     save_trajectory,
 )
 from osmosis_ai.rollout.trajectory import save as save_module
-from osmosis_ai.rollout.trajectory.redact import Redactor
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "user", "content": "What is 6*7?"},

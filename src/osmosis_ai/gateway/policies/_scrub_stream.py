@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from osmosis_ai.redact import scrub_secrets
 from osmosis_ai.rollout._scrub import scrub_json
-from osmosis_ai.rollout.trajectory.redact import scrub_secrets
 
 __all__ = ["StreamScrubber"]
 

@@ -11,7 +11,7 @@ from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
 from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy, split_userinfo
-from osmosis_ai.rollout.trajectory.redact import REDACTED
+from osmosis_ai.redact import REDACTED
 
 __all__ = ["PolicySpec", "build_policy", "displayable_policy_spec", "parse_policy_spec"]
 

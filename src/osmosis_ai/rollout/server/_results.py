@@ -6,10 +6,10 @@ import json
 import logging
 from typing import Any
 
+from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.backend.base import ExecutionResult
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
-from osmosis_ai.rollout.trajectory.redact import Redactor
 
 __all__ = ["encode_final", "encode_status", "failure"]
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Registry
 from osmosis_ai.rollout.server._watch import LoopMonitor
 from osmosis_ai.rollout.trajectory import TrajectoryReport
-from osmosis_ai.rollout.trajectory.redact import Redactor
 from osmosis_ai.rollout.types import RolloutInitRequest
 
 __all__ = ["ReportProvider", "ServerState"]

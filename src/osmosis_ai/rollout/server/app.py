@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.redact import Redactor, _normalize_secrets
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.server._drain import Drainer
@@ -47,7 +48,6 @@ from osmosis_ai.rollout.server._state import ReportProvider, ServerState
 from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC, preview_root_from_env
-from osmosis_ai.rollout.trajectory.redact import Redactor, _normalize_secrets
 from osmosis_ai.rollout.types import (
     POLLING_LEASE_HEADER,
     CancelRolloutsRequest,

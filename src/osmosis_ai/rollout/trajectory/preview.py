@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai import __version__
+from osmosis_ai.redact import redact_value
 from osmosis_ai.rollout.sample import JSONObject, RolloutSample
 from osmosis_ai.rollout.trajectory.convert import AGENT_NAME, chat_messages_to_steps
-from osmosis_ai.rollout.trajectory.redact import redact_value
 
 __all__ = [
     "MAX_PREVIEW_BYTES",

@@ -1,4 +1,4 @@
-"""Tests for the redaction rules of osmosis_ai.rollout.trajectory.redact."""
+"""Tests for the redaction rules of osmosis_ai.redact."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from osmosis_ai.rollout.trajectory.redact import (
+from osmosis_ai.redact import (
     REDACTED,
     RedactingFilter,
     Redactor,
