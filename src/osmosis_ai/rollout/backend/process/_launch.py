@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,7 +89,12 @@ class _ColdChild:
 class ColdLauncher:
     """A fresh interpreter per phase, optionally wrapped (e.g. in bubblewrap)."""
 
-    def __init__(self, spec_path: Path, python: str, wrap: Any = None) -> None:
+    def __init__(
+        self,
+        spec_path: Path,
+        python: str,
+        wrap: Callable[[list[str], dict[str, str]], list[str]] | None = None,
+    ) -> None:
         self._spec_path = spec_path
         self._python = python
         self._wrap = wrap
