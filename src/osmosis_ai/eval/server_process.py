@@ -21,6 +21,8 @@ from osmosis_ai.errors import OsmosisError
 __all__ = ["RolloutServerError", "RolloutServerProcess"]
 
 _HEALTH_INTERVAL_SEC = 0.2
+#: Child starts tried when another process takes the picked port first.
+_PORT_ATTEMPTS = 3
 # Longer than the server's own drain (10 s), cancel grace (10 s) and delivery grace (5 s).
 _STOP_GRACE_SEC = 30.0
 _TAIL_LINES = 30
@@ -102,9 +104,6 @@ class RolloutServerProcess:
         Raises:
             RolloutServerError: The child exited, or was not healthy in time.
         """
-        probe = bind_socket()
-        port = probe.getsockname()[1]
-        probe.close()
         inherited = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
         kept, withheld = _withhold_credentials({**inherited, **self.env}, self.withheld)
         if withheld:
@@ -112,6 +111,25 @@ class RolloutServerProcess:
                 "not passed to the rollout server (they hold the policy's credentials): "
                 + ", ".join(withheld)
             )
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            try:
+                return await self._start_on_free_port(kept, timeout_sec)
+            except RolloutServerError:
+                # The port was free when picked, but another process can bind it before the
+                # child does; only that race is worth another port.
+                if attempt == _PORT_ATTEMPTS or not self._lost_port_race():
+                    raise
+                self.log(f"port taken before the rollout server bound it; retrying ({attempt})")
+                self._tail.clear()
+        raise AssertionError("unreachable")
+
+    def _lost_port_race(self) -> bool:
+        return self.exited and any("address already in use" in line for line in self._tail)
+
+    async def _start_on_free_port(self, kept: Mapping[str, str], timeout_sec: float) -> str:
+        probe = bind_socket()
+        port = probe.getsockname()[1]
+        probe.close()
         env = {
             **kept,
             "_OSMOSIS_ROLLOUT_PORT": str(port),
