@@ -289,3 +289,15 @@ async def test_malformed_json_records_name_the_field(field: str, value: Any) -> 
 async def test_an_unknown_drift_policy_is_refused() -> None:
     with pytest.raises(ConfigError, match="drift must be 'fork' or 'realign'"):
         _build([], drift="merge")
+
+
+async def test_a_sequence_with_misaligned_fields_is_refused() -> None:
+    with pytest.raises(ConfigError, match="must have the same length"):
+        TrainingSequence(
+            rollout_id="r",
+            group_id="g",
+            reward=1.0,
+            token_ids=(1, 2, 3),
+            loss_mask=(0, 1),
+            behaviour_logprobs=(0.0, -1.0, -1.0),
+        )

@@ -364,14 +364,15 @@ def train_step(
                 reference = policy_logprobs(reference_model, batch, bf16=config.bf16)
         logprobs = policy_logprobs(model, batch, bf16=config.bf16)
         loss, counted = grpo_loss(logprobs, batch, config, reference)
-        if not torch.isfinite(loss):
+        value = loss.detach().item()
+        if not math.isfinite(value):
             optimizer.zero_grad(set_to_none=True)
             raise NonFiniteStepError(
-                f"step {step}: the loss is {float(loss)}; no update was applied "
+                f"step {step}: the loss is {value}; no update was applied "
                 "(check the behaviour logprobs and lower the learning rate)"
             )
         torch.autograd.backward(loss)
-        total_loss += float(loss)
+        total_loss += value
         parts.append(counted)
     max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))

@@ -88,6 +88,14 @@ class TrainingSequence:
     behaviour_logprobs: tuple[float, ...]
     """Logprob the sampling policy gave each token; 0.0 where the mask is 0."""
 
+    def __post_init__(self) -> None:
+        lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
+        if len(lengths) != 1:
+            raise ConfigError(
+                f"sequence of rollout {self.rollout_id!r}: token_ids, loss_mask and "
+                "behaviour_logprobs must have the same length"
+            )
+
     def __len__(self) -> int:
         return len(self.token_ids)
 
