@@ -301,3 +301,16 @@ async def test_a_sequence_with_misaligned_fields_is_refused() -> None:
             loss_mask=(0, 1),
             behaviour_logprobs=(0.0, -1.0, -1.0),
         )
+
+
+async def test_interleaved_conversations_each_keep_their_own_sequence() -> None:
+    calls = [
+        _record(0, [1, 2], [3], [-0.1]),
+        _record(1, [7, 8], [9], [-0.2]),
+        _record(2, [1, 2, 3, 4], [5], [-0.3]),
+        _record(3, [7, 8, 9, 10], [11], [-0.4]),
+    ]
+    sequences, stats = _build(calls)
+    assert [s.token_ids for s in sequences] == [(1, 2, 3, 4, 5), (7, 8, 9, 10, 11)]
+    assert [s.loss_mask for s in sequences] == [(0, 0, 1, 0, 1)] * 2
+    assert (stats.merges, stats.new_contexts, stats.drift) == (2, 1, 0)
