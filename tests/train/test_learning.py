@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import torch
 from transformers import LlamaForCausalLM
 
@@ -54,6 +55,7 @@ def _rollouts(
     return sequences
 
 
+@pytest.mark.slow
 def test_grpo_steps_raise_the_reward_of_a_tiny_model() -> None:
     model = tiny_llama(seed=0)
     generator = torch.Generator().manual_seed(0)

@@ -284,8 +284,10 @@ def _chain(calls: list[_CallTokens], drift: DriftPolicy, stats: SequenceStats) -
     return chained
 
 
-def _common_prefix(left: Sequence[int], right: Sequence[int]) -> int:
+def _common_prefix(left: list[int], right: list[int]) -> int:
     length = min(len(left), len(right))
+    if left[:length] == right[:length]:  # the usual case, compared at C speed
+        return length
     for position in range(length):
         if left[position] != right[position]:
             return position
