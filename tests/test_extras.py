@@ -14,7 +14,7 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
     "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
-    "viewer", "all", "dev",
+    "viewer", "train", "all", "dev",
 }  # fmt: skip
 
 
@@ -40,8 +40,9 @@ def test_all_extra_covers_every_feature_extra() -> None:
     extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
     (combined,) = extras["all"]
     included = set(combined.split("[", 1)[1].rstrip("]").split(","))
-    # harbor needs Python 3.12 and is installed on its own.
-    assert included == set(EXTRA_DISTRIBUTIONS) - {"harbor"}
+    # harbor needs Python 3.12 and is installed on its own; train pins the local CPU torch
+    # build, which a plain `[all]` install elsewhere would fetch as the multi-GB CUDA one.
+    assert included == set(EXTRA_DISTRIBUTIONS) - {"harbor", "train"}
 
 
 def test_missing_optional_module_names_the_extra_to_install() -> None:

@@ -28,6 +28,12 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "ray": (("ray", "ray"),),
     "harbor": (("harbor", "harbor"),),
     "viewer": (),
+    "train": (
+        ("torch", "torch"),
+        ("transformers", "transformers"),
+        ("gguf", "gguf"),
+        ("apache-tvm-ffi", "tvm_ffi"),
+    ),
 }
 
 

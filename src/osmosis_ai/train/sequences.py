@@ -1,0 +1,350 @@
+"""Training sequences from a rollout's gateway call records (pure: no torch, no I/O).
+
+Each call record holds the exact prompt and completion token ids the policy saw and produced,
+and the behaviour logprob of every completion token. Calls of one rollout are chained into as
+few sequences as the token ids allow:
+
+- **merge**: a call whose prompt ids start with a sequence's ids continues that sequence; the
+  new prompt tokens (tool results, user turns, template tokens) are context (mask 0) and the
+  completion is policy output (mask 1).
+- **drift**: the prompt keeps the sequence up to its last completion but diverges inside it or
+  right after it (re-tokenising the completion's text gave other ids). ``drift="fork"`` starts
+  a separate sequence with the call's own prompt; ``drift="realign"`` cuts the sequence at the
+  longest common prefix, appends the rest of the new prompt as context (mask 0) and drops the
+  cut policy tokens from training (counted).
+- **new context**: the prompt diverges before the last completion (rewritten history, another
+  conversation): always a separate sequence.
+
+Nothing is ever re-tokenised: every token comes from a record.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.records import CallRecord
+from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.types import RolloutResultResponse
+
+__all__ = [
+    "DriftPolicy",
+    "Exclusion",
+    "RolloutRecords",
+    "SequenceStats",
+    "TrainingSequence",
+    "build_sequences",
+]
+
+DriftPolicy = Literal["fork", "realign"]
+
+
+class Exclusion(StrEnum):
+    """Why a rollout gives no training sequence."""
+
+    FAILED = "failed"
+    """The rollout did not succeed (failure, cancellation, timeout...)."""
+    REMOVED = "removed"
+    """The grader set ``remove_sample`` (or the result carries no sample)."""
+    NO_REWARD = "no_reward"
+    """A kept sample without a reward."""
+    NO_CALLS = "no_calls"
+    """The rollout made no successful model call."""
+    NO_TOKEN_IDS = "no_token_ids"
+    """A call's record has no prompt token ids (a policy that does not return them)."""
+    BAD_LOGPROBS = "bad_logprobs"
+    """A call's logprobs are missing or do not match its completion tokens one to one."""
+    NO_POLICY_TOKENS = "no_policy_tokens"
+    """Every completion was empty: nothing to train."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRecords:
+    """What the trainer knows about one finished rollout."""
+
+    result: RolloutResultResponse
+    """The rollout server's final result (status, sample, reward, ``remove_sample``)."""
+    group_id: str
+    """The dataset row it was sampled for: advantages are normalised within a group."""
+    calls: Sequence[CallRecord | Mapping[str, Any]]
+    """Its gateway call records, as objects or in their JSON form (``CallRecord.to_json``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSequence:
+    """One token sequence to train on, with its loss mask and behaviour logprobs."""
+
+    rollout_id: str
+    group_id: str
+    reward: float
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    """1 on tokens the policy generated, 0 on context (prompt, tool results, template)."""
+    behaviour_logprobs: tuple[float, ...]
+    """Logprob the sampling policy gave each token; 0.0 where the mask is 0."""
+
+    def __post_init__(self) -> None:
+        lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
+        if len(lengths) != 1:
+            raise ConfigError(
+                f"sequence of rollout {self.rollout_id!r}: token_ids, loss_mask and "
+                "behaviour_logprobs must have the same length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def policy_tokens(self) -> int:
+        """How many tokens carry loss."""
+        return sum(self.loss_mask)
+
+
+@dataclass(slots=True)
+class SequenceStats:
+    """Counts of one batch of rollouts turned into sequences."""
+
+    rollouts: int = 0
+    rollouts_used: int = 0
+    excluded: Counter[str] = field(default_factory=Counter)
+    """Excluded rollouts by ``Exclusion`` value."""
+    groups: int = 0
+    groups_without_sequences: int = 0
+    """Groups where no rollout gave a sequence (e.g. every rollout failed)."""
+    calls: int = 0
+    failed_calls: int = 0
+    """Calls that ended in an error: skipped, they produced no tokens."""
+    merges: int = 0
+    drift: int = 0
+    """Transitions where re-tokenisation broke the prefix (forked or realigned)."""
+    realign_dropped_tokens: int = 0
+    """Policy tokens cut from training by ``drift="realign"``."""
+    new_contexts: int = 0
+    """Calls that started a separate sequence because their history was not a prefix."""
+    sequences: int = 0
+    tokens: int = 0
+    policy_tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The counts as JSON-ready data (for a metrics line)."""
+        return {
+            "rollouts": self.rollouts,
+            "rollouts_used": self.rollouts_used,
+            "excluded": dict(sorted(self.excluded.items())),
+            "groups": self.groups,
+            "groups_without_sequences": self.groups_without_sequences,
+            "calls": self.calls,
+            "failed_calls": self.failed_calls,
+            "merges": self.merges,
+            "drift": self.drift,
+            "realign_dropped_tokens": self.realign_dropped_tokens,
+            "new_contexts": self.new_contexts,
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "policy_tokens": self.policy_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _CallTokens:
+    prompt: list[int]
+    completion: list[int]
+    logprobs: list[float]
+
+
+@dataclass(slots=True)
+class _Building:
+    """A sequence being chained, and where its last completion starts."""
+
+    tokens: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    last_completion_start: int
+
+    def append(self, tokens: Sequence[int], *, policy: Sequence[float] | None) -> None:
+        self.tokens.extend(tokens)
+        self.mask.extend([0 if policy is None else 1] * len(tokens))
+        self.logprobs.extend([0.0] * len(tokens) if policy is None else policy)
+
+
+def build_sequences(
+    rollouts: Iterable[RolloutRecords], *, drift: DriftPolicy = "fork"
+) -> tuple[list[TrainingSequence], SequenceStats]:
+    """Turn finished rollouts into training sequences, counting what was merged or left out.
+
+    Args:
+        rollouts: Finished rollouts with their call records.
+        drift: What to do when re-tokenisation breaks a prefix (see the module docstring).
+
+    Raises:
+        ConfigError: An unknown ``drift`` policy, or a call record in JSON form whose fields
+            have the wrong type.
+    """
+    if drift not in ("fork", "realign"):
+        raise ConfigError(f"drift must be 'fork' or 'realign', not {drift!r}")
+    stats = SequenceStats()
+    sequences: list[TrainingSequence] = []
+    groups: dict[str, int] = {}
+    for rollout in rollouts:
+        stats.rollouts += 1
+        group = rollout.group_id
+        groups.setdefault(group, 0)
+        built = _rollout_sequences(rollout, drift, stats)
+        if isinstance(built, Exclusion):
+            stats.excluded[built.value] += 1
+            continue
+        stats.rollouts_used += 1
+        groups[group] += len(built)
+        sequences.extend(built)
+    stats.groups = len(groups)
+    stats.groups_without_sequences = sum(1 for count in groups.values() if count == 0)
+    stats.sequences = len(sequences)
+    stats.tokens = sum(len(sequence) for sequence in sequences)
+    stats.policy_tokens = sum(sequence.policy_tokens for sequence in sequences)
+    return sequences, stats
+
+
+def _rollout_sequences(
+    rollout: RolloutRecords, drift: DriftPolicy, stats: SequenceStats
+) -> list[TrainingSequence] | Exclusion:
+    result = rollout.result
+    if result.status is not RolloutStatus.SUCCESS:
+        return Exclusion.FAILED
+    if result.sample is None or result.sample.remove_sample:
+        return Exclusion.REMOVED
+    if result.sample.reward is None:
+        return Exclusion.NO_REWARD
+    calls: list[_CallTokens] = []
+    for call in sorted(rollout.calls, key=_index):
+        stats.calls += 1
+        tokens = _call_tokens(call, result.rollout_id)
+        if tokens is None:
+            stats.failed_calls += 1
+        elif isinstance(tokens, Exclusion):
+            return tokens
+        else:
+            calls.append(tokens)
+    if not calls:
+        return Exclusion.NO_CALLS
+    chained = _chain(calls, drift, stats)
+    if not any(1 in building.mask for building in chained):
+        return Exclusion.NO_POLICY_TOKENS
+    reward = float(result.sample.reward)
+    return [
+        TrainingSequence(
+            rollout_id=result.rollout_id,
+            group_id=rollout.group_id,
+            reward=reward,
+            token_ids=tuple(building.tokens),
+            loss_mask=tuple(building.mask),
+            behaviour_logprobs=tuple(building.logprobs),
+        )
+        for building in chained
+        if 1 in building.mask
+    ]
+
+
+def _chain(calls: list[_CallTokens], drift: DriftPolicy, stats: SequenceStats) -> list[_Building]:
+    chained: list[_Building] = []
+    for call in calls:
+        # The sequence this call most plausibly continues: the longest shared prefix (the
+        # latest on ties, so interleaved conversations each keep their own sequence).
+        best: _Building | None = None
+        shared = -1
+        for building in chained:
+            common = _common_prefix(building.tokens, call.prompt)
+            if common >= shared:
+                best, shared = building, common
+        if best is not None and shared == len(best.tokens):
+            stats.merges += 1
+            best.append(call.prompt[shared:], policy=None)
+        elif best is not None and best.last_completion_start <= shared < len(call.prompt):
+            stats.drift += 1
+            if drift == "realign":
+                stats.realign_dropped_tokens += sum(best.mask[shared:])
+                del best.tokens[shared:], best.mask[shared:], best.logprobs[shared:]
+                best.append(call.prompt[shared:], policy=None)
+            else:
+                best = None
+        else:
+            if best is not None:
+                stats.new_contexts += 1
+            best = None
+        if best is None:
+            best = _Building([], [], [], 0)
+            best.append(call.prompt, policy=None)
+            chained.append(best)
+        best.last_completion_start = len(best.tokens)
+        best.append(call.completion, policy=call.logprobs)
+    return chained
+
+
+def _common_prefix(left: list[int], right: list[int]) -> int:
+    length = min(len(left), len(right))
+    if left[:length] == right[:length]:  # the usual case, compared at C speed
+        return length
+    for position in range(length):
+        if left[position] != right[position]:
+            return position
+    return length
+
+
+def _index(call: CallRecord | Mapping[str, Any]) -> int:
+    index = call.index if isinstance(call, CallRecord) else call.get("index", 0)
+    return index if isinstance(index, int) else 0
+
+
+def _call_tokens(
+    call: CallRecord | Mapping[str, Any], rollout_id: str
+) -> _CallTokens | Exclusion | None:
+    """The call's tokens, ``None`` for a failed call, or why the rollout cannot be trained."""
+    if isinstance(call, CallRecord):
+        status: object = call.status
+        prompt: object = call.prompt_token_ids
+        completion: object = call.completion_token_ids
+        logprobs: object = call.logprobs
+    else:
+        status = call.get("status", "ok")
+        prompt = call.get("prompt_token_ids")
+        completion = call.get("completion_token_ids")
+        logprobs = call.get("logprobs")
+    if status == "error":
+        return None
+    if prompt is None:
+        return Exclusion.NO_TOKEN_IDS
+    prompt_ids = _checked(prompt, floats=False, name="prompt_token_ids", rollout_id=rollout_id)
+    if not prompt_ids:
+        return Exclusion.NO_TOKEN_IDS
+    # A record stores an empty completion (and its logprobs) as null.
+    completion_ids = _checked(
+        completion or [], floats=False, name="completion_token_ids", rollout_id=rollout_id
+    )
+    completion_logprobs = _checked(
+        logprobs or [], floats=True, name="logprobs", rollout_id=rollout_id
+    )
+    if len(completion_logprobs) != len(completion_ids):
+        return Exclusion.BAD_LOGPROBS
+    return _CallTokens(
+        prompt=prompt_ids,
+        completion=completion_ids,
+        logprobs=[float(value) for value in completion_logprobs],
+    )
+
+
+def _checked(values: object, *, floats: bool, name: str, rollout_id: str) -> list[Any]:
+    # JSON numbers: an integral logprob is fine, a boolean token id is not.
+    allowed = (int, float) if floats else (int,)
+    if isinstance(values, list | tuple | array) and all(
+        isinstance(value, allowed) and not isinstance(value, bool) for value in values
+    ):
+        return list(values)
+    expected = "numbers" if floats else "integers"
+    raise ConfigError(
+        f"call record of rollout {rollout_id!r}: {name!r} must be a list of {expected} "
+        "(pass CallRecord objects or their to_json() form)"
+    )
