@@ -1,0 +1,1 @@
+"""The trainer: model source, training sequences, GRPO, and the training runner."""
