@@ -23,7 +23,9 @@ from osmosis_ai.gateway import (
     parse_policy_spec,
 )
 from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.gateway.policies._tool_prompt import plan_tools
 from osmosis_ai.gateway.policies.torch import bounded_strings
+from osmosis_ai.gateway.request import parse_chat_request
 from tests.gateway.conftest import serving, sse_events
 from tests.gateway.test_embedded_policy import CALCULATOR, WEATHER
 from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
@@ -67,7 +69,8 @@ def reference(tiny_model_dir: Path) -> Any:  # noqa: F811
     """The same weights, loaded separately, for teacher forcing."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    return model.eval()
 
 
 async def _chat(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
@@ -104,7 +107,7 @@ def _teacher_forced(
         logits = model(torch.tensor([prompt + completion])).logits[0].float()
     steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
     matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
-    bitmask = xgrammar.allocate_token_bitmask(1, vocab_size) if grammar is not None else None
+    bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
     out = []
     for step, token in zip(steps, completion, strict=True):
         row = step.clone().unsqueeze(0)
@@ -173,7 +176,7 @@ async def test_prompt_ids_are_the_chat_template_of_the_messages(
     messages = [{"role": "system", "content": "Be brief."}, *_ask("Hi there")]
     await _chat(http, "template", messages=messages, max_tokens=2)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    text = str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     assert text.startswith("<|im_start|>system\nBe brief.")
     expected = tokenizer.encode(text, add_special_tokens=False)
     assert list(_one(served[1], "template").prompt_token_ids or ()) == expected
@@ -274,7 +277,11 @@ async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
 ) -> None:
     policy, gateway = served
     prompts = ["Hi.", "Tell me a long story about the sea and the ships on it.", "Count to ten."]
-    settings = [{"temperature": 0.7, "seed": 5}, {"temperature": 0}, {"temperature": 1.3}]
+    settings: list[dict[str, Any]] = [
+        {"temperature": 0.7, "seed": 5},
+        {"temperature": 0},
+        {"temperature": 1.3},
+    ]
     async with policy.updating(version=policy.version):  # hold the batch until all have arrived
         calls = [
             asyncio.create_task(
@@ -318,8 +325,6 @@ async def test_top_p_logprobs_are_of_the_renormalised_distribution(
 async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
-    from osmosis_ai.gateway.policies._tool_prompt import ToolPlan
-
     policy, gateway = served
     await _chat(
         http,
@@ -333,19 +338,11 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     )
     record = _one(gateway, "tf-tool")
     assert record.finish_reason == "tool_calls"
-    schema = ToolPlan(
-        [
-            {
-                "type": "function",
-                "function": {
-                    **WEATHER["function"],
-                    "parameters": bounded_strings(WEATHER["function"]["parameters"], 64),
-                },
-            }
-        ],
-        allow_answer=False,
-    ).schema()
-    grammar = policy._compiler.compile_json_schema(schema, any_whitespace=False)
+    # The grammar the policy compiles for this request, replayed token by token.
+    request = parse_chat_request(
+        {"messages": _ask("Weather in Oslo?"), "tools": [WEATHER], "tool_choice": "required"}
+    )
+    grammar = policy._grammar(request.body, plan_tools(request, answer_after_tool_result=True))
     expected = _teacher_forced(
         reference, record, 0.8, grammar, vocab_size=reference.config.vocab_size
     )
@@ -481,7 +478,7 @@ async def test_torch_spec_of_a_missing_directory_names_it(tmp_path: Path) -> Non
 
 
 async def test_bounded_strings_bounds_only_free_strings() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {
             "free": {"type": "string"},
@@ -490,7 +487,7 @@ async def test_bounded_strings_bounds_only_free_strings() -> None:
             "list": {"type": "array", "items": {"type": "string"}},
         },
     }
-    bounded = bounded_strings(schema, 10)
+    bounded: Any = bounded_strings(schema, 10)
     assert bounded["properties"]["free"] == {"type": "string", "maxLength": 10}
     assert bounded["properties"]["pattern"] == schema["properties"]["pattern"]
     assert bounded["properties"]["short"] == {"type": "string", "maxLength": 3}
