@@ -448,6 +448,31 @@ async def test_weight_update_changes_the_version_and_the_answers(tiny_model_dir:
     assert list(after.logprobs or ()) != list(before.logprobs or ())
 
 
+async def test_a_call_during_an_update_waits_and_sees_only_the_new_weights(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    import math
+
+    import torch
+
+    policy = TorchPolicy(tiny_model_dir)
+    async with serving(policy) as (gateway, http):
+        async with policy.updating() as model:
+            call = asyncio.create_task(_chat(http, "held", messages=_ask("Hi."), max_tokens=4))
+            async with asyncio.timeout(30):
+                while policy.waiting < 1:  # noqa: ASYNC110 -- set by the server task
+                    await asyncio.sleep(0.01)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.zero_()  # all-zero weights: every next token equally likely
+            assert not call.done()
+        await call
+    record = _one(gateway, "held")
+    assert record.policy_version == 1
+    uniform = -math.log(policy._model.config.vocab_size)
+    assert all(abs(logprob - uniform) < 1e-4 for logprob in record.logprobs or ())
+
+
 async def test_a_live_model_is_served_without_a_directory(tiny_model_dir: Path) -> None:  # noqa: F811
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
