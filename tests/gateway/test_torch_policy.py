@@ -15,7 +15,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from osmosis_ai.errors import ConfigError, MissingExtraError
+from osmosis_ai.errors import ConfigError, MissingExtraError, PolicyError
 from osmosis_ai.gateway import (
     CallRecord,
     Gateway,
@@ -471,6 +471,24 @@ async def test_a_call_during_an_update_waits_and_sees_only_the_new_weights(
     assert record.policy_version == 1
     uniform = -math.log(policy._model.config.vocab_size)
     assert all(abs(logprob - uniform) < 1e-4 for logprob in record.logprobs or ())
+
+
+async def test_calls_still_waiting_when_the_policy_stops_fail_with_503(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    policy = TorchPolicy(tiny_model_dir)
+    await policy.start()
+    request = parse_chat_request({"messages": _ask("Hi."), "max_tokens": 2})
+    async with policy.updating():
+        calls = [asyncio.create_task(policy.complete(request)) for _ in range(3)]
+        async with asyncio.timeout(30):
+            while policy.waiting < 3:  # noqa: ASYNC110 -- set by the dispatcher task
+                await asyncio.sleep(0.01)
+        await policy.aclose()
+    for call in calls:
+        with pytest.raises(PolicyError) as info:
+            await call
+        assert info.value.status_code == 503
 
 
 async def test_a_live_model_is_served_without_a_directory(tiny_model_dir: Path) -> None:  # noqa: F811

@@ -270,32 +270,27 @@ class TorchPolicy(Policy):
 
     async def _dispatch(self) -> None:
         assert self._queue is not None
-        loop = asyncio.get_running_loop()
         while True:
             batch = [await self._queue.get()]
-            deadline = loop.time() + self.batch_window_sec
-            while len(batch) < self.max_batch_size and (left := deadline - loop.time()) > 0:
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), left))
-                except TimeoutError:
-                    break
-            async with self._weights:
-                # Calls that arrived while the weights were being updated join this batch.
-                while len(batch) < self.max_batch_size and not self._queue.empty():
-                    batch.append(self._queue.get_nowait())
-                version = self.version
-                self.batch_sizes[len(batch)] += 1
-                self._waiting -= len(batch)
-                jobs = [pending.job for pending in batch]
-                try:
+            try:
+                if self._queue.qsize() + 1 < self.max_batch_size:
+                    await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
+                async with self._weights:
+                    # Calls that arrived meanwhile (or during a weight update) join this batch.
+                    while len(batch) < self.max_batch_size and not self._queue.empty():
+                        batch.append(self._queue.get_nowait())
+                    version = self.version
+                    self.batch_sizes[len(batch)] += 1
+                    self._waiting -= len(batch)
+                    jobs = [pending.job for pending in batch]
                     await self._run(functools.partial(self._generate, jobs))
-                except asyncio.CancelledError:
-                    _fail(batch, PolicyError("the torch policy stopped", status_code=503))
-                    raise
-                except Exception as exc:
-                    message = f"the torch policy failed: {type(exc).__name__}: {exc}"
-                    _fail(batch, PolicyError(message, status_code=500))
-                    continue
+            except asyncio.CancelledError:
+                _fail(batch, PolicyError("the torch policy stopped", status_code=503))
+                raise
+            except Exception as exc:
+                message = f"the torch policy failed: {type(exc).__name__}: {exc}"
+                _fail(batch, PolicyError(message, status_code=500))
+                continue
             for pending in batch:
                 if not pending.done.done():  # the caller may have gone away
                     pending.done.set_result(version)
