@@ -135,6 +135,9 @@ class TorchPolicy(Policy):
         self._waiting = 0
         self._weights = asyncio.Lock()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
+        # Tokenising, grammar compiling and answer building: one thread, so the tokenizer is
+        # never used by two threads at once and never on the event loop.
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch-prep")
         self._dispatcher: asyncio.Task[None] | None = None
 
     @property
@@ -163,7 +166,7 @@ class TorchPolicy(Policy):
             self._model, self._tokenizer = load_model_dir(self.model_dir, feature=_FEATURE)
         stop_ids = {
             self._tokenizer.eos_token_id,
-            *_as_list(self._model.generation_config.eos_token_id),
+            *_as_list(getattr(self._model.generation_config, "eos_token_id", None)),
         }
         self._stop_ids = frozenset(i for i in stop_ids if isinstance(i, int))
         info = self._xgrammar.TokenizerInfo.from_huggingface(
@@ -184,7 +187,8 @@ class TorchPolicy(Policy):
             pending = self._queue.get_nowait()
             self._waiting -= 1
             _fail([pending], PolicyError("the torch policy stopped", status_code=503))
-        await asyncio.to_thread(self._executor.shutdown, wait=True)
+        for executor in (self._executor, self._prep):
+            await asyncio.to_thread(executor.shutdown, wait=True)
 
     @contextlib.asynccontextmanager
     async def updating(self, version: int | None = None) -> AsyncIterator[Any]:
@@ -213,12 +217,13 @@ class TorchPolicy(Policy):
                     param=field,
                 )
         plan = plan_tools(request, answer_after_tool_result=self.answer_after_tool_result)
-        job = await asyncio.to_thread(self._job, request, plan)
-        pending = _Pending(job, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        job = await loop.run_in_executor(self._prep, self._job, request, plan)
+        pending = _Pending(job, loop.create_future())
         self._waiting += 1
         await self._queue.put(pending)
         version = await pending.done
-        return self._response(request, job, plan, version)
+        return await loop.run_in_executor(self._prep, self._response, job, plan, version)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """The whole answer as chunks, once generated (batched generation is not streamed)."""
@@ -235,8 +240,8 @@ class TorchPolicy(Policy):
         )
         prompt_ids = list(self._tokenizer.encode(prompt, add_special_tokens=False))
         max_tokens = requested_max_tokens(request, self.default_max_tokens)
-        context = self._model.config.max_position_embeddings
-        if len(prompt_ids) + max_tokens > context:
+        context = getattr(self._model.config, "max_position_embeddings", None)
+        if context is not None and len(prompt_ids) + max_tokens > context:
             raise ChatRequestError(
                 f"the prompt ({len(prompt_ids)} tokens) plus max_tokens ({max_tokens}) exceed "
                 f"the model's context of {context} tokens; shorten the messages or lower "
@@ -315,7 +320,7 @@ class TorchPolicy(Policy):
     def _decode(self, ids: list[int]) -> str:
         return str(self._tokenizer.decode(ids, skip_special_tokens=True))
 
-    def _response(self, request: ChatRequest, job: Any, plan: Any, version: int) -> dict[str, Any]:
+    def _response(self, job: Any, plan: Any, version: int) -> dict[str, Any]:
         text = self._decode(job.token_ids)
         if job.stop_at is not None:
             text = text[: job.stop_at]
