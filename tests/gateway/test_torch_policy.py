@@ -325,6 +325,44 @@ async def test_top_p_logprobs_are_of_the_renormalised_distribution(
     assert abs(recorded[0] - (full[0] - float(torch.log(kept)))) <= 1e-4
 
 
+async def test_top_k_one_samples_the_greedy_tokens_with_certainty(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    body = {"messages": _ask("Hi."), "max_tokens": 8}
+    await _chat(http, "greedy", **body, temperature=0)
+    await _chat(http, "top-k", **body, temperature=1.5, top_k=1, seed=9)
+    greedy, top_k = _one(served[1], "greedy"), _one(served[1], "top-k")
+    assert top_k.completion_token_ids == greedy.completion_token_ids
+    assert all(logprob == 0 for logprob in top_k.logprobs or ())
+
+
+async def test_response_format_json_schema_is_enforced(http: httpx.AsyncClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
+    answer = await _chat(
+        http,
+        "json-schema",
+        messages=_ask("Pick a color."),
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        max_tokens=32,
+        seed=3,
+    )
+    assert json.loads(answer["choices"][0]["message"]["content"])["color"] in ("red", "green")
+    free = await _chat(
+        http,
+        "json-object",
+        messages=_ask("Reply in JSON."),
+        response_format={"type": "json_object"},
+        max_tokens=4,
+        seed=3,
+    )
+    assert free["choices"][0]["message"]["content"].startswith("{")
+
+
 async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:

@@ -266,8 +266,8 @@ class TorchPolicy(Policy):
             schema = ToolPlan(tools, allow_answer=plan.allow_answer).schema()
             return self._compiler.compile_json_schema(schema, any_whitespace=False)
         response_format = body.get("response_format") or {}
-        if response_format.get("type") == "json_object":
-            return self._compiler.compile_builtin_json_grammar()
+        if response_format.get("type") == "json_object":  # OpenAI: any JSON object
+            return self._compiler.compile_json_schema({"type": "object"}, any_whitespace=False)
         if response_format.get("type") == "json_schema":
             schema = (response_format.get("json_schema") or {}).get("schema") or {}
             return self._compiler.compile_json_schema(schema, any_whitespace=False)
