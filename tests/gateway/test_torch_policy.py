@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -627,17 +628,23 @@ async def test_gateway_command_names_what_a_checkpoint_lacks(tmp_path: Path) -> 
     assert b"has no weights" in stderr and b"tokenizer" in stderr
 
 
-@pytest.mark.slow
 async def test_eval_run_with_a_torch_checkpoint(
     workspace: Workspace,  # noqa: F811
     tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
-    workspace.write_config(model=f"torch:{tiny_model_dir}")
+    import transformers
+
+    # The probe sets no max_tokens: the checkpoint's own cap keeps the random model short.
+    checkpoint = await asyncio.to_thread(shutil.copytree, tiny_model_dir, tmp_path / "capped")
+    capped: Any = transformers.GenerationConfig
+    capped(max_new_tokens=6, eos_token_id=2).save_pretrained(str(checkpoint))
+    workspace.write_config(model=f"torch:{checkpoint}")
     workspace.write_rows(rows(2))
     code, out = await workspace.run()
     assert code == 0, out
     (run_dir,) = workspace.run_dirs()
     trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
     metrics = trajectory["steps"][-1]["metrics"]
-    assert len(metrics["completion_token_ids"]) == len(metrics["logprobs"]) > 0
+    assert 0 < len(metrics["completion_token_ids"]) == len(metrics["logprobs"]) <= 6
     assert metrics["prompt_token_ids"]

@@ -34,6 +34,7 @@ __all__ = ["TorchPolicy", "bounded_strings"]
 
 T = TypeVar("T")
 _FEATURE = "The torch policy"
+_DEFAULT_MAX_TOKENS = 1_024
 # Sampling fields this policy cannot honour: refused rather than silently ignored.
 _UNSUPPORTED = (
     "min_p",
@@ -96,6 +97,8 @@ class TorchPolicy(Policy):
         tokenizer: The live model's tokenizer.
         name: The model name reported; defaults to the directory's name.
         version: The initial policy version (training step).
+        default_max_tokens: Completion cap when a request sets none; by default the
+            checkpoint's ``generation_config.max_new_tokens``, else 1,024.
     """
 
     kind = "torch"
@@ -110,7 +113,7 @@ class TorchPolicy(Policy):
         version: int = 0,
         max_batch_size: int = 8,
         batch_window_sec: float = 0.01,
-        default_max_tokens: int = 1_024,
+        default_max_tokens: int | None = None,
         max_string_length: int = 64,
         answer_after_tool_result: bool = True,
     ) -> None:
@@ -122,6 +125,7 @@ class TorchPolicy(Policy):
         self.max_batch_size = max_batch_size
         self.batch_window_sec = batch_window_sec
         self.default_max_tokens = default_max_tokens
+        self._max_tokens_cap = default_max_tokens or _DEFAULT_MAX_TOKENS
         self.max_string_length = max_string_length
         self.answer_after_tool_result = answer_after_tool_result
         #: How many batches of each size were generated (for tests and metrics).
@@ -175,6 +179,9 @@ class TorchPolicy(Policy):
             stop_token_ids=sorted(self._stop_ids),
         )
         self._compiler = self._xgrammar.GrammarCompiler(info, max_threads=1)
+        # A checkpoint may state its own cap (generation_config.max_new_tokens).
+        stated = getattr(self._model.generation_config, "max_new_tokens", None)
+        self._max_tokens_cap = self.default_max_tokens or stated or _DEFAULT_MAX_TOKENS
 
     async def aclose(self) -> None:
         """Stop batching (waiting calls fail with 503), then free the worker thread."""
@@ -239,7 +246,7 @@ class TorchPolicy(Policy):
             messages, add_generation_prompt=True, tokenize=False
         )
         prompt_ids = list(self._tokenizer.encode(prompt, add_special_tokens=False))
-        max_tokens = requested_max_tokens(request, self.default_max_tokens)
+        max_tokens = requested_max_tokens(request, self._max_tokens_cap)
         context = getattr(self._model.config, "max_position_embeddings", None)
         if context is not None and len(prompt_ids) + max_tokens > context:
             raise ChatRequestError(
