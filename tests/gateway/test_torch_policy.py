@@ -204,6 +204,28 @@ async def test_named_tool_choice_is_a_call_of_that_tool(http: httpx.AsyncClient)
     assert isinstance(city, str) and len(city) <= 64  # free strings are bounded
 
 
+async def test_alternatives_are_only_tokens_that_could_be_sampled(
+    http: httpx.AsyncClient,
+) -> None:
+    answer = await _chat(
+        http,
+        "forced-alternatives",
+        messages=_ask("Weather?"),
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=40,
+        top_k=3,
+        seed=1,
+        logprobs=True,
+        top_logprobs=5,
+    )
+    entries = answer["choices"][0]["logprobs"]["content"]
+    counts = [len(entry["top_logprobs"]) for entry in entries]
+    # The grammar forces most tokens ({"name": "weather", ...): one possible token each.
+    assert 1 in counts and max(counts) <= 3
+    assert all(alt["logprob"] <= 0 for entry in entries for alt in entry["top_logprobs"])
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_required_tool_choice_is_always_a_valid_call(
     http: httpx.AsyncClient, seed: int

@@ -9,6 +9,7 @@ of the unscaled (masked) distribution.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -138,7 +139,10 @@ def _choose(
     alternatives: list[tuple[int, float]] = []
     if sampling.top_logprobs:
         values, ids = torch.topk(logprobs, sampling.top_logprobs)
-        alternatives = [(int(i), float(v)) for i, v in zip(ids, values, strict=True)]
+        # Tokens masked out (grammar, top-k, top-p) are no alternatives (and -inf is no JSON).
+        alternatives = [
+            (int(i), float(v)) for i, v in zip(ids, values, strict=True) if math.isfinite(v)
+        ]
     return token, float(logprobs[token]), alternatives
 
 
