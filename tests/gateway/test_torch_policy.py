@@ -564,6 +564,19 @@ async def test_a_live_model_is_served_without_a_directory(tiny_model_dir: Path) 
     assert _one(gateway, "live").policy_version == 0
 
 
+async def test_a_policy_needs_a_directory_or_a_live_model_and_tokenizer(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    choices: list[dict[str, Any]] = [
+        {},
+        {"model_dir": tiny_model_dir, "model": object()},
+        {"model": object()},
+    ]
+    for arguments in choices:
+        with pytest.raises(ConfigError, match="give one of the two"):
+            TorchPolicy(**arguments)
+
+
 async def test_torch_spec_parses_and_builds(tiny_model_dir: Path) -> None:  # noqa: F811
     assert parse_policy_spec(f"torch:{tiny_model_dir}") == PolicySpec(
         "torch", model=str(tiny_model_dir)

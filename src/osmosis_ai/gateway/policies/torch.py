@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from osmosis_ai.errors import ChatRequestError, PolicyError
+from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
 from osmosis_ai.gateway.policies._hf_dir import (
     check_model_dir,
     import_torch_stack,
@@ -118,7 +118,10 @@ class TorchPolicy(Policy):
         answer_after_tool_result: bool = True,
     ) -> None:
         if (model is None) == (model_dir is None) or (model is None) != (tokenizer is None):
-            raise ValueError("give either model_dir, or model and tokenizer")
+            raise ConfigError(
+                "TorchPolicy serves either a checkpoint directory (model_dir) or a live model "
+                "(model and tokenizer together); give one of the two"
+            )
         self.model_dir = check_model_dir(Path(model_dir)) if model_dir is not None else None
         self._name = name or (self.model_dir.name if self.model_dir else "torch-policy")
         self.version = version
