@@ -97,8 +97,17 @@ class TorchPolicy(Policy):
         tokenizer: The live model's tokenizer.
         name: The model name reported; defaults to the directory's name.
         version: The initial policy version (training step).
+        max_batch_size: Most calls generated together.
+        batch_window_sec: How long a batch waits for more calls before it starts.
         default_max_tokens: Completion cap when a request sets none; by default the
             checkpoint's ``generation_config.max_new_tokens``, else 1,024.
+        max_string_length: ``maxLength`` given to unbounded strings in tool arguments.
+        answer_after_tool_result: Constrain an ``auto`` turn right after a tool result to
+            an answer, as the embedded policy does.
+
+    Raises:
+        ConfigError: Neither or both of a directory and a live model are given, or the
+            directory lacks its config, weights or tokenizer.
     """
 
     kind = "torch"
