@@ -32,6 +32,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("torch", "torch"),
         ("transformers", "transformers"),
         ("gguf", "gguf"),
+        ("accelerate", "accelerate"),
         ("apache-tvm-ffi", "tvm_ffi"),
     ),
 }

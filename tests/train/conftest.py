@@ -1,29 +1,81 @@
-"""Training fixtures: a tiny random-initialised Llama, built from a config (no download)."""
+"""Training fixtures: tiny random-initialised Llamas built from a config (no download)."""
 
 from __future__ import annotations
 
-import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import pytest
+
+from osmosis_ai.gateway.policies._llama import embedded_model_path
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
+
+#: The vocabulary of the tokenizer-less tiny model (GRPO mechanics and the learning test).
 VOCAB = 16
 
 
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    """A 2-layer Llama with a 16-token vocabulary and hidden size 32, the same for a seed."""
+def tiny_llama(
+    seed: int = 0, *, vocab_size: int = VOCAB, hidden_size: int = 32, **config: Any
+) -> LlamaForCausalLM:
+    """A random 2-layer Llama, the same for a seed; ``config`` adds LlamaConfig fields."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=2 * hidden_size,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            **{"max_position_embeddings": 64, **config},
+        )
     )
-    return LlamaForCausalLM(config)
 
 
 @pytest.fixture
 def model() -> LlamaForCausalLM:
     return tiny_llama()
+
+
+def save_tiny_model(directory: Path, tokenizer_dir: Path, *, seed: int = 0) -> Path:
+    """Save a random 2-layer Llama (hidden size 64) and the tokenizer into ``directory``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    tiny_llama(
+        seed,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    ).save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded model's tokenizer (read from its GGUF file, ~5 s), saved once."""
+    from transformers import AutoTokenizer
+
+    gguf = embedded_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, local_files_only=True
+    )
+    directory = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    """A checkpoint directory of a tiny random Llama with a real tokenizer (no download)."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), tokenizer_dir)

@@ -20,7 +20,7 @@ def gateway_command(
     policy: str = typer.Option(
         "embedded",
         "--policy",
-        help="embedded | openai:<base_url>[:<model>] | litellm:<provider/model>",
+        help="embedded | openai:<base_url>[:<model>] | litellm:<provider/model> | torch:<dir>",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = typer.Option(0, "--port", help="Port to bind; 0 picks a free one."),

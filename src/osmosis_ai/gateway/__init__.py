@@ -1,8 +1,8 @@
 """The model gateway: the controller's rollout-scoped OpenAI-compatible endpoint.
 
 Every LLM call of a rollout reaches ``<base>/v1/rollouts/<rollout_id>/chat/completions``;
-the gateway forwards it to a policy (the embedded model, an OpenAI-compatible server, or a
-LiteLLM provider) and records usage, token ids and logprobs per call.
+the gateway forwards it to a policy (the embedded model, an OpenAI-compatible server, a
+LiteLLM provider, or live torch weights) and records usage, token ids and logprobs per call.
 """
 
 from osmosis_ai.gateway.app import create_gateway_app
@@ -12,6 +12,7 @@ from osmosis_ai.gateway.policies import (
     OpenAICompatiblePolicy,
     Policy,
     PolicySpec,
+    TorchPolicy,
     build_policy,
     displayable_policy_spec,
     parse_policy_spec,
@@ -32,6 +33,7 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "PreflightResult",
+    "TorchPolicy",
     "build_policy",
     "displayable_policy_spec",
     "create_gateway_app",

@@ -27,6 +27,8 @@ class CallData:
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    policy_version: int | None = None
+    """Training step of the weights that answered (policies serving live weights set it)."""
 
     def absorb_choice(self, choice: dict[str, Any]) -> None:
         """Add one choice's (or one streamed delta's) tokens and finish reason."""
@@ -54,6 +56,8 @@ class CallData:
             self.usage = obj["usage"]
         if isinstance(obj.get("prompt_token_ids"), list):
             self.prompt_token_ids = obj["prompt_token_ids"]
+        if isinstance(obj.get("policy_version"), int):
+            self.policy_version = obj["policy_version"]
 
 
 def call_data_from_response(response: dict[str, Any]) -> CallData:
@@ -87,6 +91,7 @@ def strip_for_caller(obj: dict[str, Any], request: ChatRequest) -> dict[str, Any
 
     Returns ``None`` for a usage-only stream chunk the caller did not ask for.
     """
+    obj.pop("policy_version", None)  # recorded; not part of an OpenAI answer
     if not request.want_token_ids:
         obj.pop("prompt_token_ids", None)
     choices = obj.get("choices")

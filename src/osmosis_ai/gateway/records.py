@@ -40,6 +40,8 @@ class CallRecord:
     logprobs: array[float] | None = None
     error: str | None = None
     """Redacted error message of a failed call."""
+    policy_version: int | None = None
+    """Training step of the weights that answered, when the policy serves live weights."""
 
     @classmethod
     def from_call(
@@ -73,6 +75,7 @@ class CallRecord:
             ),
             logprobs=array("d", data.logprobs) if data.logprobs else None,
             error=error,
+            policy_version=data.policy_version,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -92,6 +95,7 @@ class CallRecord:
             "completion_token_ids": _listed(self.completion_token_ids),
             "logprobs": _listed(self.logprobs),
             "error": self.error,
+            "policy_version": self.policy_version,
         }
 
     def to_llm_call_metrics(self) -> LlmCallMetrics:

@@ -10,6 +10,7 @@ from osmosis_ai.gateway.policies.spec import (
     displayable_policy_spec,
     parse_policy_spec,
 )
+from osmosis_ai.gateway.policies.torch import TorchPolicy
 
 __all__ = [
     "EmbeddedPolicy",
@@ -17,6 +18,7 @@ __all__ = [
     "OpenAICompatiblePolicy",
     "Policy",
     "PolicySpec",
+    "TorchPolicy",
     "build_policy",
     "displayable_policy_spec",
     "parse_policy_spec",

@@ -8,7 +8,7 @@ from typing import Any
 
 from osmosis_ai.gateway.request import ChatRequest
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "chunks_of", "requested_max_tokens"]
 
 
 class Policy(ABC):
@@ -47,3 +47,46 @@ class Policy(ABC):
     @abstractmethod
     def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """Answer ``request`` as a stream of ``chat.completion.chunk`` objects."""
+
+
+def requested_max_tokens(request: ChatRequest, default: int) -> int:
+    """The completion cap of ``request`` (``max_tokens`` or ``max_completion_tokens``)."""
+    cap = request.body.get("max_tokens") or request.body.get("max_completion_tokens") or default
+    return int(cap)
+
+
+def chunks_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A complete response re-expressed as the chunks a stream of it would have had."""
+    envelope = {
+        "id": response.get("id"),
+        "object": "chat.completion.chunk",
+        "created": response.get("created"),
+        "model": response.get("model"),
+    }
+    choice = response["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [
+            {"index": index, **call} for index, call in enumerate(message["tool_calls"])
+        ]
+    first: dict[str, Any] = {
+        **envelope,
+        "prompt_token_ids": response.get("prompt_token_ids"),
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": choice.get("logprobs"),
+                "token_ids": choice.get("token_ids"),
+                "finish_reason": None,
+            }
+        ],
+    }
+    if "policy_version" in response:
+        first["policy_version"] = response["policy_version"]
+    last = {
+        **envelope,
+        "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}],
+    }
+    return [first, last, {**envelope, "choices": [], "usage": response.get("usage")}]

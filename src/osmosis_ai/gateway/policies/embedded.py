@@ -19,7 +19,7 @@ from osmosis_ai.gateway.policies._tool_prompt import (
     render_messages,
     reply_message,
 )
-from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
 from osmosis_ai.gateway.request import ChatRequest
 
 __all__ = ["EmbeddedPolicy"]
@@ -146,7 +146,7 @@ class EmbeddedPolicy(Policy):
         plan = plan_tools(request, answer_after_tool_result=self.answer_after_tool_result)
         if plan is not None or "response_format" in request.body:
             # Constrained output (a tool call, a JSON answer) is checked whole.
-            for chunk in _chunks_of(await self.complete(request)):
+            for chunk in chunks_of(await self.complete(request)):
                 yield chunk
             return
         engine = self._require_engine()
@@ -197,11 +197,7 @@ class EmbeddedPolicy(Policy):
     ) -> dict[str, Any]:
         body = {k: v for k, v in request.body.items() if k not in _NOT_FORWARDED}
         body["messages"] = messages
-        body["max_tokens"] = (
-            request.body.get("max_tokens")
-            or request.body.get("max_completion_tokens")
-            or self.default_max_tokens
-        )
+        body["max_tokens"] = requested_max_tokens(request, self.default_max_tokens)
         # Logprobs are always asked for: their entries carry the completion token ids
         # (llama.cpp returns none with top_logprobs=0, so at least one alternative).
         body["logprobs"] = True
@@ -228,38 +224,3 @@ def _add_token_ids(choice: dict[str, Any], top_logprobs: int) -> None:
     if not top_logprobs:
         for entry in entries:
             entry["top_logprobs"] = []
-
-
-def _chunks_of(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """A complete response re-expressed as the chunks a stream of it would have had."""
-    envelope = {
-        "id": response.get("id"),
-        "object": "chat.completion.chunk",
-        "created": response.get("created"),
-        "model": response.get("model"),
-    }
-    choice = response["choices"][0]
-    message = choice["message"]
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [
-            {"index": index, **call} for index, call in enumerate(message["tool_calls"])
-        ]
-    first: dict[str, Any] = {
-        **envelope,
-        "prompt_token_ids": response.get("prompt_token_ids"),
-        "choices": [
-            {
-                "index": 0,
-                "delta": delta,
-                "logprobs": choice.get("logprobs"),
-                "token_ids": choice.get("token_ids"),
-                "finish_reason": None,
-            }
-        ],
-    }
-    last = {
-        **envelope,
-        "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}],
-    }
-    return [first, last, {**envelope, "choices": [], "usage": response.get("usage")}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from osmosis_ai.errors import ConfigError
@@ -11,6 +12,7 @@ from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
 from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy, split_userinfo
+from osmosis_ai.gateway.policies.torch import TorchPolicy
 from osmosis_ai.redact import REDACTED
 
 __all__ = ["PolicySpec", "build_policy", "displayable_policy_spec", "parse_policy_spec"]
@@ -24,9 +26,10 @@ _LITELLM_ID = re.compile(r"[A-Za-z0-9_.-]+/\S+")
 class PolicySpec:
     """A parsed policy specification."""
 
-    kind: Literal["embedded", "openai", "litellm"]
+    kind: Literal["embedded", "openai", "litellm", "torch"]
     base_url: str | None = None
     model: str | None = None
+    """The model name, or the checkpoint directory of a ``torch`` policy."""
 
 
 def displayable_policy_spec(spec: str) -> str:
@@ -45,7 +48,8 @@ def displayable_policy_spec(spec: str) -> str:
 
 def parse_policy_spec(spec: str) -> PolicySpec:
     """Parse ``embedded``, ``openai:<base_url>[:<model>]`` (also ``openai-compatible:``),
-    ``litellm:<provider/model>`` or a bare LiteLLM id ``<provider>/<model>``.
+    ``litellm:<provider/model>``, a bare LiteLLM id ``<provider>/<model>``, or
+    ``torch:<dir>`` (a checkpoint directory written by ``save_pretrained``).
 
     In ``openai:http://host:8000/v1:Qwen/Qwen3-8B`` the text after the last ``:`` is the
     model, unless it is a port (digits, optionally followed by a path) or inside the URL's
@@ -57,6 +61,13 @@ def parse_policy_spec(spec: str) -> PolicySpec:
     text = spec.strip()
     if text in ("", "embedded"):
         return PolicySpec("embedded")
+    if text.startswith("torch:"):
+        directory = text.removeprefix("torch:").strip()
+        if not directory:
+            raise ConfigError(
+                f"policy {spec!r}: name the checkpoint directory, e.g. torch:./checkpoints/step-40"
+            )
+        return PolicySpec("torch", model=directory)
     for prefix in _OPENAI_PREFIXES:
         if text.startswith(prefix):
             rest = text[len(prefix) :]
@@ -77,7 +88,8 @@ def parse_policy_spec(spec: str) -> PolicySpec:
         return PolicySpec("litellm", model=model)
     raise ConfigError(
         f"policy {displayable_policy_spec(spec)!r} is not recognised; use 'embedded', "
-        "'openai:<base_url>[:<model>]' or a LiteLLM id such as 'openai/gpt-4o-mini'"
+        "'openai:<base_url>[:<model>]', 'torch:<checkpoint dir>' or a LiteLLM id such as "
+        "'openai/gpt-4o-mini'"
     )
 
 
@@ -87,15 +99,19 @@ def build_policy(
     """Construct the policy a specification names (not started).
 
     ``timeout_sec`` bounds one upstream call of an openai or LiteLLM policy (``None``:
-    600 s); the embedded model has no upstream.
+    600 s); the embedded and torch models have no upstream.
 
     Raises:
-        ConfigError: The specification is not recognised, or its URL carries credentials
-            and ``api_key`` is given too.
+        ConfigError: The specification is not recognised, its URL carries credentials
+            and ``api_key`` is given too, or a torch checkpoint directory lacks its config,
+            weights or tokenizer.
     """
     parsed = parse_policy_spec(spec) if isinstance(spec, str) else spec
     if parsed.kind == "embedded":
         return EmbeddedPolicy()
+    if parsed.kind == "torch":
+        assert parsed.model is not None
+        return TorchPolicy(Path(parsed.model).expanduser())
     timeout = 600.0 if timeout_sec is None else timeout_sec
     if parsed.kind == "openai":
         assert parsed.base_url is not None

@@ -1,0 +1,685 @@
+"""TorchPolicy behind the real gateway over HTTP, on a tiny random Llama with a real tokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from osmosis_ai.errors import ConfigError, MissingExtraError, PolicyError
+from osmosis_ai.gateway import (
+    CallRecord,
+    Gateway,
+    PolicySpec,
+    TorchPolicy,
+    build_policy,
+    parse_policy_spec,
+)
+from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.gateway.policies._tool_prompt import plan_tools
+from osmosis_ai.gateway.policies.torch import bounded_strings
+from osmosis_ai.gateway.request import parse_chat_request
+from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
+from tests.gateway.conftest import serving, sse_events
+from tests.gateway.test_embedded_policy import CALCULATOR, WEATHER
+from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+TOOL_CALL_RESULT = [
+    {"role": "user", "content": "What is 17*23?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "391"},
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(tiny_model_dir: Path) -> AsyncIterator[tuple[TorchPolicy, Gateway]]:  # noqa: F811
+    policy = TorchPolicy(tiny_model_dir)
+    async with Gateway(policy) as gateway:
+        yield policy, gateway
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def http(served: tuple[TorchPolicy, Gateway]) -> AsyncIterator[httpx.AsyncClient]:
+    gateway = served[1]
+    headers = {"Authorization": f"Bearer {gateway.token}"}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir: Path) -> Any:  # noqa: F811
+    """The same weights, loaded separately, for teacher forcing."""
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    return model.eval()
+
+
+async def _chat(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
+    response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def _ask(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def _one(gateway: Gateway, rollout: str) -> CallRecord:
+    (record,) = gateway.records.calls(rollout)
+    assert record.status == "ok", record.error
+    return record
+
+
+def _teacher_forced(
+    model: Any,
+    record: CallRecord,
+    temperature: float,
+    grammar: Any = None,
+    vocab_size: int = 0,
+) -> list[float]:
+    """Logprobs of the recorded completion under one forward pass of the same weights."""
+    import torch
+    import xgrammar
+
+    prompt = list(record.prompt_token_ids or ())
+    completion = list(record.completion_token_ids or ())
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + completion])).logits[0].float()
+    steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
+    matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
+    bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
+    out = []
+    for step, token in zip(steps, completion, strict=True):
+        row = step.clone().unsqueeze(0)
+        if matcher is not None:
+            matcher.fill_next_token_bitmask(bitmask)
+            xgrammar.apply_token_bitmask_inplace(row, bitmask, vocab_size=vocab_size)
+            matcher.accept_token(token)
+        scaled = row[0] / temperature if temperature else row[0]
+        out.append(float(torch.log_softmax(scaled, dim=-1)[token]))
+    return out
+
+
+def _max_delta(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) and a
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+async def test_plain_answer_records_token_ids_logprobs_and_version(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    policy, gateway = served
+    answer = await _chat(http, "plain", messages=_ask("Name a color."), max_tokens=12, seed=3)
+    choice = answer["choices"][0]
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in ("stop", "length")
+    assert answer["model"] == policy.model == Path(policy.model_dir or "").name
+    assert "prompt_token_ids" not in answer and "logprobs" not in choice
+    assert "policy_version" not in answer
+    record = _one(gateway, "plain")
+    usage = answer["usage"]
+    assert len(record.prompt_token_ids or ()) == usage["prompt_tokens"]
+    assert len(record.completion_token_ids or ()) == usage["completion_tokens"] <= 12
+    assert len(record.logprobs or ()) == usage["completion_tokens"]
+    assert all(logprob <= 0 for logprob in record.logprobs or ())
+    assert record.policy_version == policy.version
+    assert record.to_json()["policy_version"] == policy.version
+
+
+async def test_caller_can_ask_for_token_ids_and_top_logprobs(http: httpx.AsyncClient) -> None:
+    answer = await _chat(
+        http,
+        "asked",
+        messages=_ask("Say hello."),
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        return_token_ids=True,
+    )
+    choice = answer["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert [entry["id"] for entry in entries] == choice["token_ids"]
+    # Greedy: the chosen token is the most likely one.
+    assert all(entry["top_logprobs"][0]["id"] == entry["id"] for entry in entries)
+    assert all(len(entry["top_logprobs"]) == 2 for entry in entries)
+    assert len(answer["prompt_token_ids"]) == answer["usage"]["prompt_tokens"]
+
+
+async def test_prompt_ids_are_the_chat_template_of_the_messages(
+    http: httpx.AsyncClient,
+    served: tuple[TorchPolicy, Gateway],
+    tokenizer_dir: Path,  # noqa: F811
+) -> None:
+    from transformers import AutoTokenizer
+
+    messages = [{"role": "system", "content": "Be brief."}, *_ask("Hi there")]
+    await _chat(http, "template", messages=messages, max_tokens=2)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    text = str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    assert text.startswith("<|im_start|>system\nBe brief.")
+    expected = tokenizer.encode(text, add_special_tokens=False)
+    assert list(_one(served[1], "template").prompt_token_ids or ()) == expected
+
+
+async def test_named_tool_choice_is_a_call_of_that_tool(http: httpx.AsyncClient) -> None:
+    answer = await _chat(
+        http,
+        "named",
+        messages=_ask("What is the weather in Paris?"),
+        tools=[CALCULATOR, WEATHER],
+        tool_choice={"type": "function", "function": {"name": "weather"}},
+        max_tokens=160,
+        seed=1,
+    )
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "weather" and call["id"].startswith("call_")
+    city = json.loads(call["function"]["arguments"])["city"]
+    assert isinstance(city, str) and len(city) <= 64  # free strings are bounded
+
+
+async def test_alternatives_are_only_tokens_that_could_be_sampled(
+    http: httpx.AsyncClient,
+) -> None:
+    answer = await _chat(
+        http,
+        "forced-alternatives",
+        messages=_ask("Weather?"),
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=40,
+        top_k=3,
+        seed=1,
+        logprobs=True,
+        top_logprobs=5,
+    )
+    entries = answer["choices"][0]["logprobs"]["content"]
+    counts = [len(entry["top_logprobs"]) for entry in entries]
+    # The grammar forces most tokens ({"name": "weather", ...): one possible token each.
+    assert 1 in counts and max(counts) <= 3
+    assert all(alt["logprob"] <= 0 for entry in entries for alt in entry["top_logprobs"])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_required_tool_choice_is_always_a_valid_call(
+    http: httpx.AsyncClient, seed: int
+) -> None:
+    answer = await _chat(
+        http,
+        f"required-{seed}",
+        messages=_ask("What is 3*4?"),
+        tools=[CALCULATOR, WEATHER],
+        tool_choice="required",
+        max_tokens=160,
+        seed=seed,
+    )
+    (call,) = answer["choices"][0]["message"]["tool_calls"]
+    arguments = json.loads(call["function"]["arguments"])
+    expected_key = {"calculator": "expression", "weather": "city"}[call["function"]["name"]]
+    assert set(arguments) == {expected_key}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_auto_tool_choice_is_a_call_or_an_answer(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], seed: int
+) -> None:
+    answer = await _chat(
+        http,
+        f"auto-{seed}",
+        messages=_ask("What is 3*4?"),
+        tools=[CALCULATOR],
+        max_tokens=48,
+        seed=seed,
+    )
+    choice = answer["choices"][0]
+    record = _one(served[1], f"auto-{seed}")
+    if choice["finish_reason"] == "tool_calls":
+        (call,) = choice["message"]["tool_calls"]
+        assert call["function"]["name"] == "calculator"
+        assert set(json.loads(call["function"]["arguments"])) == {"expression"}
+    else:
+        # An answer (possibly cut at max_tokens): its text, never the raw JSON around it.
+        assert not choice["message"].get("tool_calls")
+        assert not choice["message"]["content"].lstrip().startswith("{")
+    if choice["finish_reason"] != "length":
+        # The grammar completed, and the turn ended with the end-of-turn token.
+        assert (record.completion_token_ids or [0])[-1] == 2
+
+
+async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) -> None:
+    answer = await _chat(
+        http, "after-tool", messages=TOOL_CALL_RESULT, tools=[CALCULATOR], max_tokens=48, seed=1
+    )
+    message = answer["choices"][0]["message"]
+    assert "tool_calls" not in message and isinstance(message["content"], str)
+
+
+async def test_tool_choice_none_generates_free_text(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    answer = await _chat(
+        http,
+        "none",
+        messages=_ask("What is 2+2?"),
+        tools=[CALCULATOR],
+        tool_choice="none",
+        max_tokens=8,
+        temperature=0,
+    )
+    assert "tool_calls" not in answer["choices"][0]["message"]
+    # Unconstrained: the tools are not described in the prompt either.
+    prompt = _one(served[1], "none").prompt_token_ids or ()
+    assert len(prompt) == answer["usage"]["prompt_tokens"]
+
+
+async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+) -> None:
+    policy, gateway = served
+    prompts = ["Hi.", "Tell me a long story about the sea and the ships on it.", "Count to ten."]
+    settings: list[dict[str, Any]] = [
+        {"temperature": 0.7, "seed": 5},
+        {"temperature": 0},
+        {"temperature": 1.3},
+    ]
+    async with policy.updating(version=policy.version):  # hold the batch until all have arrived
+        calls = [
+            asyncio.create_task(
+                _chat(http, f"tf-{index}", messages=_ask(text), max_tokens=24, **setting)
+            )
+            for index, (text, setting) in enumerate(zip(prompts, settings, strict=True))
+        ]
+        async with asyncio.timeout(30):
+            while policy.waiting < len(calls):  # noqa: ASYNC110 -- set by the server task
+                await asyncio.sleep(0.01)
+    await asyncio.gather(*calls)
+    for index, setting in enumerate(settings):
+        record = _one(gateway, f"tf-{index}")
+        expected = _teacher_forced(reference, record, setting["temperature"])
+        assert _max_delta(list(record.logprobs or ()), expected) <= 1e-3
+
+
+async def test_top_p_logprobs_are_of_the_renormalised_distribution(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+) -> None:
+    import torch
+
+    await _chat(http, "top-p", messages=_ask("Hi."), max_tokens=16, temperature=1.0, top_p=0.5)
+    record = _one(served[1], "top-p")
+    full = _teacher_forced(reference, record, 1.0)
+    recorded = list(record.logprobs or ())
+    # Renormalising over the kept nucleus raises every sampled token's logprob...
+    assert all(r >= f - 1e-6 for r, f in zip(recorded, full, strict=True))
+    assert any(r > f + 1e-3 for r, f in zip(recorded, full, strict=True))
+    # ...to the log of its probability divided by the mass of the kept tokens.
+    prompt = list(record.prompt_token_ids or ())
+    completion = list(record.completion_token_ids or ())
+    with torch.inference_mode():
+        logits = reference(torch.tensor([prompt + completion])).logits[0]
+    first = torch.softmax(logits[len(prompt) - 1], dim=-1)
+    ordered = torch.sort(first, descending=True).values
+    kept = ordered[(ordered.cumsum(-1) - ordered) < 0.5].sum()
+    assert abs(recorded[0] - (full[0] - float(torch.log(kept)))) <= 1e-4
+
+
+async def test_top_k_one_samples_the_greedy_tokens_with_certainty(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    body = {"messages": _ask("Hi."), "max_tokens": 8}
+    await _chat(http, "greedy", **body, temperature=0)
+    await _chat(http, "top-k", **body, temperature=1.5, top_k=1, seed=9)
+    greedy, top_k = _one(served[1], "greedy"), _one(served[1], "top-k")
+    assert top_k.completion_token_ids == greedy.completion_token_ids
+    assert all(logprob == 0 for logprob in top_k.logprobs or ())
+
+
+async def test_response_format_json_schema_is_enforced(http: httpx.AsyncClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
+    answer = await _chat(
+        http,
+        "json-schema",
+        messages=_ask("Pick a color."),
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        max_tokens=32,
+        seed=3,
+    )
+    assert json.loads(answer["choices"][0]["message"]["content"])["color"] in ("red", "green")
+    free = await _chat(
+        http,
+        "json-object",
+        messages=_ask("Reply in JSON."),
+        response_format={"type": "json_object"},
+        max_tokens=4,
+        seed=3,
+    )
+    assert free["choices"][0]["message"]["content"].startswith("{")
+
+
+async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+) -> None:
+    policy, gateway = served
+    await _chat(
+        http,
+        "tf-tool",
+        messages=_ask("Weather in Oslo?"),
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=160,
+        temperature=0.8,
+        seed=7,
+    )
+    record = _one(gateway, "tf-tool")
+    assert record.finish_reason == "tool_calls"
+    # The grammar the policy compiles for this request, replayed token by token.
+    request = parse_chat_request(
+        {"messages": _ask("Weather in Oslo?"), "tools": [WEATHER], "tool_choice": "required"}
+    )
+    grammar = policy._grammar(request.body, plan_tools(request, answer_after_tool_result=True))
+    expected = _teacher_forced(
+        reference, record, 0.8, grammar, vocab_size=reference.config.vocab_size
+    )
+    assert _max_delta(list(record.logprobs or ()), expected) <= 1e-3
+    # Tokens the grammar forces (e.g. the tool name) come out with logprob 0.
+    assert any(logprob == 0 for logprob in record.logprobs or ())
+
+
+async def test_concurrent_calls_are_generated_in_one_batch(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    policy, gateway = served
+    before = sum(policy.batch_sizes.values())
+    async with policy.updating(version=policy.version):
+        calls = [
+            asyncio.create_task(_chat(http, f"batch-{index}", messages=_ask("Hi."), max_tokens=4))
+            for index in range(4)
+        ]
+        async with asyncio.timeout(30):
+            while policy.waiting < 4:  # noqa: ASYNC110 -- set by the server task
+                await asyncio.sleep(0.01)
+    await asyncio.gather(*calls)
+    assert sum(policy.batch_sizes.values()) == before + 1
+    assert policy.batch_sizes[4] >= 1
+    assert all(_one(gateway, f"batch-{index}").status == "ok" for index in range(4))
+
+
+async def test_streamed_answer_arrives_with_its_records(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    response = await http.post(
+        "/v1/rollouts/stream/chat/completions",
+        json={"messages": _ask("Hi."), "max_tokens": 6, "stream": True, "seed": 2,
+              "stream_options": {"include_usage": True}},
+    )  # fmt: skip
+    events = sse_events(response.text)
+    assert events[-1] == "[DONE]"
+    assert all("policy_version" not in event for event in events[:-1])
+    usage = events[-2]["usage"]
+    record = _one(served[1], "stream")
+    assert record.stream and len(record.completion_token_ids or ()) == usage["completion_tokens"]
+    assert record.policy_version == served[0].version
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("presence_penalty", 0.5), ("seed", "x"), ("top_k", -1), ("stop", [1])],
+)
+async def test_bad_sampling_fields_are_refused_by_name(
+    http: httpx.AsyncClient, field: str, value: Any
+) -> None:
+    response = await http.post(
+        "/v1/rollouts/bad/chat/completions", json={"messages": _ask("Hi."), field: value}
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == field
+
+
+async def test_context_overflow_is_a_client_error(http: httpx.AsyncClient) -> None:
+    response = await http.post(
+        "/v1/rollouts/overflow/chat/completions",
+        json={"messages": _ask("word " * 2100), "max_tokens": 4},
+    )
+    assert response.status_code == 400
+    assert "context of 2048 tokens" in response.json()["error"]["message"]
+
+
+async def test_stop_string_ends_the_answer_before_it(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+) -> None:
+    body = {"messages": _ask("Hi."), "max_tokens": 12, "temperature": 1.0, "seed": 11}
+    text = (await _chat(http, "free", **body))["choices"][0]["message"]["content"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    assert stop, text
+    stopped = await _chat(http, "stopped", **body, stop=[stop])
+    choice = stopped["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == text[: text.find(stop)]
+
+
+async def test_weight_update_changes_the_version_and_the_answers(tiny_model_dir: Path) -> None:  # noqa: F811
+    import torch
+
+    policy = TorchPolicy(tiny_model_dir, version=7)
+    async with serving(policy) as (gateway, http):
+        body = {"messages": _ask("Hi."), "max_tokens": 8, "temperature": 0}
+        await _chat(http, "update", **body)
+        async with policy.updating() as model:
+            state = {
+                name: tensor + 0.05 * torch.randn_like(tensor)
+                for name, tensor in model.state_dict().items()
+            }
+        async with policy.updating() as model:
+            model.load_state_dict(state)
+        await _chat(http, "update", **body)
+        await policy.load_state_dict(state, version=42)
+        await _chat(http, "update", **body)
+    before, after, resumed = gateway.records.calls("update")
+    assert (before.policy_version, after.policy_version, resumed.policy_version) == (7, 9, 42)
+    assert list(after.logprobs or ()) != list(before.logprobs or ())
+
+
+async def test_a_call_during_an_update_waits_and_sees_only_the_new_weights(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    import math
+
+    import torch
+
+    policy = TorchPolicy(tiny_model_dir)
+    async with serving(policy) as (gateway, http):
+        async with policy.updating() as model:
+            call = asyncio.create_task(_chat(http, "held", messages=_ask("Hi."), max_tokens=4))
+            async with asyncio.timeout(30):
+                while policy.waiting < 1:  # noqa: ASYNC110 -- set by the server task
+                    await asyncio.sleep(0.01)
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.zero_()  # all-zero weights: every next token equally likely
+            assert not call.done()
+        await call
+    record = _one(gateway, "held")
+    assert record.policy_version == 1
+    uniform = -math.log(policy._model.config.vocab_size)
+    assert all(abs(logprob - uniform) < 1e-4 for logprob in record.logprobs or ())
+
+
+async def test_calls_still_waiting_when_the_policy_stops_fail_with_503(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    policy = TorchPolicy(tiny_model_dir)
+    await policy.start()
+    request = parse_chat_request({"messages": _ask("Hi."), "max_tokens": 2})
+    async with policy.updating():
+        calls = [asyncio.create_task(policy.complete(request)) for _ in range(3)]
+        async with asyncio.timeout(30):
+            while policy.waiting < 3:  # noqa: ASYNC110 -- set by the dispatcher task
+                await asyncio.sleep(0.01)
+        await policy.aclose()
+    for call in calls:
+        with pytest.raises(PolicyError) as info:
+            await call
+        assert info.value.status_code == 503
+
+
+async def test_a_live_model_is_served_without_a_directory(tiny_model_dir: Path) -> None:  # noqa: F811
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    policy = TorchPolicy(model=model, tokenizer=tokenizer, name="live")
+    async with serving(policy) as (gateway, http):
+        answer = await _chat(http, "live", messages=_ask("Hi."), max_tokens=3)
+    assert answer["model"] == "live"
+    assert _one(gateway, "live").policy_version == 0
+
+
+async def test_a_policy_needs_a_directory_or_a_live_model_and_tokenizer(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    choices: list[dict[str, Any]] = [
+        {},
+        {"model_dir": tiny_model_dir, "model": object()},
+        {"model": object()},
+    ]
+    for arguments in choices:
+        with pytest.raises(ConfigError, match="give one of the two"):
+            TorchPolicy(**arguments)
+
+
+async def test_torch_spec_parses_and_builds(tiny_model_dir: Path) -> None:  # noqa: F811
+    assert parse_policy_spec(f"torch:{tiny_model_dir}") == PolicySpec(
+        "torch", model=str(tiny_model_dir)
+    )
+    policy = build_policy(f"torch:{tiny_model_dir}")
+    assert isinstance(policy, TorchPolicy) and policy.model_dir is not None
+    assert policy.model_dir.is_absolute() and policy.model_dir.name == tiny_model_dir.name
+
+
+@pytest.mark.parametrize("spec", ["torch:", "torch:  "])
+async def test_torch_spec_without_a_directory_is_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match="name the checkpoint directory"):
+        parse_policy_spec(spec)
+
+
+async def test_torch_spec_of_a_missing_directory_names_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_policy(f"torch:{tmp_path / 'nowhere'}")
+
+
+async def test_bounded_strings_bounds_only_free_strings() -> None:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "free": {"type": "string"},
+            "pattern": {"type": "string", "pattern": "[0-9]+"},
+            "short": {"type": "string", "maxLength": 3},
+            "list": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    bounded: Any = bounded_strings(schema, 10)
+    assert bounded["properties"]["free"] == {"type": "string", "maxLength": 10}
+    assert bounded["properties"]["pattern"] == schema["properties"]["pattern"]
+    assert bounded["properties"]["short"] == {"type": "string", "maxLength": 3}
+    assert bounded["properties"]["list"]["items"] == {"type": "string", "maxLength": 10}
+    assert schema["properties"]["free"] == {"type": "string"}  # the input is not changed
+
+
+async def test_missing_xgrammar_gives_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "xgrammar", None)
+    with pytest.raises(MissingExtraError, match=r"pip install --no-deps xgrammar"):
+        import_xgrammar("The torch policy")
+
+
+async def test_gateway_command_serves_a_checkpoint_directory(tiny_model_dir: Path) -> None:  # noqa: F811
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "gateway", "--policy", f"torch:{tiny_model_dir}", "--port", "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        lines: dict[str, str] = {}
+        async with asyncio.timeout(60):
+            while "token" not in lines:
+                key, _, value = (await process.stdout.readline()).decode().partition(":")
+                lines[key.strip()] = value.strip()
+        assert "policy torch" in lines["gateway"]
+        headers = {"Authorization": f"Bearer {lines['token']}"}
+        async with httpx.AsyncClient(
+            base_url=lines["gateway"].split()[0], headers=headers, timeout=60
+        ) as http:
+            await _chat(http, "cli", messages=_ask("Hi."), max_tokens=3)
+            (call,) = (await http.get("/v1/rollouts/cli/calls")).json()["calls"]
+        assert call["policy_version"] == 0 and len(call["logprobs"]) == len(
+            call["completion_token_ids"]
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            code = await process.wait()
+    assert code == 0
+
+
+async def test_gateway_command_names_what_a_checkpoint_lacks(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "gateway", "--policy", f"torch:{tmp_path}",
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "400"},
+    )  # fmt: skip
+    _, stderr = await process.communicate()
+    assert process.returncode == 2
+    assert b"has no weights" in stderr and b"tokenizer" in stderr
+
+
+async def test_eval_run_with_a_torch_checkpoint(
+    workspace: Workspace,  # noqa: F811
+    tiny_model_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import transformers
+
+    # The probe sets no max_tokens: the checkpoint's own cap keeps the random model short.
+    checkpoint = await asyncio.to_thread(shutil.copytree, tiny_model_dir, tmp_path / "capped")
+    capped: Any = transformers.GenerationConfig
+    capped(max_new_tokens=6, eos_token_id=2).save_pretrained(str(checkpoint))
+    workspace.write_config(model=f"torch:{checkpoint}")
+    workspace.write_rows(rows(2))
+    code, out = await workspace.run()
+    assert code == 0, out
+    (run_dir,) = workspace.run_dirs()
+    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
+    metrics = trajectory["steps"][-1]["metrics"]
+    assert 0 < len(metrics["completion_token_ids"]) == len(metrics["logprobs"]) <= 6
+    assert metrics["prompt_token_ids"]
