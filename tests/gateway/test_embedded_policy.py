@@ -19,6 +19,24 @@ from tests.gateway.conftest import sse_events
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+#: A conversation whose last turn is a tool result: the model must answer next.
+TOOL_CALL_RESULT = [
+    {"role": "user", "content": "What is 17*23?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "391"},
+]
+
+
 CALCULATOR = {
     "type": "function",
     "function": {
@@ -150,21 +168,7 @@ async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) ->
     answer = await _chat(
         http,
         "after-tool",
-        messages=[
-            {"role": "user", "content": "What is 17*23?"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "call_1", "content": "391"},
-        ],
+        messages=TOOL_CALL_RESULT,
         tools=[CALCULATOR],
         temperature=0,
         max_tokens=48,

@@ -31,26 +31,10 @@ from osmosis_ai.gateway.policies.torch import bounded_strings
 from osmosis_ai.gateway.request import parse_chat_request
 from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
 from tests.gateway.conftest import serving, sse_events
-from tests.gateway.test_embedded_policy import CALCULATOR, WEATHER
+from tests.gateway.test_embedded_policy import CALCULATOR, TOOL_CALL_RESULT, WEATHER
 from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-TOOL_CALL_RESULT = [
-    {"role": "user", "content": "What is 17*23?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": "391"},
-]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
