@@ -18,7 +18,7 @@ from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import parse_backend_spec
 
-__all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run"]
+__all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run", "secret_values"]
 
 _ROLLOUT_PROTOCOL = "0.4"
 
@@ -113,13 +113,14 @@ def _inputs(config: EvalConfig, dataset: Dataset, n: int) -> dict[str, Any]:
     }
 
 
-def _secret_values(config: EvalConfig) -> dict[str, str]:
-    missing = [name for name in config.secrets if not os.environ.get(name)]
+def secret_values(names: tuple[str, ...]) -> dict[str, str]:
+    """The values of the ``[secrets]`` a run needs, from the environment."""
+    missing = [name for name in names if not os.environ.get(name)]
     if missing:
         raise ConfigError(
             f"[secrets] requires {', '.join(missing)}; set them in the environment first"
         )
-    return {name: os.environ[name] for name in config.secrets}
+    return {name: os.environ[name] for name in names}
 
 
 def _policy_credentials(policy: Policy, api_key: str | None) -> tuple[str, ...]:
@@ -150,7 +151,7 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
     """
     parse_backend_spec(options.backend, label="--backend")
     config = load_eval_config(options.config_path)
-    secrets = _secret_values(config)
+    secrets = secret_values(config.secrets)
     policy = build_policy(
         config.experiment.model_path,
         api_key=options.policy_api_key,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
@@ -51,16 +52,18 @@ async def rollout_stack(
     model_label: str,
     log: logging.Logger,
     say: Callable[[str], None],
+    sampling: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[RolloutStack]:
     """Start the gateway (with ``token`` and the ``[secrets]`` values to redact), check the
     model, start ``server`` and connect a client to it.
 
     ``say`` announces each step; ``model_label`` names the model there (no credentials).
+    ``sampling`` fields replace the callers' own on every model call (a trainer's sampling).
 
     Raises:
         RolloutStackError: A fatal model preflight, or a server that did not start.
     """
-    async with Gateway(policy, token=token, secrets=secrets) as gateway:
+    async with Gateway(policy, token=token, secrets=secrets, sampling=sampling) as gateway:
         say(f"checking model {model_label}")
         check = await preflight(policy)  # needs the policy the gateway started
         log.info("model preflight: %s", check.message, extra={"step": "preflight"})

@@ -1,0 +1,178 @@
+"""The training TOML (``configs/training/<name>.toml``): ``[experiment]`` and ``[training]``.
+
+``[experiment]``, ``[env]`` and ``[secrets]`` are read by the eval config's own validators;
+``[training]`` is checked here with the same line-numbered errors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from osmosis_ai.eval._toml_lines import key_lines
+from osmosis_ai.eval.config import (
+    TOMLTable,
+    _dataset_path,
+    _env,
+    _provenance,
+    _read_toml,
+    _rollout_location,
+    _secrets,
+    _Source,
+    _workspace_of,
+)
+
+__all__ = ["TrainConfig", "TrainingConfig", "load_train_config"]
+
+_SECTIONS = ("experiment", "training", "env", "secrets")
+_EXPERIMENT_REQUIRED = ("rollout", "entrypoint", "model", "dataset")
+_EXPERIMENT_KEYS = (*_EXPERIMENT_REQUIRED, "branch", "commit_sha")
+_INTEGERS = (
+    "steps",
+    "prompts_per_step",
+    "group_size",
+    "eval_every",
+    "checkpoint_every",
+    "seed",
+    "max_tokens",
+    "token_budget",
+)
+_NUMBERS = ("learning_rate", "clip_low", "clip_high", "kl_beta", "temperature", "pass_threshold")
+_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, "normalisation", "advantage_scale", "eval_rows")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The ``[training]`` section."""
+
+    steps: int = 10
+    prompts_per_step: int = 4
+    """Dataset rows per step (picked with ``seed``)."""
+    group_size: int = 4
+    """Rollouts per row; advantages are normalised within this group."""
+    learning_rate: float = 1e-5
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    normalisation: Literal["token", "sequence"] = "token"
+    advantage_scale: Literal["std", "none"] = "std"
+    kl_beta: float = 0.0
+    eval_every: int = 0
+    """Held-out eval every this many steps (0: only at start and end)."""
+    checkpoint_every: int = 1
+    eval_rows: float = 0.2
+    """Held-out split: a row count (>= 1) or a fraction of the dataset (< 1)."""
+    seed: int = 0
+    max_tokens: int = 256
+    temperature: float = 1.0
+    pass_threshold: float = 1.0
+    token_budget: int = 4096
+    """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A validated training config file."""
+
+    path: Path
+    workspace: Path
+    rollout: str
+    entrypoint: str
+    model: str
+    """``embedded`` or a local HuggingFace-format directory."""
+    dataset: Path
+    training: TrainingConfig
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+
+    @property
+    def rollout_dir(self) -> Path:
+        """The rollout's directory, ``<workspace>/rollouts/<rollout>``."""
+        return self.workspace / "rollouts" / self.rollout
+
+
+def load_train_config(path: Path) -> TrainConfig:
+    """Read and validate a training TOML file.
+
+    Raises:
+        ConfigError: Unreadable or invalid TOML, or an unknown, missing or out-of-range
+            section or key; the message names the file, the line and the key.
+    """
+    path = Path(os.path.abspath(path))
+    text, data = _read_toml(path)
+    src = _Source(path, key_lines(text))
+    for name in data:
+        if name not in _SECTIONS:
+            raise src.error(
+                (name,),
+                f"unknown section or key {name!r}; a training config has only the sections "
+                + ", ".join(f"[{s}]" for s in _SECTIONS),
+            )
+    tables = {name: src.table(data, name) for name in _SECTIONS}
+    experiment = tables["experiment"]
+    src.reject_unknown(experiment, "experiment", _EXPERIMENT_KEYS)
+    for key in _EXPERIMENT_REQUIRED:
+        if key not in experiment:
+            raise src.error(("experiment",), f"experiment.{key} is required in [experiment]")
+    workspace = _workspace_of(path)
+    rollout, entrypoint = _rollout_location(src, experiment, workspace)
+    _provenance(src, experiment)
+    env = _env(src, tables["env"])
+    return TrainConfig(
+        path=path,
+        workspace=workspace,
+        rollout=rollout,
+        entrypoint=entrypoint,
+        model=_model(src, experiment, workspace),
+        dataset=_dataset_path(src, experiment, workspace),
+        training=_training(src, tables["training"]),
+        env=env,
+        secrets=_secrets(src, tables["secrets"], env),
+    )
+
+
+def _model(src: _Source, table: TOMLTable, workspace: Path) -> str:
+    model = src.string(table, "experiment", "model")
+    if model == "embedded":
+        return model
+    directory = Path(os.path.normpath(workspace / Path(model).expanduser()))
+    if not directory.is_dir():
+        raise src.error(
+            ("experiment", "model"),
+            f'experiment.model {model!r}: there is no directory {directory}; use "embedded" '
+            "or a local HuggingFace-format model directory",
+        )
+    return str(directory)
+
+
+def _training(src: _Source, table: TOMLTable) -> TrainingConfig:
+    src.reject_unknown(table, "training", _TRAINING_KEYS)
+    values: dict[str, object] = {}
+    for key in table:
+        if key in _INTEGERS:
+            zero_ok = key in ("eval_every", "seed")
+            values[key] = src.integer(table, "training", key, positive=not zero_ok)
+            if zero_ok and int(table[key]) < 0:
+                raise src.error(("training", key), f"training.{key} must not be negative")
+        elif key in _NUMBERS:
+            zero_ok = key in ("kl_beta", "temperature", "clip_low", "clip_high")
+            values[key] = src.number(table, "training", key, positive=not zero_ok)
+            if zero_ok and float(table[key]) < 0:
+                raise src.error(("training", key), f"training.{key} must not be negative")
+        elif key == "eval_rows":
+            values[key] = src.number(table, "training", key, positive=True)
+        else:
+            values[key] = _choice(src, table, key)
+    return TrainingConfig(**values)  # type: ignore[arg-type]
+
+
+def _choice(src: _Source, table: TOMLTable, key: str) -> str:
+    allowed = {"normalisation": ("token", "sequence"), "advantage_scale": ("std", "none")}[key]
+    value = src.string(table, "training", key)
+    if value not in allowed:
+        raise src.error(
+            ("training", key),
+            f"training.{key} must be one of {', '.join(allowed)}, got {value!r}",
+        )
+    return value

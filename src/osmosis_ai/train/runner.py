@@ -1,0 +1,504 @@
+"""``osmosis train run``: GRPO on the user's workflow and grader, served from live weights.
+
+Each step picks rows (seeded by the step, so a resumed run picks the same ones), runs
+``group_size`` rollouts per row through the rollout server, turns the gateway's call records
+into sequences and applies one update inside ``TorchPolicy.updating()`` (no model call runs
+while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
+
+- ``events.jsonl``: the journal (``step``, ``eval``, ``checkpoint``, ``resume``, ``stopped``);
+  the last ``checkpoint`` line is the last step a resume starts after;
+- ``metrics.jsonl``: one line per applied step;
+- ``checkpoints/step-NNNN/``: weights (``save_pretrained``), tokenizer and ``trainer.pt``
+  (optimizer, scheduler, RNG states, step), each renamed into place whole;
+- ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from secrets import token_urlsafe
+from typing import Any
+
+from osmosis_ai.errors import OsmosisError
+from osmosis_ai.eval.datasets import DatasetItem, load_dataset
+from osmosis_ai.eval.metrics import passes
+from osmosis_ai.eval.prepare import secret_values
+from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
+from osmosis_ai.eval.server_process import RolloutServerProcess
+from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
+from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+from osmosis_ai.gateway.policies.torch import TorchPolicy
+from osmosis_ai.redact import Redactor
+from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
+from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.types import RolloutResultResponse
+from osmosis_ai.train.config import TrainConfig, load_train_config
+from osmosis_ai.train.model import resolve_model
+from osmosis_ai.train.sequences import RolloutRecords, build_sequences
+
+__all__ = [
+    "EvalPoint",
+    "TrainHooks",
+    "TrainOptions",
+    "TrainOutcome",
+    "TrainingStopped",
+    "run_training",
+]
+
+_FEATURE = "osmosis train"
+_ROLLOUT_DEADLINE_SEC = 900.0
+_MAX_IN_FLIGHT = 16
+
+
+class TrainingStopped(OsmosisError):
+    """The run stopped before its last step; the message names the step and how to resume."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What ``osmosis train run`` was asked to do."""
+
+    config_path: Path
+    name: str | None = None
+    fresh: bool = False
+    """Delete the run directory first instead of resuming it."""
+    backend: str = "process"
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """A held-out evaluation after ``step`` applied steps."""
+
+    step: int
+    pass_rate: float
+    mean_reward: float
+
+
+@dataclass
+class TrainOutcome:
+    """How the run ended."""
+
+    run_dir: Path
+    steps_done: int = 0
+    evals: list[EvalPoint] = field(default_factory=list)
+
+
+class TrainHooks:
+    """What the CLI hears as the run goes; the defaults say nothing."""
+
+    def message(self, text: str) -> None:
+        """A progress message."""
+
+    def step_done(self, metrics: Mapping[str, Any]) -> None:
+        """One applied step's metrics line."""
+
+    def eval_done(self, point: EvalPoint) -> None:
+        """A held-out evaluation finished."""
+
+
+def _append(path: Path, data: Mapping[str, Any]) -> None:
+    """One JSON line, flushed to disk before returning (a crash keeps whole lines)."""
+    with path.open("a", encoding="utf-8") as file:
+        file.write(json.dumps(data, sort_keys=True) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    # A line cut by a crash mid-write is the only one that may not parse: the last.
+    parsed = []
+    for index, line in enumerate(lines):
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index != len(lines) - 1:
+                raise
+    return parsed
+
+
+def split_rows(count: int, eval_rows: float, seed: int) -> tuple[list[int], list[int]]:
+    """``(train, held_out)`` row indices: a seeded shuffle, the held-out part first."""
+    held = int(eval_rows) if eval_rows >= 1 else max(1, round(eval_rows * count))
+    if held >= count:
+        raise TrainingStopped(
+            f"training.eval_rows holds out {held} of the dataset's {count} rows, leaving none "
+            "to train on; lower eval_rows or add rows"
+        )
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return sorted(order[held:]), sorted(order[:held])
+
+
+def step_rows(train_rows: Sequence[int], per_step: int, seed: int, step: int) -> list[int]:
+    """The rows of ``step``: a function of the seed and the step only, so resume repeats it."""
+    chooser = random.Random(f"{seed}:{step}")
+    return chooser.sample(list(train_rows), min(per_step, len(train_rows)))
+
+
+@dataclass
+class _Run:
+    config: TrainConfig
+    run_dir: Path
+    items: list[DatasetItem]
+    policy: TorchPolicy
+    stack: RolloutStack
+    log: logging.Logger
+    hooks: TrainHooks
+    semaphore: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_MAX_IN_FLIGHT))
+
+    async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
+        """One rollout of ``row``, graded, with its call records (taken from the gateway)."""
+        item, gateway = self.items[row], self.stack.gateway
+        async with self.semaphore:
+            handle = await self.stack.client.run_rollout(
+                item.prompt,
+                gateway.chat_completions_url(rollout_id),
+                rollout_id,
+                llm_api_key=gateway.token,
+                label=item.label,
+                metadata=item.metadata,
+                extra_fields={"trajectory_report_url": gateway.trajectory_report_url(rollout_id)},
+            )
+            async with asyncio.timeout(_ROLLOUT_DEADLINE_SEC):
+                result = await handle
+        calls = gateway.records.calls(rollout_id)
+        gateway.records.release(rollout_id)
+        return RolloutRecords(result=result, group_id=f"row-{row}", calls=calls)
+
+    async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
+        """All of ``jobs`` at once (the policy batches their calls); any error stops them all."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self.rollout(row, rid)) for row, rid in jobs]
+        except* (OsmosisError, OSError, TimeoutError) as failed:
+            # The server died or stopped answering: the step's rollouts are incomplete.
+            first = failed.exceptions[0]
+            raise TrainingStopped(
+                f"a rollout could not finish ({first or type(first).__name__})"
+            ) from None
+        return [task.result() for task in tasks]
+
+    async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
+        """Pass rate and mean reward of one rollout per held-out row."""
+        done = await self.rollouts([(row, f"eval-{step:04d}-row-{row}") for row in held_out])
+        rewards = [_reward(r.result) for r in done]
+        threshold = self.config.training.pass_threshold
+        passed = [
+            passes(_status(r.result), reward, threshold)
+            for r, reward in zip(done, rewards, strict=True)
+        ]
+        point = EvalPoint(
+            step, sum(passed) / len(passed), statistics.fmean(x or 0.0 for x in rewards)
+        )
+        await asyncio.to_thread(
+            _append, self.run_dir / "events.jsonl", {"event": "eval", **point.__dict__}
+        )
+        self.hooks.eval_done(point)
+        return point
+
+
+def _reward(result: RolloutResultResponse) -> float | None:
+    sample = result.sample
+    return sample.reward if sample is not None and result.status is RolloutStatus.SUCCESS else None
+
+
+def _status(result: RolloutResultResponse) -> str:
+    if result.status is not RolloutStatus.SUCCESS:
+        return "failed"
+    return "skipped" if result.sample is not None and result.sample.remove_sample else "success"
+
+
+@dataclass
+class _Learner:
+    """The model being trained, its optimizer and schedule (torch: imported when built)."""
+
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    reference: Any
+    grpo: Any
+
+    @classmethod
+    def build(cls, config: TrainConfig, model_dir: Path, base_dir: Path) -> _Learner:
+        """Load ``model_dir`` (the base model or a checkpoint) for training (blocking)."""
+        from osmosis_ai.train.grpo import GrpoConfig
+        from osmosis_ai.train.schedule import adamw, warmup_schedule
+
+        training = config.training
+        model, tokenizer = load_model_dir(model_dir, feature=_FEATURE)
+        optimizer = adamw(model, lr=training.learning_rate)
+        scheduler = warmup_schedule(
+            optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
+        )
+        # The KL term compares with the initial policy, so it loads the base model again.
+        reference = load_model_dir(base_dir, feature=_FEATURE)[0] if training.kl_beta > 0 else None
+        grpo = GrpoConfig(
+            clip_low=training.clip_low,
+            clip_high=training.clip_high,
+            advantage_scale=training.advantage_scale,
+            normalisation=training.normalisation,
+            kl_beta=training.kl_beta,
+            micro_batch_tokens=training.token_budget,
+        )
+        return cls(model, tokenizer, optimizer, scheduler, reference, grpo)
+
+    def save(self, directory: Path, step: int) -> None:
+        """Write a checkpoint into ``directory`` whole: a temp dir renamed into place."""
+        import torch
+
+        temp = directory.with_name(f".{directory.name}.tmp")
+        shutil.rmtree(temp, ignore_errors=True)
+        self.model.save_pretrained(str(temp))
+        self.tokenizer.save_pretrained(str(temp))
+        state = {
+            "step": step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        }
+        torch.save(state, temp / "trainer.pt")
+        os.replace(temp, directory)
+
+    def restore(self, directory: Path) -> None:
+        """The optimizer, schedule and RNG states of a checkpoint (weights load with it)."""
+        import torch
+
+        state = torch.load(directory / "trainer.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+
+
+def _last_checkpoint(events: list[dict[str, Any]]) -> int:
+    steps = [int(e["step"]) for e in events if e.get("event") == "checkpoint"]
+    return max(steps, default=0)
+
+
+def _checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / "checkpoints" / f"step-{step:04d}"
+
+
+def _rewind_metrics(path: Path, step: int) -> None:
+    """Drop metrics of steps after the checkpoint: they are run again, so each step is once."""
+    kept = [line for line in _read_lines(path) if int(line["step"]) <= step]
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in kept), encoding="utf-8")
+    os.replace(temp, path)
+
+
+async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) -> dict[str, Any]:
+    """Run one step's rollouts and apply its update; returns the step's metrics line."""
+    from osmosis_ai.train.grpo import train_step, zero_gradient_groups
+
+    training = run.config.training
+    rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)
+    jobs = [(r, f"step-{step:04d}-row-{r}-{k}") for r in rows for k in range(training.group_size)]
+    started = time.monotonic()
+    done = await run.rollouts(jobs)
+    generated = time.monotonic()
+    sequences, stats = build_sequences(done, drift="fork")
+    zero = zero_gradient_groups(sequences)
+    trained = [s for s in sequences if s.group_id not in zero]
+    built = time.monotonic()
+    metrics = None
+    if trained:
+        # No model call runs while the optimizer changes the weights the policy serves.
+        async with run.policy.updating(version=step) as model:
+            metrics = await asyncio.to_thread(
+                train_step,
+                model,
+                learner.optimizer,
+                trained,
+                learner.grpo,
+                step=step,
+                reference_model=learner.reference,
+                scheduler=learner.scheduler,
+            )
+            model.train(False)
+    rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
+    threshold = training.pass_threshold
+    passed = [passes(_status(r.result), _reward(r.result), threshold) for r in done]
+    generation_sec = generated - started
+    return {
+        "step": step,
+        "reward_mean": statistics.fmean(rewards) if rewards else None,
+        "reward_std": statistics.pstdev(rewards) if rewards else None,
+        "pass_rate": sum(passed) / len(passed),
+        "loss": metrics.loss if metrics else None,
+        "kl": metrics.kl if metrics else None,
+        "clip_fraction": metrics.clip_fraction if metrics else None,
+        "grad_norm": metrics.grad_norm if metrics else None,
+        "tokens_generated": stats.policy_tokens,
+        "tokens_trained": metrics.policy_tokens if metrics else 0,
+        "tokens_per_sec": stats.policy_tokens / generation_sec if generation_sec > 0 else None,
+        "generation_sec": round(generation_sec, 3),
+        "sequences_sec": round(built - generated, 3),
+        "update_sec": round(time.monotonic() - built, 3),
+        "drift": stats.drift,
+        "excluded": dict(stats.excluded),
+        "zero_gradient_groups": len(zero),
+        "groups_without_sequences": stats.groups_without_sequences,
+    }
+
+
+async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -> TrainOutcome:
+    """Run (or resume) a training run; returns its outcome.
+
+    Raises:
+        ConfigError: Bad config, backend, dataset, model or secrets.
+        RunLockedError: Another process holds the run.
+        TrainingStopped: A non-finite step, a rollout server that died or did not start;
+            applied steps stay checkpointed and the same command resumes.
+    """
+    hooks = hooks or TrainHooks()
+    parse_backend_spec(options.backend, label="--backend")
+    config = await asyncio.to_thread(load_train_config, options.config_path)
+    name = check_run_name(options.name or options.config_path.stem)
+    output_root = config.workspace / ".osmosis" / "train"
+    with contextlib.ExitStack() as held:
+        await asyncio.to_thread(held.enter_context, run_lock(output_root, name))
+        run_dir = output_root / name
+        if options.fresh:
+            await asyncio.to_thread(shutil.rmtree, run_dir, True)
+        await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+        secrets = secret_values(config.secrets)
+        key = token_urlsafe(32)
+        redactor = Redactor((key, *secrets.values()))
+        log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
+        stack = _StackInputs(key, secrets, redactor, options.backend, log)
+        return await _train(config, run_dir, stack, hooks)
+
+
+@dataclass(frozen=True)
+class _StackInputs:
+    key: str
+    """The rollout key the gateway accepts (redacted everywhere)."""
+    secrets: dict[str, str]
+    redactor: Redactor
+    backend: str
+    log: logging.Logger
+
+
+async def _train(
+    config: TrainConfig, run_dir: Path, inputs: _StackInputs, hooks: TrainHooks
+) -> TrainOutcome:
+    secrets, redactor, log = inputs.secrets, inputs.redactor, inputs.log
+    training, events_path = config.training, run_dir / "events.jsonl"
+    dataset = await asyncio.to_thread(load_dataset, config.dataset)
+    train_rows, held_out = split_rows(len(dataset.items), training.eval_rows, training.seed)
+    events = await asyncio.to_thread(_read_lines, events_path)
+    start = _last_checkpoint(events)
+    hooks.message(
+        f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
+    )
+    base = await asyncio.to_thread(resolve_model, config.model)
+    source = _checkpoint_dir(run_dir, start) if start else base
+    learner = await asyncio.to_thread(_Learner.build, config, source, base)
+    if start:
+        await asyncio.to_thread(learner.restore, source)
+        await asyncio.to_thread(_rewind_metrics, run_dir / "metrics.jsonl", start)
+        await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
+    outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
+    policy = TorchPolicy(
+        model=learner.model,
+        tokenizer=learner.tokenizer,
+        name=f"{run_dir.name}-policy",
+        version=start,
+        default_max_tokens=training.max_tokens,
+    )
+    server = RolloutServerProcess(
+        rollout_dir=config.rollout_dir,
+        entrypoint=config.entrypoint,
+        env={
+            **config.env,
+            **secrets,
+            SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
+            BACKEND_ENV: inputs.backend,
+        },
+        artifact_root=run_dir / "rollouts",
+        log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
+        redact=redactor.text,
+    )
+    try:
+        async with rollout_stack(
+            policy,
+            server,
+            token=inputs.key,
+            secrets=secrets.values(),
+            model_label=config.model,
+            log=log,
+            say=hooks.message,
+            sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
+        ) as stack:
+            run = _Run(config, run_dir, dataset.items, policy, stack, log, hooks)
+            await _loop(run, learner, outcome, train_rows, held_out)
+    except RolloutStackError as exc:
+        raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None
+    return outcome
+
+
+def _evals(events: list[dict[str, Any]], start: int) -> list[EvalPoint]:
+    """Held-out results already journaled up to the checkpoint a resume starts from."""
+    return [
+        EvalPoint(int(e["step"]), float(e["pass_rate"]), float(e["mean_reward"]))
+        for e in events
+        if e.get("event") == "eval" and int(e["step"]) <= start
+    ]
+
+
+async def _loop(
+    run: _Run, learner: _Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
+) -> None:
+    from osmosis_ai.train.grpo import NonFiniteStepError
+
+    training, run_dir = run.config.training, run.run_dir
+    if not any(point.step == outcome.steps_done for point in outcome.evals):
+        outcome.evals.append(await run.evaluate(outcome.steps_done, held_out))
+    for step in range(outcome.steps_done + 1, training.steps + 1):
+        try:
+            metrics = await _step(run, learner, train_rows, step)
+        except (NonFiniteStepError, TrainingStopped) as exc:
+            last = _last_checkpoint(await asyncio.to_thread(_read_lines, run_dir / "events.jsonl"))
+            reason = f"{exc}; step {step} was not applied, the last checkpoint is step {last}"
+            await asyncio.to_thread(
+                _append,
+                run_dir / "events.jsonl",
+                {"event": "stopped", "step": step, "reason": reason},
+            )
+            raise TrainingStopped(reason) from None
+        await asyncio.to_thread(_append, run_dir / "metrics.jsonl", metrics)
+        await asyncio.to_thread(_append, run_dir / "events.jsonl", {"event": "step", "step": step})
+        run.hooks.step_done(metrics)
+        outcome.steps_done = step
+        if step % training.checkpoint_every == 0 or step == training.steps:
+            await asyncio.to_thread(_checkpoint, learner, run_dir, step)
+        if (training.eval_every and step % training.eval_every == 0) or step == training.steps:
+            outcome.evals.append(await run.evaluate(step, held_out))
+
+
+def _checkpoint(learner: _Learner, run_dir: Path, step: int) -> None:
+    """Save the checkpoint, journal it, then drop the older ones (blocking)."""
+    directory = _checkpoint_dir(run_dir, step)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    learner.save(directory, step)
+    _append(run_dir / "events.jsonl", {"event": "checkpoint", "step": step})
+    for old in directory.parent.iterdir():
+        if old != directory:
+            shutil.rmtree(old, ignore_errors=True)
