@@ -9,6 +9,7 @@ from osmosis_ai.cli._logging import quiet_logging_errors
 from osmosis_ai.cli.eval import eval_app
 from osmosis_ai.cli.gateway import gateway_command
 from osmosis_ai.cli.rollout import rollout_app
+from osmosis_ai.cli.train import train_app
 from osmosis_ai.cli.view import view_command
 
 __all__ = ["app", "main"]
@@ -46,6 +47,7 @@ app.command("gateway")(gateway_command)
 app.command("view")(view_command)
 app.add_typer(eval_app, name="eval")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(train_app, name="train")
 
 
 def main() -> None:

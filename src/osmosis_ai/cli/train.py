@@ -1,0 +1,97 @@
+"""``osmosis train run``: train the policy on a workflow and grader (see docs/train.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._output import error_exit, plain_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from osmosis_ai.train.runner import EvalPoint, TrainOutcome
+
+__all__ = ["train_app"]
+
+train_app = typer.Typer(
+    help="Train the policy on your AgentWorkflow and Grader (GRPO, local, CPU).",
+    no_args_is_help=True,
+)
+
+
+def _step_line(metrics: Mapping[str, Any]) -> str:
+    """One step as one line: reward, pass rate, loss and where the time went."""
+
+    def number(key: str, digits: int = 3) -> str:
+        value = metrics.get(key)
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    return (
+        f"step {metrics['step']}: reward {number('reward_mean')} (std {number('reward_std')}), "
+        f"pass {number('pass_rate', 2)}, loss {number('loss', 4)}, "
+        f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}, "
+        f"time {number('generation_sec', 1)}s rollouts + {number('update_sec', 1)}s update"
+    )
+
+
+class _Hooks:
+    """Prints the run's progress, one line per step and per held-out evaluation."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+    def step_done(self, metrics: Mapping[str, Any]) -> None:
+        self.console.print(_step_line(metrics))
+
+    def eval_done(self, point: EvalPoint) -> None:
+        self.console.print(
+            f"held-out after step {point.step}: pass rate {point.pass_rate:.2f}, "
+            f"mean reward {point.mean_reward:.3f}"
+        )
+
+
+def _render_results(outcome: TrainOutcome, console: Console) -> None:
+    """Before/after held-out table: the first and the last evaluation."""
+    from rich.table import Table
+
+    if not outcome.evals:
+        return
+    table = Table(title=f"held-out results ({outcome.run_dir})")
+    for column in ("", "step", "pass rate", "mean reward"):
+        table.add_column(column)
+    for label, point in (("before", outcome.evals[0]), ("after", outcome.evals[-1])):
+        table.add_row(label, str(point.step), f"{point.pass_rate:.2f}", f"{point.mean_reward:.3f}")
+    console.print(table)
+
+
+@train_app.command("run")
+def run_command(
+    config: Path = typer.Argument(..., help="The training TOML (configs/training/<name>.toml)."),
+    name: str | None = typer.Option(None, "--name", help="Run name (default: the config's stem)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Delete the run and start over."),
+    backend: str = typer.Option("process", "--backend", help="Rollout backend: process or ray."),
+) -> None:
+    """Train, resuming the run from its last checkpoint when it exists."""
+    from osmosis_ai.errors import ConfigError, OsmosisError
+    from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
+
+    console = plain_console()
+    options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
+    try:
+        outcome = run(run_training(options, _Hooks(console)))  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        console.print("interrupted: run the same command to resume from the last checkpoint")
+        raise typer.Exit(130) from None
+    except TrainingStopped as exc:
+        raise error_exit(str(exc), code=1) from None
+    except (ConfigError, OsmosisError) as exc:
+        raise error_exit(str(exc)) from None
+    _render_results(outcome, console)
