@@ -1,0 +1,51 @@
+"""A tiny training rollout: one model call; the reward varies with what was sampled."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from osmosis_ai.rollout import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    Grader,
+    GraderContext,
+    LocalBackend,
+    get_rollout_context,
+)
+from osmosis_ai.rollout.server import create_rollout_server
+
+
+class Reply(AgentWorkflow):
+    async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        async with httpx.AsyncClient(timeout=60) as http:
+            response = await http.post(
+                f"{rollout.chat_completions_url}/chat/completions",
+                json={"model": "policy", "messages": ctx.prompt},
+                headers={"Authorization": f"Bearer {rollout.api_key}"},
+            )
+        response.raise_for_status()
+        return [*ctx.prompt, response.json()["choices"][0]["message"]]
+
+
+class Length(Grader):
+    """Deterministic in the text, so sampled replies of one row get different rewards."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        answer = ctx.sample.messages[-1].get("content") or ""
+        ctx.set_reward((len(answer) % 5) / 4)
+
+
+app = create_rollout_server(backend=LocalBackend(workflow=Reply, grader=Length))
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(
+        app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]), log_level="warning"
+    )
