@@ -22,12 +22,16 @@ OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
 pytestmark = pytest.mark.slow
 
 
+def _write_rows(root: Path, **metadata: object) -> None:
+    rows = [{"user_prompt": f"count to {i}", "ground_truth": str(i), **metadata} for i in range(6)]
+    (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def _workspace(root: Path, model_dir: Path, training: str) -> Path:
     """A project with the tiny rollout, six rows and ``configs/training/tiny.toml``."""
     shutil.copytree(PROJECT, root)
     (root / "data").mkdir()
-    rows = [{"user_prompt": f"count to {i}", "ground_truth": str(i)} for i in range(6)]
-    (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_rows(root)
     config = root / "configs" / "training" / "tiny.toml"
     config.parent.mkdir(parents=True)
     config.write_text(
@@ -110,6 +114,40 @@ async def test_resume_after_sigkill_applies_no_step_twice(
     assert [m["step"] for m in metrics] == [1, 2, 3]
     checkpoints = [e["step"] for e in _lines(events) if e["event"] == "checkpoint"]
     assert checkpoints == sorted(set(checkpoints)) and checkpoints[-1] == 3
+
+
+async def test_rollout_server_dying_mid_step_leaves_the_step_unapplied(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 2\ncheckpoint_every = 1")
+    # 2 held-out + 6 step-1 rollouts come first: the 10th is inside step 2.
+    _write_rows(tmp_path / "ws", metadata={"die_at": 10, "counter": str(tmp_path / "count")})
+    code, out = await _run(config)
+    assert code == 1, out
+    assert "step 2 was not applied, the last checkpoint is step 1" in out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
+    _write_rows(tmp_path / "ws")  # the server survives now: the same command resumes
+    code, out = await _run(config)
+    assert code == 0, out
+    assert "resuming after step 1" in out
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+async def test_non_finite_step_stops_the_run_and_keeps_the_checkpoint(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # A learning rate this large makes the weights infinite after step 1: step 2's loss is not.
+    training = "steps = 3\ncheckpoint_every = 1\nlearning_rate = 1e30"
+    config = _workspace(tmp_path / "ws", tiny_model_dir, training)
+    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
+    code, out = await _run(config)
+    assert code == 1, out
+    assert "step 2 was not applied, the last checkpoint is step 1" in out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    assert (run_dir / "checkpoints" / "step-0001" / "trainer.pt").is_file()
+    stopped = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "stopped"]
+    assert [e["step"] for e in stopped] == [2]
 
 
 def test_unknown_training_key_is_named_with_its_line(tmp_path: Path, tiny_model_dir: Path) -> None:

@@ -77,7 +77,9 @@ def run_command(
     config: Path = typer.Argument(..., help="The training TOML (configs/training/<name>.toml)."),
     name: str | None = typer.Option(None, "--name", help="Run name (default: the config's stem)."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the run and start over."),
-    backend: str = typer.Option("process", "--backend", help="Rollout backend: process or ray."),
+    backend: str = typer.Option(
+        "local", "--backend", help="Where rollouts run, as for `osmosis eval run --backend`."
+    ),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
     from osmosis_ai.errors import ConfigError, OsmosisError

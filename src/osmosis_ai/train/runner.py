@@ -73,7 +73,8 @@ class TrainOptions:
     name: str | None = None
     fresh: bool = False
     """Delete the run directory first instead of resuming it."""
-    backend: str = "process"
+    backend: str = "local"
+    """Where rollouts run, as ``osmosis eval run --backend`` (local, process, ray...)."""
 
 
 @dataclass(frozen=True)
@@ -180,17 +181,31 @@ class _Run:
         return RolloutRecords(result=result, group_id=f"row-{row}", calls=calls)
 
     async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
-        """All of ``jobs`` at once (the policy batches their calls); any error stops them all."""
+        """All of ``jobs`` at once (the policy batches their calls).
+
+        Raises:
+            TrainingStopped: The server died (its rollouts' results are then failures that
+                say nothing about the policy) or a rollout could not be run.
+        """
+        server = self.stack.server
+        exited = asyncio.ensure_future(server.wait())
+        running = asyncio.gather(*(self.rollout(row, rid) for row, rid in jobs))
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self.rollout(row, rid)) for row, rid in jobs]
-        except* (OsmosisError, OSError, TimeoutError) as failed:
-            # The server died or stopped answering: the step's rollouts are incomplete.
-            first = failed.exceptions[0]
+            await asyncio.wait({running, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if exited.done() or server.exited:
+                raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
+            return await running
+        except (OsmosisError, OSError, TimeoutError) as exc:
+            if isinstance(exc, TrainingStopped):
+                raise
+            # The server stopped answering: the step's rollouts are incomplete.
             raise TrainingStopped(
-                f"a rollout could not finish ({first or type(first).__name__})"
+                f"a rollout could not finish ({exc or type(exc).__name__})"
             ) from None
-        return [task.result() for task in tasks]
+        finally:
+            for task in (running, exited):
+                task.cancel()
+            await asyncio.gather(running, exited, return_exceptions=True)
 
     async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
         """Pass rate and mean reward of one rollout per held-out row."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -20,6 +21,9 @@ from osmosis_ai.rollout.server import create_rollout_server
 
 class Reply(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+        die_at = (ctx.metadata or {}).get("die_at")
+        if die_at is not None:  # the server dies on the die_at-th rollout of the run
+            await asyncio.to_thread(_count, ctx.metadata or {})
         rollout = get_rollout_context()
         assert rollout is not None
         async with httpx.AsyncClient(timeout=60) as http:
@@ -30,6 +34,14 @@ class Reply(AgentWorkflow):
             )
         response.raise_for_status()
         return [*ctx.prompt, response.json()["choices"][0]["message"]]
+
+
+def _count(meta: dict[str, Any]) -> None:
+    with open(meta["counter"], "a+") as file:
+        file.write("x")
+        file.seek(0)
+        if len(file.read()) >= meta["die_at"]:
+            os._exit(3)
 
 
 class Length(Grader):
