@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _lines(path: Path) -> list[dict[str, object]]:
+def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 

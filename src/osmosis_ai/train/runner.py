@@ -188,13 +188,16 @@ class _Run:
                 say nothing about the policy) or a rollout could not be run.
         """
         server = self.stack.server
-        exited = asyncio.ensure_future(server.wait())
-        running = asyncio.gather(*(self.rollout(row, rid) for row, rid in jobs))
+        exited: asyncio.Future[Any] = asyncio.ensure_future(server.wait())
+        running: asyncio.Future[Any] = asyncio.gather(
+            *(self.rollout(row, rid) for row, rid in jobs)
+        )
         try:
-            await asyncio.wait({running, exited}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((running, exited), return_when=asyncio.FIRST_COMPLETED)
             if exited.done() or server.exited:
                 raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
-            return await running
+            done: list[RolloutRecords] = await running
+            return done
         except (OsmosisError, OSError, TimeoutError) as exc:
             if isinstance(exc, TrainingStopped):
                 raise
