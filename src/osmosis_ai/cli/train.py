@@ -88,7 +88,7 @@ def run_command(
     console = plain_console()
     options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
     try:
-        outcome = run(run_training(options, _Hooks(console)))  # type: ignore[arg-type]
+        outcome = run(run_training(options, _Hooks(console)))
     except KeyboardInterrupt:
         console.print("interrupted: run the same command to resume from the last checkpoint")
         raise typer.Exit(130) from None

@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_urlsafe
-from typing import Any
+from typing import Any, Protocol
 
-from osmosis_ai.errors import OsmosisError
+from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
 from osmosis_ai.eval.metrics import passes
 from osmosis_ai.eval.prepare import secret_values
@@ -49,11 +49,14 @@ from osmosis_ai.train.sequences import RolloutRecords, build_sequences
 
 __all__ = [
     "EvalPoint",
+    "QuietHooks",
     "TrainHooks",
     "TrainOptions",
     "TrainOutcome",
     "TrainingStopped",
     "run_training",
+    "split_rows",
+    "step_rows",
 ]
 
 _FEATURE = "osmosis train"
@@ -95,8 +98,8 @@ class TrainOutcome:
     evals: list[EvalPoint] = field(default_factory=list)
 
 
-class TrainHooks:
-    """What the CLI hears as the run goes; the defaults say nothing."""
+class TrainHooks(Protocol):
+    """What the CLI hears as the run goes."""
 
     def message(self, text: str) -> None:
         """A progress message."""
@@ -106,6 +109,19 @@ class TrainHooks:
 
     def eval_done(self, point: EvalPoint) -> None:
         """A held-out evaluation finished."""
+
+
+class QuietHooks:
+    """Hooks that say nothing (library use)."""
+
+    def message(self, text: str) -> None:
+        pass
+
+    def step_done(self, metrics: Mapping[str, Any]) -> None:
+        pass
+
+    def eval_done(self, point: EvalPoint) -> None:
+        pass
 
 
 def _append(path: Path, data: Mapping[str, Any]) -> None:
@@ -135,7 +151,7 @@ def split_rows(count: int, eval_rows: float, seed: int) -> tuple[list[int], list
     """``(train, held_out)`` row indices: a seeded shuffle, the held-out part first."""
     held = int(eval_rows) if eval_rows >= 1 else max(1, round(eval_rows * count))
     if held >= count:
-        raise TrainingStopped(
+        raise ConfigError(
             f"training.eval_rows holds out {held} of the dataset's {count} rows, leaving none "
             "to train on; lower eval_rows or add rows"
         )
@@ -385,7 +401,7 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         TrainingStopped: A non-finite step, a rollout server that died or did not start;
             applied steps stay checkpointed and the same command resumes.
     """
-    hooks = hooks or TrainHooks()
+    hooks = hooks or QuietHooks()
     parse_backend_spec(options.backend, label="--backend")
     config = await asyncio.to_thread(load_train_config, options.config_path)
     name = check_run_name(options.name or options.config_path.stem)
