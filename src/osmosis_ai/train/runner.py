@@ -40,6 +40,7 @@ from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
 from osmosis_ai.gateway.policies._hf_dir import load_model_dir
 from osmosis_ai.gateway.policies.torch import TorchPolicy
 from osmosis_ai.redact import Redactor
+from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
@@ -175,6 +176,7 @@ class _Run:
     stack: RolloutStack
     log: logging.Logger
     hooks: TrainHooks
+    redactor: Redactor
     semaphore: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_MAX_IN_FLIGHT))
 
     async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
@@ -194,6 +196,9 @@ class _Run:
                 result = await handle
         calls = gateway.records.calls(rollout_id)
         gateway.records.release(rollout_id)
+        # The rollout's files (trajectory, artifacts) may quote the key or a secret.
+        secrets = self.redactor.secrets
+        await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
         return RolloutRecords(result=result, group_id=f"row-{row}", calls=calls)
 
     async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
@@ -481,7 +486,7 @@ async def _train(
             say=hooks.message,
             sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
         ) as stack:
-            run = _Run(config, run_dir, dataset.items, policy, stack, log, hooks)
+            run = _Run(config, run_dir, dataset.items, policy, stack, log, hooks, redactor)
             await _loop(run, learner, outcome, train_rows, held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None

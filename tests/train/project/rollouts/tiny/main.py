@@ -33,7 +33,15 @@ class Reply(AgentWorkflow):
                 headers={"Authorization": f"Bearer {rollout.api_key}"},
             )
         response.raise_for_status()
-        return [*ctx.prompt, response.json()["choices"][0]["message"]]
+        messages = [*ctx.prompt, response.json()["choices"][0]["message"]]
+        if (ctx.metadata or {}).get("leak"):  # a careless agent: key and secret in its output
+            secret = os.environ["TINY_SECRET"]
+            print(f"debug {rollout.api_key} {secret}", flush=True)
+            messages.append({"role": "user", "content": f"key {rollout.api_key} secret {secret}"})
+            if ctx.artifacts_dir is not None:  # user files, copied into the run directory
+                notes = ctx.artifacts_dir / "notes.txt"
+                await asyncio.to_thread(notes.write_text, f"{rollout.api_key} {secret}")
+        return messages
 
 
 def _count(meta: dict[str, Any]) -> None:
