@@ -71,13 +71,23 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-async def test_train_run_writes_metrics_evals_and_a_checkpoint(
-    tmp_path: Path, tiny_model_dir: Path
+async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    secret = "tiny-secret-value-0123456789"
+    monkeypatch.setenv("TINY_SECRET", secret)  # the child inherits it
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 2\ncheckpoint_every = 2")
+    config.write_text(config.read_text() + '[secrets]\nrequired = ["TINY_SECRET"]\n')
+    _write_rows(tmp_path / "ws", metadata={"leak": True})  # key and secret in every output
     code, out = await _run(config)
     assert code == 0, out
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    assert "debug " in (run_dir / "logs.txt").read_text(), "the rollout's output is logged"
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "notes.txt" for p in files), "the rollout's artifacts are kept"
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+    assert secret not in out
     metrics = _lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     for line in metrics:
@@ -150,27 +160,6 @@ async def test_non_finite_step_stops_the_run_and_keeps_the_checkpoint(
     assert (run_dir / "checkpoints" / "step-0001" / "trainer.pt").is_file()
     stopped = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "stopped"]
     assert [e["step"] for e in stopped] == [2]
-
-
-async def test_the_rollout_key_and_secrets_stay_out_of_the_run_dir(
-    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    secret = "tiny-secret-value-0123456789"
-    monkeypatch.setenv("TINY_SECRET", secret)  # the child inherits it
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
-    config.write_text(config.read_text() + '[secrets]\nrequired = ["TINY_SECRET"]\n')
-    _write_rows(tmp_path / "ws", metadata={"leak": True})
-    code, out = await _run(config)
-    assert code == 0, out
-    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
-    logs = (run_dir / "logs.txt").read_text()
-    assert "debug " in logs, "the rollout's output is logged"
-    files = [p for p in run_dir.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".json" for p in files)
-    assert any(p.name == "notes.txt" for p in files), "the rollout's artifacts are kept"
-    for path in files:
-        assert secret.encode() not in path.read_bytes(), path
-    assert secret not in out
 
 
 def test_unknown_training_key_is_named_with_its_line(tmp_path: Path, tiny_model_dir: Path) -> None:

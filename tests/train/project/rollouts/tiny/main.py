@@ -37,7 +37,8 @@ class Reply(AgentWorkflow):
         if (ctx.metadata or {}).get("leak"):  # a careless agent: key and secret in its output
             secret = os.environ["TINY_SECRET"]
             print(f"debug {rollout.api_key} {secret}", flush=True)
-            messages.append({"role": "user", "content": f"key {rollout.api_key} secret {secret}"})
+            leak = {"role": "user", "content": f"key {rollout.api_key} secret {secret}"}
+            messages.insert(-1, leak)  # the reply stays last: it is what the grader reads
             if ctx.artifacts_dir is not None:  # user files, copied into the run directory
                 notes = ctx.artifacts_dir / "notes.txt"
                 await asyncio.to_thread(notes.write_text, f"{rollout.api_key} {secret}")
