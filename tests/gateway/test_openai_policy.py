@@ -7,6 +7,7 @@ import json
 import httpx
 import pytest
 
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 from tests.gateway.conftest import PROVIDER_KEY, chat, serving, sse_events
@@ -274,6 +275,24 @@ async def test_gateway_sampling_replaces_the_callers(stub: ChatStub) -> None:
     sent = stub.requests[-1]["body"]
     assert {k: sent[k] for k in sampling} == sampling
     assert sent["top_p"] == 0.5 and "max_completion_tokens" not in sent
+
+
+async def test_gateway_sampling_can_change_between_phases(stub: ChatStub) -> None:
+    async with serving(
+        OpenAICompatiblePolicy(stub.base_url), sampling={"temperature": 1.0}
+    ) as (gateway, http):
+        await http.post(CHAT, json=chat(temperature=0.3))
+        gateway.sampling = {"temperature": 0.0, "max_tokens": 7}
+        assert gateway.sampling == {"temperature": 0.0, "max_tokens": 7}
+        await http.post(CHAT, json=chat(temperature=0.3))
+        with pytest.raises(ConfigError, match="top_q"):
+            gateway.sampling = {"top_q": 1}
+        gateway.sampling = {}
+        await http.post(CHAT, json=chat(temperature=0.3))
+    sent = [request["body"] for request in stub.requests[-3:]]
+    assert sent[0]["temperature"] == 1.0
+    assert (sent[1]["temperature"], sent[1]["max_tokens"]) == (0.0, 7)
+    assert sent[2]["temperature"] == 0.3  # the caller's own again
 
 
 async def test_trajectory_report_endpoint_serves_recorded_calls(

@@ -238,7 +238,9 @@ async def test_auto_tool_choice_is_a_call_or_an_answer(
         f"auto-{seed}",
         messages=_ask("What is 3*4?"),
         tools=[CALCULATOR],
-        max_tokens=48,
+        # Room for the longest reply the grammar allows (a bounded string, bounded
+        # whitespace): the random model can use all of it.
+        max_tokens=256,
         seed=seed,
     )
     choice = answer["choices"][0]
@@ -399,6 +401,29 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     assert any(logprob == 0 for logprob in record.logprobs or ())
 
 
+async def test_tool_replies_may_be_laid_out_as_the_model_likes_within_a_bound(
+    served: tuple[TorchPolicy, Gateway],
+) -> None:
+    import xgrammar
+
+    policy = served[0]
+    request = parse_chat_request({"messages": _ask("1+2?"), "tools": [CALCULATOR]})
+    grammar = policy._grammar(request.body, plan_tools(request, answer_after_tool_result=True))
+
+    def accepts(text: str) -> bool:
+        matcher = xgrammar.GrammarMatcher(grammar)
+        return bool(matcher.accept_string(text)) and matcher.is_completed()
+
+    # Indented JSON, as small chat models were trained to write it (a forced one-line
+    # layout pushes them off their own tokens and into nonsense), and the compact form.
+    indented = '{\n    "name": "calculator",\n    "arguments": {"expression": "1+2"}\n}'
+    assert accepts(indented)
+    assert accepts('{"name":"calculator","arguments":{"expression":"1+2"}}')
+    assert accepts('{"answer": "3"}')
+    # Whitespace is bounded, so a model cannot run on in it until max_tokens.
+    assert not accepts("{" + " " * 200 + '"answer": "3"}')
+
+
 async def test_concurrent_calls_are_generated_in_one_batch(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
@@ -416,6 +441,39 @@ async def test_concurrent_calls_are_generated_in_one_batch(
     assert sum(policy.batch_sizes.values()) == before + 1
     assert policy.batch_sizes[4] >= 1
     assert all(_one(gateway, f"batch-{index}").status == "ok" for index in range(4))
+
+
+async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
+    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+) -> None:
+    policy, gateway = served
+    admissions = sum(policy.batch_sizes.values())
+    # A long call starts alone; a short one (shorter prompt) and a long-prompt one arrive
+    # while it generates, join its batch, and the short one finishes first.
+    long_call = asyncio.create_task(
+        _chat(http, "join-long", messages=_ask("Hi."), max_tokens=160, temperature=0.9, seed=3)
+    )
+    async with asyncio.timeout(30):
+        while sum(policy.batch_sizes.values()) == admissions:  # noqa: ASYNC110 -- set by the worker
+            await asyncio.sleep(0.005)
+    short = await _chat(
+        http, "join-short", messages=_ask("Ok"), max_tokens=3, temperature=0.5, seed=1
+    )
+    wide = await _chat(
+        http,
+        "join-wide",
+        messages=_ask("Tell me a long story about the sea, the ships on it and their crews."),
+        max_tokens=6,
+        temperature=0,
+    )
+    assert not long_call.done(), "the joining calls did not wait for the running one to end"
+    await long_call
+    assert sum(policy.batch_sizes.values()) == admissions + 3
+    assert short["usage"]["completion_tokens"] == 3
+    for rollout, temperature in (("join-long", 0.9), ("join-short", 0.5), ("join-wide", 0.0)):
+        record = _one(gateway, rollout)
+        expected = _teacher_forced(reference, record, temperature)
+        assert _max_delta(list(record.logprobs or ()), expected) <= 1e-3, rollout
 
 
 async def test_streamed_answer_arrives_with_its_records(

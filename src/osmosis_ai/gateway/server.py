@@ -10,6 +10,7 @@ from osmosis_ai._serving import ServedApp, new_token
 from osmosis_ai.gateway.app import create_gateway_app
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecords
+from osmosis_ai.gateway.request import check_sampling
 
 __all__ = ["Gateway"]
 
@@ -47,6 +48,17 @@ class Gateway(ServedApp):
             policy, token=self.token, records=self.records, secrets=secrets, sampling=sampling
         )
         super().__init__(app, host=host, port=port)
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields imposed on every call (empty: the callers' own)."""
+        return dict(self.app.state.gateway.sampling)
+
+    @sampling.setter
+    def sampling(self, sampling: Mapping[str, Any]) -> None:
+        # Calls already inside the policy keep the values they were parsed with; a trainer
+        # switches between phases (training rollouts, greedy held-out evaluation).
+        self.app.state.gateway.sampling = check_sampling(sampling)
 
     @property
     def base_url(self) -> str:

@@ -39,7 +39,15 @@ _INTEGERS = (
     "max_tokens",
     "token_budget",
 )
-_NUMBERS = ("learning_rate", "clip_low", "clip_high", "kl_beta", "temperature", "pass_threshold")
+_NUMBERS = (
+    "learning_rate",
+    "clip_low",
+    "clip_high",
+    "kl_beta",
+    "temperature",
+    "eval_temperature",
+    "pass_threshold",
+)
 _TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, "normalisation", "advantage_scale", "eval_rows")
 
 
@@ -66,6 +74,9 @@ class TrainingConfig:
     seed: int = 0
     max_tokens: int = 256
     temperature: float = 1.0
+    """Sampling temperature of the training rollouts (imposed by the gateway)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of the held-out evaluation (0: greedy)."""
     pass_threshold: float = 1.0
     token_budget: int = 4096
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
@@ -156,7 +167,7 @@ def _training(src: _Source, table: TOMLTable) -> TrainingConfig:
             if zero_ok and int(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
         elif key in _NUMBERS:
-            zero_ok = key in ("kl_beta", "temperature", "clip_low", "clip_high")
+            zero_ok = key in ("kl_beta", "temperature", "eval_temperature", "clip_low", "clip_high")
             values[key] = src.number(table, "training", key, positive=not zero_ok)
             if zero_ok and float(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")

@@ -232,8 +232,15 @@ class _Run:
             await asyncio.gather(running, exited, return_exceptions=True)
 
     async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
-        """Pass rate and mean reward of one rollout per held-out row."""
-        done = await self.rollouts([(row, f"eval-{step:04d}-row-{row}") for row in held_out])
+        """Pass rate and mean reward of one rollout per held-out row, sampled at
+        ``eval_temperature`` (greedy by default, so that two points compare policies, not luck)."""
+        gateway, training = self.stack.gateway, self.config.training
+        sampling = gateway.sampling
+        gateway.sampling = {**sampling, "temperature": training.eval_temperature}
+        try:
+            done = await self.rollouts([(row, f"eval-{step:04d}-row-{row}") for row in held_out])
+        finally:
+            gateway.sampling = sampling
         rewards = [_reward(r.result) for r in done]
         threshold = self.config.training.pass_threshold
         passed = [

@@ -1,10 +1,14 @@
-"""Batched generation with a KV cache: the torch policy's compute, run on its worker thread.
+"""Continuous batching with a KV cache: the torch policy's compute, run on its worker thread.
 
-Sequences are left-padded into one batch; every step samples each live row from the
-distribution the policy reports: logits masked by the row's grammar (if any), divided by the
-temperature, cut to top-k and top-p, renormalised. The logprob of each sampled token is taken
-from exactly that distribution. At temperature 0 the argmax is taken and its logprob is that
-of the unscaled (masked) distribution.
+A `Decoder` holds the rows generating together. Rows join between decoding steps (their
+prompts are prefilled together, left-padded, and their cache is merged into the running
+one) and leave as soon as they finish, so a long answer never holds the others back and a
+call arriving mid-generation does not wait for the batch to end.
+
+Every step samples each row from the distribution the policy reports: logits masked by the
+row's grammar (if any), divided by the temperature, cut to top-k and top-p, renormalised.
+The logprob of each sampled token is taken from exactly that distribution. At temperature 0
+the argmax is taken and its logprob is that of the unscaled (masked) distribution.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GenerationJob", "Sampling", "generate"]
+__all__ = ["Decoder", "GenerationJob", "Sampling", "generate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,7 @@ class Sampling:
 
 @dataclass(slots=True)
 class GenerationJob:
-    """One sequence to generate; the outputs are filled in by `generate`."""
+    """One sequence to generate; the outputs are filled in by a `Decoder`."""
 
     prompt_ids: list[int]
     sampling: Sampling
@@ -47,6 +51,153 @@ class GenerationJob:
     """Character offset of the stop string that ended the text, if one did."""
 
 
+@dataclass(slots=True)
+class _Row:
+    job: GenerationJob
+    matcher: Any
+    generator: Any
+
+
+class Decoder:
+    """The rows generating together (blocking; one thread at a time).
+
+    ``admit`` prefills new jobs and adds them; ``step`` decodes one token for every row.
+    Both return the jobs that finished, which have left the decoder.
+    """
+
+    def __init__(
+        self,
+        torch: Any,
+        xgrammar: Any,
+        model: Any,
+        *,
+        stop_token_ids: Collection[int],
+        pad_id: int,
+        decode: Callable[[list[int]], str],
+    ) -> None:
+        self._torch, self._xgrammar, self._model = torch, xgrammar, model
+        self._stop_ids, self._pad_id, self._decode = stop_token_ids, pad_id, decode
+        self._vocab = model.config.vocab_size
+        self.rows: list[_Row] = []
+        self._cache: Any = None
+        self._mask: Any = None
+        """1 where a cached position holds a token of the row, 0 for left padding."""
+        self._tokens: Any = None
+        """The token each row feeds next: the one it sampled last."""
+        self._positions: Any = None
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def admit(self, jobs: list[GenerationJob]) -> list[GenerationJob]:
+        """Prefill ``jobs`` together, sample their first tokens and add them to the rows."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        width = max(len(job.prompt_ids) for job in jobs)
+        input_ids = torch.full((len(jobs), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for index, job in enumerate(jobs):
+            input_ids[index, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
+            mask[index, width - len(job.prompt_ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self._model.config)  # filled in place by the forward pass
+        logits = self._forward(input_ids, mask, positions, cache)
+        rows = [
+            _Row(
+                job,
+                self._xgrammar.GrammarMatcher(job.grammar) if job.grammar else None,
+                torch.Generator().manual_seed(
+                    job.sampling.seed if job.sampling.seed is not None else random.getrandbits(63)
+                ),
+            )
+            for job in jobs
+        ]
+        tokens, finished = self._sample(rows, logits)
+        self._join(rows, cache, mask, tokens, positions[:, -1:] + 1)
+        return self._leave({self.size - len(rows) + index for index in finished})
+
+    def step(self) -> list[GenerationJob]:
+        """Decode one token for every row."""
+        torch = self._torch
+        mask = torch.cat([self._mask, torch.ones((self.size, 1), dtype=torch.long)], dim=1)
+        logits = self._forward(self._tokens, mask, self._positions, self._cache)
+        self._mask, self._positions = mask, self._positions + 1
+        self._tokens, finished = self._sample(self.rows, logits)
+        return self._leave(set(finished))
+
+    def _forward(self, input_ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
+        with self._torch.inference_mode():
+            # The cache is the fourth positional parameter in every transformers 5 release
+            # (its keyword was renamed); logits_to_keep=1 skips the vocabulary projection of
+            # the prompt.
+            out = self._model(input_ids, mask, positions, cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float()
+
+    def _sample(self, rows: list[_Row], logits: Any) -> tuple[Any, list[int]]:
+        torch, xgrammar = self._torch, self._xgrammar
+        constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
+        if constrained:
+            bitmask = xgrammar.allocate_token_bitmask(len(rows), self._vocab)
+            for index in constrained:
+                rows[index].matcher.fill_next_token_bitmask(bitmask, index)
+            xgrammar.apply_token_bitmask_inplace(
+                logits, bitmask, vocab_size=self._vocab, indices=constrained
+            )
+        tokens = torch.empty((len(rows), 1), dtype=torch.long)
+        finished = []
+        for index, row in enumerate(rows):
+            job = row.job
+            sampled = _choose(torch, logits[index], job.sampling, row.generator)
+            token, logprob, alternatives = sampled
+            job.token_ids.append(token)
+            job.logprobs.append(logprob)
+            job.top_logprobs.append(alternatives)
+            tokens[index, 0] = token
+            if _finished(job, row.matcher, token, self._stop_ids, self._decode):
+                finished.append(index)
+        return tokens, finished
+
+    def _join(self, rows: list[_Row], cache: Any, mask: Any, tokens: Any, positions: Any) -> None:
+        torch = self._torch
+        if not self.rows:
+            self.rows, self._cache, self._mask = rows, cache, mask
+            self._tokens, self._positions = tokens, positions
+            return
+        # Both caches are left-padded to one length and stacked along the batch: padding is
+        # masked out, and every row keeps its own position ids.
+        length = max(self._mask.shape[1], mask.shape[1])
+        for running, joining in zip(self._cache.layers, cache.layers, strict=True):
+            for name in ("keys", "values"):
+                stacked = [_pad_left(getattr(layer, name), length) for layer in (running, joining)]
+                setattr(running, name, torch.cat(stacked))
+        self._mask = torch.cat([_pad_left(self._mask, length), _pad_left(mask, length)])
+        self._tokens = torch.cat([self._tokens, tokens])
+        self._positions = torch.cat([self._positions, positions])
+        self.rows = self.rows + rows
+
+    def _leave(self, finished: set[int]) -> list[GenerationJob]:
+        if not finished:
+            return []
+        done = [self.rows[index].job for index in sorted(finished)]
+        keep = [index for index in range(self.size) if index not in finished]
+        if not keep:
+            self.rows, self._cache = [], None
+            return done
+        torch = self._torch
+        kept = torch.tensor(keep, dtype=torch.long)
+        self.rows = [self.rows[index] for index in keep]
+        self._mask, self._tokens = self._mask[kept], self._tokens[kept]
+        self._positions = self._positions[kept]
+        # Columns that are padding for every remaining row are dropped with the rows.
+        start = int(self._mask.any(dim=0).long().argmax())
+        self._mask = self._mask[:, start:]
+        for layer in self._cache.layers:
+            layer.keys, layer.values = layer.keys[kept, :, start:], layer.values[kept, :, start:]
+        return done
+
+
 def generate(
     torch: Any,
     xgrammar: Any,
@@ -57,63 +208,28 @@ def generate(
     pad_id: int,
     decode: Callable[[list[int]], str],
 ) -> None:
-    """Generate every job's completion in one batch (blocking; fills the jobs in place)."""
-    rows = len(jobs)
-    width = max(len(job.prompt_ids) for job in jobs)
-    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((rows, width), dtype=torch.long)
-    for row, job in enumerate(jobs):
-        input_ids[row, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
-        mask[row, width - len(job.prompt_ids) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    matchers = [xgrammar.GrammarMatcher(job.grammar) if job.grammar else None for job in jobs]
-    vocab = model.config.vocab_size
-    bitmask = xgrammar.allocate_token_bitmask(rows, vocab) if any(matchers) else None
-    generators = [
-        torch.Generator().manual_seed(
-            job.sampling.seed if job.sampling.seed is not None else random.getrandbits(63)
-        )
-        for job in jobs
-    ]
-    live = list(range(rows))
-    from transformers import DynamicCache
+    """Generate every job's completion, all started together (blocking; fills the jobs)."""
+    decoder = Decoder(
+        torch, xgrammar, model, stop_token_ids=stop_token_ids, pad_id=pad_id, decode=decode
+    )
+    decoder.admit(jobs)
+    # Every row ends by max_tokens at the latest.
+    for _ in range(max(job.sampling.max_tokens for job in jobs)):
+        if not decoder.size:
+            break
+        decoder.step()
 
-    cache = DynamicCache(config=model.config)  # filled in place by every forward pass
-    with torch.inference_mode():
-        for _ in range(max(job.sampling.max_tokens for job in jobs)):
-            # The cache is the fourth positional parameter in every transformers 5 release
-            # (its keyword was renamed); logits_to_keep=1 skips the vocabulary projection of
-            # the prompt.
-            out = model(input_ids, mask, positions, cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1, :].float()
-            if bitmask is not None:
-                constrained = []
-                for row in live:
-                    matcher = matchers[row]
-                    if matcher is not None:
-                        matcher.fill_next_token_bitmask(bitmask, row)
-                        constrained.append(row)
-                if constrained:
-                    xgrammar.apply_token_bitmask_inplace(
-                        logits, bitmask, vocab_size=vocab, indices=constrained
-                    )
-            next_ids = torch.full((rows, 1), pad_id, dtype=torch.long)
-            for row in list(live):
-                job = jobs[row]
-                token, logprob, alternatives = _choose(
-                    torch, logits[row], job.sampling, generators[row]
-                )
-                job.token_ids.append(token)
-                job.logprobs.append(logprob)
-                job.top_logprobs.append(alternatives)
-                next_ids[row, 0] = token
-                if _finished(job, matchers[row], token, stop_token_ids, decode):
-                    live.remove(row)
-            if not live:
-                break
-            input_ids = next_ids
-            mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
-            positions = positions[:, -1:] + 1
+
+def _pad_left(tensor: Any, length: int) -> Any:
+    """``tensor`` with zeros prepended along its sequence dimension (dim 1 of a mask,
+    dim 2 of cached keys and values) up to ``length``."""
+    import torch.nn.functional as functional
+
+    missing = length - tensor.shape[1 if tensor.dim() == 2 else 2]
+    if not missing:
+        return tensor
+    padding = (missing, 0) if tensor.dim() == 2 else (0, 0, missing, 0)
+    return functional.pad(tensor, padding)
 
 
 def _choose(

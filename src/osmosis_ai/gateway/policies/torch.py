@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import time
@@ -35,6 +36,9 @@ __all__ = ["TorchPolicy", "bounded_strings"]
 T = TypeVar("T")
 _FEATURE = "The torch policy"
 _DEFAULT_MAX_TOKENS = 1_024
+# JSON replies may lay themselves out as the model likes (it was trained on indented JSON;
+# a forced one-line layout pushes it off its own tokens), bounded so it cannot run on.
+_MAX_WHITESPACE = 12
 # Sampling fields this policy cannot honour: refused rather than silently ignored.
 _UNSUPPORTED = (
     "min_p",
@@ -73,15 +77,27 @@ class _Pending:
     done: asyncio.Future[int]
     """Resolves to the policy version the job was generated with."""
 
+    def settle(self, version: int | None, error: PolicyError | None = None) -> None:
+        """Resolve ``done`` (on the event loop), unless the caller has gone away."""
+        if self.done.done():
+            return
+        if error is not None:
+            self.done.set_exception(error)
+        else:
+            self.done.set_result(version)  # type: ignore[arg-type]
+
 
 class TorchPolicy(Policy):
     """Serves a transformers causal LM from live torch weights, on the CPU.
 
-    Calls that arrive within ``batch_window_sec`` of each other (at most ``max_batch_size``)
-    are generated together, left-padded, with a KV cache, on one worker thread, never on the
-    event loop. Every answer carries the exact prompt and completion token ids, the logprob
-    of each sampled token under the distribution it was sampled from (after the grammar
-    mask, temperature, top-k and top-p), and the policy ``version`` that generated it.
+    Calls are generated together with a KV cache on one worker thread, never on the event
+    loop, by continuous batching: up to ``max_batch_size`` at once, a call joins the running
+    batch between two decoding steps and leaves it as soon as it is done. The first calls of
+    an idle policy wait ``batch_window_sec`` for others to start with them.
+
+    Every answer carries the exact prompt and completion token ids, the logprob of each
+    sampled token under the distribution it was sampled from (after the grammar mask,
+    temperature, top-k and top-p), and the policy ``version`` that generated it.
 
     Tool calls follow the embedded policy's contract (``tool_choice`` auto, required, a
     named function or none; an answer right after a tool result), generated under a JSON
@@ -140,16 +156,19 @@ class TorchPolicy(Policy):
         self._max_tokens_cap = default_max_tokens or _DEFAULT_MAX_TOKENS
         self.max_string_length = max_string_length
         self.answer_after_tool_result = answer_after_tool_result
-        #: How many batches of each size were generated (for tests and metrics).
+        #: How many times each number of calls joined generation together (tests, metrics).
         self.batch_sizes: Counter[int] = Counter()
         self._model, self._tokenizer = model, tokenizer
         self._torch: Any = None
         self._xgrammar: Any = None
         self._compiler: Any = None
         self._stop_ids: frozenset[int] = frozenset()
-        self._queue: asyncio.Queue[_Pending] | None = None
-        self._waiting = 0
+        # Calls not yet generating; the worker thread takes them between decoding steps.
+        self._inbox: collections.deque[_Pending] = collections.deque()
+        self._arrived = asyncio.Event()
         self._weights = asyncio.Lock()
+        self._updates_waiting = 0
+        self._closing = False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
         # Tokenising, grammar compiling and answer building: one thread, so the tokenizer is
         # never used by two threads at once and never on the event loop.
@@ -163,15 +182,15 @@ class TorchPolicy(Policy):
 
     @property
     def waiting(self) -> int:
-        """Calls accepted but not yet generating (their batch has not started)."""
-        return self._waiting
+        """Calls accepted but not yet generating."""
+        return len(self._inbox)
 
     async def start(self) -> None:
         """Load the model (from ``model_dir``) and the grammar compiler on a worker thread."""
         if self._dispatcher is not None:
             return
         await self._run(self._load)
-        self._queue = asyncio.Queue()
+        self._closing = False
         self._dispatcher = asyncio.create_task(self._dispatch(), name="osmosis-torch-batches")
 
     def _load(self) -> None:
@@ -196,16 +215,15 @@ class TorchPolicy(Policy):
         self._max_tokens_cap = self.default_max_tokens or stated or _DEFAULT_MAX_TOKENS
 
     async def aclose(self) -> None:
-        """Stop batching (waiting calls fail with 503), then free the worker thread."""
+        """Stop generating (calls waiting or generating fail with 503), free the threads."""
+        self._closing = True
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
             dispatcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await dispatcher
-        while self._queue is not None and not self._queue.empty():
-            pending = self._queue.get_nowait()
-            self._waiting -= 1
-            _fail([pending], PolicyError("the torch policy stopped", status_code=503))
+        while self._inbox:
+            self._inbox.popleft().settle(None, _stopped())
         for executor in (self._executor, self._prep):
             await asyncio.to_thread(executor.shutdown, wait=True)
 
@@ -215,9 +233,15 @@ class TorchPolicy(Policy):
 
         On a normal exit the policy version becomes ``version``, or the next integer.
         """
-        async with self._weights:
-            yield self._model
-            self.version = self.version + 1 if version is None else version
+        self._updates_waiting += 1  # the running batch takes no new calls and ends
+        try:
+            async with self._weights:
+                yield self._model
+                self.version = self.version + 1 if version is None else version
+        finally:
+            self._updates_waiting -= 1
+            if self._inbox:
+                self._arrived.set()
 
     async def load_state_dict(self, state: dict[str, Any], version: int | None = None) -> None:
         """Replace the weights between batches (see `updating`)."""
@@ -226,7 +250,7 @@ class TorchPolicy(Policy):
 
     async def complete(self, request: ChatRequest) -> dict[str, Any]:
         """One ``chat.completion`` with token ids, logprobs and the policy version."""
-        if self._dispatcher is None or self._queue is None:
+        if self._dispatcher is None:
             raise PolicyError("the torch policy is not started", status_code=503)
         for field in _UNSUPPORTED:
             if request.body.get(field) is not None:
@@ -239,8 +263,8 @@ class TorchPolicy(Policy):
         loop = asyncio.get_running_loop()
         job = await loop.run_in_executor(self._prep, self._job, request, plan)
         pending = _Pending(job, loop.create_future())
-        self._waiting += 1
-        await self._queue.put(pending)
+        self._inbox.append(pending)
+        self._arrived.set()
         version = await pending.done
         return await loop.run_in_executor(self._prep, self._response, job, plan, version)
 
@@ -283,54 +307,70 @@ class TorchPolicy(Policy):
             # Only tool arguments are bounded: an answer may be as long as max_tokens allows.
             tools = [_bounded_tool(tool, self.max_string_length) for tool in plan.tools]
             schema = ToolPlan(tools, allow_answer=plan.allow_answer).schema()
-            return self._compiler.compile_json_schema(schema, any_whitespace=False)
+            return self._compiler.compile_json_schema(schema, max_whitespace_cnt=_MAX_WHITESPACE)
         response_format = body.get("response_format") or {}
         if response_format.get("type") == "json_object":  # OpenAI: any JSON object
             return self._compiler.compile_json_schema({"type": "object"}, any_whitespace=False)
         if response_format.get("type") == "json_schema":
             schema = (response_format.get("json_schema") or {}).get("schema") or {}
-            return self._compiler.compile_json_schema(schema, any_whitespace=False)
+            return self._compiler.compile_json_schema(schema, max_whitespace_cnt=_MAX_WHITESPACE)
         return None
 
     async def _dispatch(self) -> None:
-        assert self._queue is not None
+        loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            try:
-                if self._queue.qsize() + 1 < self.max_batch_size:
-                    await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
-                async with self._weights:
-                    # Calls that arrived meanwhile (or during a weight update) join this batch.
-                    while len(batch) < self.max_batch_size and not self._queue.empty():
-                        batch.append(self._queue.get_nowait())
-                    version = self.version
-                    self.batch_sizes[len(batch)] += 1
-                    self._waiting -= len(batch)
-                    jobs = [pending.job for pending in batch]
-                    await self._run(functools.partial(self._generate, jobs))
-            except asyncio.CancelledError:
-                _fail(batch, PolicyError("the torch policy stopped", status_code=503))
-                raise
-            except Exception as exc:
-                message = f"the torch policy failed: {type(exc).__name__}: {exc}"
-                _fail(batch, PolicyError(message, status_code=500))
+            await self._arrived.wait()
+            self._arrived.clear()
+            if not self._inbox:
                 continue
-            for pending in batch:
-                if not pending.done.done():  # the caller may have gone away
-                    pending.done.set_result(version)
+            if len(self._inbox) < self.max_batch_size:
+                await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
+            async with self._weights:
+                await self._run(functools.partial(self._serve, loop, self.version))
 
-    def _generate(self, jobs: list[Any]) -> None:
-        from osmosis_ai.gateway.policies._torch_generate import generate
+    def _serve(self, loop: asyncio.AbstractEventLoop, version: int) -> None:
+        """Generate until no call is running and none may join (worker thread).
 
-        generate(
+        Calls join between decoding steps while no weight update waits; each is settled
+        on the event loop as soon as it is done.
+        """
+        from osmosis_ai.gateway.policies._torch_generate import Decoder
+
+        decoder = Decoder(
             self._torch,
             self._xgrammar,
             self._model,
-            jobs,
             stop_token_ids=self._stop_ids,
             pad_id=self._pad_id(),
             decode=self._decode,
         )
+        running: dict[int, _Pending] = {}
+
+        def settle(jobs: list[Any], error: PolicyError | None = None) -> None:
+            for job in jobs:
+                loop.call_soon_threadsafe(running.pop(id(job)).settle, version, error)
+
+        try:
+            while not self._closing:
+                joining = self._take(self.max_batch_size - decoder.size)
+                if joining:
+                    running.update((id(pending.job), pending) for pending in joining)
+                    self.batch_sizes[len(joining)] += 1
+                    settle(decoder.admit([pending.job for pending in joining]))
+                if not decoder.size:
+                    return
+                settle(decoder.step())
+            settle([pending.job for pending in running.values()], _stopped())
+        except Exception as exc:
+            error = PolicyError(f"the torch policy failed: {type(exc).__name__}: {exc}")
+            settle([pending.job for pending in running.values()], error)
+
+    def _take(self, room: int) -> list[_Pending]:
+        """Up to ``room`` waiting calls, none while a weight update waits (worker thread)."""
+        taken: list[_Pending] = []
+        while len(taken) < room and self._inbox and not self._updates_waiting:
+            taken.append(self._inbox.popleft())
+        return taken
 
     def _pad_id(self) -> int:
         pad = self._tokenizer.pad_token_id
@@ -415,10 +455,8 @@ def _stops(stop: object) -> tuple[str, ...]:
     raise ChatRequestError("'stop' must be a string or a list of strings", param="stop")
 
 
-def _fail(batch: list[_Pending], error: PolicyError) -> None:
-    for pending in batch:
-        if not pending.done.done():  # the caller may have gone away
-            pending.done.set_exception(error)
+def _stopped() -> PolicyError:
+    return PolicyError("the torch policy stopped", status_code=503)
 
 
 def _bounded_tool(tool: dict[str, Any], max_length: int) -> dict[str, Any]:
