@@ -22,10 +22,16 @@ from osmosis_ai.rollout.status import TERMINAL_STATUSES
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_FILENAME, preview_id_allowed
 
 __all__ = [
+    "EVAL_RUN",
+    "TRAIN_RUN",
+    "RunKind",
     "RunUnreadableError",
     "ViewerRoot",
     "artifact_file",
     "live_previews",
+    "TRIALS",
+    "read_json",
+    "read_json_lines",
     "rollout_detail",
     "run_items",
     "run_overview",
@@ -33,11 +39,32 @@ __all__ = [
 ]
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
-_TRIALS = "rollout_trials"
+#: Where an eval run keeps its rollouts' files.
+TRIALS = "rollout_trials"
 _JOURNAL = "events.jsonl"
 _METRICS = "metrics.json"
 _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 _MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """How a kind of run directory is recognised: it holds ``marker`` and not ``unless``."""
+
+    marker: str
+    unless: str | None = None
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` is a run directory of this kind."""
+        if self.unless is not None and (path / self.unless).exists():
+            return False
+        return (path / self.marker).is_file()
+
+
+#: ``osmosis eval run``'s directories: the manifest is written first.
+EVAL_RUN = RunKind(MANIFEST)
+#: ``osmosis train run``'s directories: a journal and no manifest.
+TRAIN_RUN = RunKind(_JOURNAL, unless=MANIFEST)
 
 
 def _unlinked(path: Path, top: Path) -> bool:
@@ -54,7 +81,7 @@ def _unlinked(path: Path, top: Path) -> bool:
     return False  # not under top at all
 
 
-def _read_json(path: Path, top: Path) -> Any:
+def read_json(path: Path, top: Path) -> Any:
     """A JSON file's content, or ``None`` when it is missing, linked, too big or not JSON."""
     try:
         if not _unlinked(path, top) or not path.is_file():
@@ -66,29 +93,69 @@ def _read_json(path: Path, top: Path) -> Any:
         return None
 
 
+def read_json_lines(path: Path, top: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a ``.jsonl`` file (none when it is missing, linked or too big).
+
+    A run being written may end in half a line: the last line is skipped when it does not
+    parse. Any other bad line makes the file unreadable.
+
+    Raises:
+        RunUnreadableError: A line before the last is not a JSON object.
+    """
+    try:
+        if not _unlinked(path, top) or not path.is_file():
+            return []
+        if path.stat().st_size > _MAX_JSON_BYTES:
+            return []
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return []
+    parsed: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            parsed.append(value)
+        elif number < len(lines):
+            raise RunUnreadableError(f"{path.name} line {number} is not a JSON object")
+    return parsed
+
+
 class ViewerRoot:
-    """The directory the viewer shows: one run directory, or a folder of them."""
+    """The directory the viewer shows: one run directory, a folder of them, or a workspace's
+    ``.osmosis`` folder (its ``evals/`` and ``train/`` folders)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path.resolve()
 
-    def runs(self) -> list[Path]:
-        """Run directories, newest first."""
-        if (self.path / MANIFEST).is_file():
+    def _find(self, kind: RunKind) -> list[Path]:
+        """Run directories of ``kind``, newest first."""
+        if kind.holds(self.path):
             return [self.path]
-        try:
-            candidates = [
-                p for p in self.path.iterdir() if not p.is_symlink() and (p / MANIFEST).is_file()
-            ]
-        except OSError:
-            return []
-        return sorted(candidates, key=lambda p: _mtime(p / MANIFEST), reverse=True)
+        found = []
+        for folder in (self.path, self.path / "evals", self.path / "train"):
+            try:
+                children = list(folder.iterdir())
+            except OSError:
+                continue
+            found += [p for p in children if not p.is_symlink() and kind.holds(p)]
+        return sorted(found, key=lambda p: _mtime(p / kind.marker), reverse=True)
 
-    def run(self, name: str) -> Path | None:
-        """The run directory called ``name``, or ``None`` when there is no such run."""
+    def runs(self) -> list[Path]:
+        """Eval run directories, newest first."""
+        return self._find(EVAL_RUN)
+
+    def train_runs(self) -> list[Path]:
+        """Training run directories, most recently active first."""
+        return self._find(TRAIN_RUN)
+
+    def run(self, name: str, kind: RunKind | None = None) -> Path | None:
+        """The run directory of ``kind`` (eval by default) called ``name``, or ``None``."""
         if _RUN_NAME.fullmatch(name) is None:
             return None
-        return next((run for run in self.runs() if run.name == name), None)
+        return next((run for run in self._find(kind or EVAL_RUN) if run.name == name), None)
 
 
 class RunUnreadableError(Exception):
@@ -131,12 +198,12 @@ def _load(run_dir: Path) -> _Run:
     Raises:
         RunUnreadableError: The manifest, metrics or journal cannot be read.
     """
-    manifest = _read_json(run_dir / MANIFEST, run_dir)
+    manifest = read_json(run_dir / MANIFEST, run_dir)
     if not isinstance(manifest, dict):
         raise RunUnreadableError(f"{MANIFEST} is not a readable JSON object")
     metrics: dict[str, Any] = {}
     if (run_dir / _METRICS).exists():
-        document = _read_json(run_dir / _METRICS, run_dir)
+        document = read_json(run_dir / _METRICS, run_dir)
         if not isinstance(document, dict) or not all(
             isinstance(document.get(key, {}), dict) for key in ("eval_run", "summary")
         ):
@@ -200,7 +267,7 @@ def _journal(run_dir: Path) -> dict[WorkItem, JournalRecord]:
 
 def _rows(run_dir: Path) -> list[IndexRow]:
     records = _journal(run_dir)
-    trials = run_dir / _TRIALS
+    trials = run_dir / TRIALS
     names = {
         record.rollout_id: "trajectory.json"
         for record in records.values()
@@ -250,25 +317,30 @@ def _artifacts(directory: Path) -> list[dict[str, Any]]:
     return found
 
 
-def rollout_detail(run_dir: Path, rollout_id: str) -> dict[str, Any] | None:
-    """A rollout's trajectory, diagnostics, artifact list and latest preview."""
+def rollout_detail(
+    run_dir: Path, rollout_id: str, *, trials: str = TRIALS
+) -> dict[str, Any] | None:
+    """A rollout's trajectory, diagnostics, artifact list and latest preview; its files are
+    in ``run_dir/trials/<rollout_id>/``."""
     if not preview_id_allowed(rollout_id):
         return None
-    trial = run_dir / _TRIALS / rollout_id
-    preview = _read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
+    trial = run_dir / trials / rollout_id
+    preview = read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
     if not trial.is_dir() and preview is None:
         return None
     artifacts = trial / "artifacts"
     return {
         "rollout_id": rollout_id,
-        "trajectory": _read_json(trial / "trajectory.json", run_dir),
-        "diagnostics": _read_json(trial / "diagnostics.json", run_dir),
+        "trajectory": read_json(trial / "trajectory.json", run_dir),
+        "diagnostics": read_json(trial / "diagnostics.json", run_dir),
         "artifacts": _artifacts(artifacts) if _unlinked(artifacts, run_dir) else [],
         "preview": preview,
     }
 
 
-def artifact_file(run_dir: Path, rollout_id: str, relative: str) -> Path | None:
+def artifact_file(
+    run_dir: Path, rollout_id: str, relative: str, *, trials: str = TRIALS
+) -> Path | None:
     """The artifact file at ``relative`` inside the rollout's artifacts directory, or ``None``.
 
     Refuses absolute paths, ``..`` parts, links and anything that resolves outside.
@@ -278,7 +350,7 @@ def artifact_file(run_dir: Path, rollout_id: str, relative: str) -> Path | None:
     parts = relative.split("/")
     if relative.startswith("/") or "\\" in relative or any(p in ("", ".", "..") for p in parts):
         return None
-    base = run_dir / _TRIALS / rollout_id / "artifacts"
+    base = run_dir / trials / rollout_id / "artifacts"
     candidate = base.joinpath(*parts)
     if not _unlinked(candidate, run_dir) or not candidate.is_file():
         return None
@@ -311,7 +383,7 @@ def live_previews(run_dir: Path) -> list[dict[str, Any]]:
     for child in directory.iterdir():
         if not preview_id_allowed(child.name) or child.name in finished:
             continue
-        document = _read_json(child / PREVIEW_FILENAME, run_dir)
+        document = read_json(child / PREVIEW_FILENAME, run_dir)
         meta = _preview_meta(document)
         if meta is not None and meta.get("status") not in _TERMINAL:
             live.append(document)
