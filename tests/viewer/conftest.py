@@ -1,4 +1,5 @@
-"""Viewer fixtures: eval runs of a test rollout made by the real `osmosis eval run`."""
+"""Viewer fixtures: eval runs of a test rollout made by the real `osmosis eval run`, a
+training run made by the real `osmosis train run`, and headless Chromium."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, Page, async_playwright
 
 from osmosis_ai.testing import ChatStub
 from tests.eval.conftest import Workspace
+from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
+from tests.train.test_runner import _lines as read_lines  # noqa: F401 -- for the tests
+from tests.train.test_runner import _run as run_training_cli
+from tests.train.test_runner import _workspace as training_workspace
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
 XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
@@ -98,3 +105,49 @@ def damaged_root(finished_run_root: Path, tmp_path: Path) -> Path:
     bad_metrics = shutil.copytree(finished, root / "bad-metrics")
     (bad_metrics / "metrics.json").write_text('{"eval_run": "x", "summary": []}')
     return root
+
+
+#: The real training run: 3 steps, held-out evaluations at steps 0, 2 and 3.
+TRAIN_RUN = "tiny"
+
+
+@pytest.fixture(scope="session")
+def train_run_root(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:  # noqa: F811
+    """The ``.osmosis`` folder of a workspace after one real ``osmosis train run`` (made once)."""
+    import asyncio
+
+    root = tmp_path_factory.mktemp("viewer-train") / "ws"
+    config = training_workspace(root, tiny_model_dir, "steps = 3\neval_every = 2")
+    code, output = asyncio.run(run_training_cli(config))
+    assert code == 0, output
+    return root / ".osmosis"
+
+
+# ---- headless Chromium ------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    executable = shutil.which("chromium")
+    assert executable, "install Debian's chromium package (.ci/run does) to run browser tests"
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context()
+    opened = await context.new_page()
+    yield opened
+    await context.close()

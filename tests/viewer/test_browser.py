@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,39 +11,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from osmosis_ai.viewer import Viewer
 from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    executable = shutil.which("chromium")
-    assert executable, "install Debian's chromium package (.ci/run does) to run browser tests"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        await launched.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context()
-    opened = await context.new_page()
-    yield opened
-    await context.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
