@@ -3,7 +3,9 @@ training run made by the real `osmosis train run`, and headless Chromium."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -55,7 +57,6 @@ async def chatty_workspace(root: Path) -> AsyncIterator[Workspace]:
 
 def _finished_run(root: Path, rows: list[dict[str, Any]], *args: str) -> Path:
     """The output root of one finished ``osmosis eval run`` of ``rows`` in a new workspace."""
-    import asyncio
 
     async def make() -> None:
         async with chatty_workspace(root) as workspace:
@@ -114,13 +115,20 @@ TRAIN_RUN = "tiny"
 @pytest.fixture(scope="session")
 def train_run_root(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:  # noqa: F811
     """The ``.osmosis`` folder of a workspace after one real ``osmosis train run`` (made once)."""
-    import asyncio
-
     root = tmp_path_factory.mktemp("viewer-train") / "ws"
     config = training_workspace(root, tiny_model_dir, "steps = 3\neval_every = 2")
     code, output = asyncio.run(run_training_cli(config))
     assert code == 0, output
     return root / ".osmosis"
+
+
+async def read_line(stream: Any, pattern: re.Pattern[str]) -> re.Match[str]:
+    """The first line of a child's output that matches ``pattern`` (within a minute)."""
+    async with asyncio.timeout(60):
+        while line := await stream.readline():
+            if match := pattern.search(line.decode()):
+                return match
+    raise AssertionError(f"no line matched {pattern.pattern}")
 
 
 # ---- headless Chromium ------------------------------------------------------------------

@@ -7,14 +7,13 @@ import re
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page
 
 from osmosis_ai.viewer import Viewer
-from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run
+from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run, read_line
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -80,14 +79,6 @@ async def test_dot_dot_artifact_paths_are_refused(page: Page, viewer_url: str) -
         assert "local_run_id" not in await page.content()
 
 
-async def _read_line(stream: Any, pattern: re.Pattern[str]) -> re.Match[str]:
-    async with asyncio.timeout(60):
-        while line := await stream.readline():
-            if match := pattern.search(line.decode()):
-                return match
-    raise AssertionError(f"no line matched {pattern.pattern}")
-
-
 async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> None:
     async with chatty_workspace(tmp_path / "ws") as workspace:
         workspace.write_rows(
@@ -102,7 +93,7 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
         process = await workspace.start("--name", "live", "--view")
         try:
             assert process.stdout is not None
-            match = await _read_line(process.stdout, re.compile(r"viewer: (http://\S+)"))
+            match = await read_line(process.stdout, re.compile(r"viewer: (http://\S+)"))
             await page.goto(match.group(1))
             steps = page.locator("#live .live .steps")
             await steps.first.wait_for(timeout=30_000)
@@ -110,7 +101,7 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
             async with asyncio.timeout(30):
                 while int((await steps.first.inner_text()).split()[0]) <= first:  # noqa: ASYNC110 -- the page changes, not an event of ours
                     await asyncio.sleep(0.3)
-            await _read_line(process.stdout, re.compile("viewer stays up"))
+            await read_line(process.stdout, re.compile("viewer stays up"))
         finally:
             process.send_signal(signal.SIGINT)
             async with asyncio.timeout(30):
