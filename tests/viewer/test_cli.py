@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.eval.conftest import OSMOSIS
-from tests.viewer.conftest import read_line, training_workspace
+from tests.viewer.conftest import ViewedTraining
 
 
 def test_view_command_refuses_a_missing_directory(tmp_path: Path) -> None:
@@ -86,29 +86,16 @@ async def test_view_with_a_token_prints_the_link_once_and_refuses_without_it(
     assert (line + out.decode() + err.decode()).count(token) == 1  # printed once
 
 
-async def test_train_run_with_view_serves_the_run_page_and_stays_up(
-    tmp_path: Path, tiny_model_dir: Path
+def test_train_run_with_view_serves_the_run_page_and_stays_up(
+    viewed_training: ViewedTraining,
 ) -> None:
-    config = training_workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "train", "run", str(config), "--view",
-        cwd=tmp_path / "ws",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        match = await read_line(process.stdout, re.compile(r"viewer: (http://[^/]+)/#/train/tiny$"))
-        await read_line(process.stdout, re.compile(r"after .* 1 "))  # the results table
-        await read_line(process.stdout, re.compile("viewer stays up"))
-        async with httpx.AsyncClient(base_url=match.group(1), timeout=30) as client:
-            run = (await client.get("/api/train/tiny")).json()
-            page = await client.get("/")
-        assert run["status"] == "finished" and run["steps_done"] == run["steps_total"] == 1
-        assert [line["step"] for line in run["metrics"]] == [1]
-        assert page.status_code == 200 and "/static/app.js" in page.text
-    finally:
-        process.send_signal(signal.SIGINT)
-        async with asyncio.timeout(30):
-            await process.wait()
-    assert process.returncode == 0
+    output = viewed_training.output
+    assert viewed_training.returncode == 0, output  # Ctrl-C ends the viewer, not a failure
+    printed = re.search(r"viewer: http://127\.0\.0\.1:\d+/#/train/tiny\n", output)
+    assert printed, output
+    # The page's address first, the results table at the end, then the viewer stays up.
+    table, stays = output.index("held-out results"), output.index("the viewer stays up")
+    assert printed.start() < output.index("step 1: reward") < table < stays
+    page = viewed_training.page
+    assert page["status"] == "finished" and page["steps_done"] == page["steps_total"] == 3
+    assert [line["step"] for line in page["metrics"]] == [1, 2, 3]
