@@ -126,7 +126,8 @@ class ViewedTraining:
     output: str
     """Everything the command printed."""
     page: dict[str, Any]
-    """What its viewer served for the run (``/api/train/<run>``) after the last step."""
+    """What its viewer served for the run (``/api/train/<run>``) after the last step; empty
+    when it did not serve it."""
     returncode: int
 
 
@@ -148,7 +149,8 @@ async def _train_with_view(config: Path) -> ViewedTraining:
         found = re.search(r"viewer: (http://[^/\s]+)/", "".join(lines))
         assert found, "".join(lines)
         async with httpx.AsyncClient(base_url=found.group(1), timeout=30) as client:
-            page = (await client.get(f"/api/train/{TRAIN_RUN}")).json()
+            response = await client.get(f"/api/train/{TRAIN_RUN}")
+        page = response.json() if response.status_code == 200 else {}
     finally:
         process.send_signal(signal.SIGINT)
         async with asyncio.timeout(30):
