@@ -1,6 +1,7 @@
-"""What the viewer reads from eval run directories. Blocking file I/O: call off the loop.
+"""Where the viewer finds runs, and what it reads from eval run directories (training runs:
+``training.py``). Blocking file I/O: call off the loop.
 
-A run directory is what ``osmosis eval run`` writes (``manifest.json``, ``events.jsonl``,
+An eval run directory is what ``osmosis eval run`` writes (``manifest.json``, ``events.jsonl``,
 ``metrics.json``, ``rollout_trials/<rollout_id>/``, ``previews/<rollout_id>/preview.json``).
 Every path the viewer opens is built from a validated name under the root it was given;
 nothing outside it is ever read.
@@ -24,13 +25,12 @@ from osmosis_ai.rollout.trajectory.preview import PREVIEW_FILENAME, preview_id_a
 __all__ = [
     "EVAL_RUN",
     "TRAIN_RUN",
+    "TRIALS",
     "RunKind",
     "RunUnreadableError",
     "ViewerRoot",
     "artifact_file",
     "live_previews",
-    "TRIALS",
-    "read_json",
     "read_json_lines",
     "rollout_detail",
     "run_items",
@@ -81,7 +81,7 @@ def _unlinked(path: Path, top: Path) -> bool:
     return False  # not under top at all
 
 
-def read_json(path: Path, top: Path) -> Any:
+def _read_json(path: Path, top: Path) -> Any:
     """A JSON file's content, or ``None`` when it is missing, linked, too big or not JSON."""
     try:
         if not _unlinked(path, top) or not path.is_file():
@@ -136,6 +136,8 @@ class ViewerRoot:
             return [self.path]
         found = []
         for folder in (self.path, self.path / "evals", self.path / "train"):
+            if folder != self.path and folder.is_symlink():
+                continue  # it could lead anywhere: the viewer reads only under its path
             try:
                 children = list(folder.iterdir())
             except OSError:
@@ -198,12 +200,12 @@ def _load(run_dir: Path) -> _Run:
     Raises:
         RunUnreadableError: The manifest, metrics or journal cannot be read.
     """
-    manifest = read_json(run_dir / MANIFEST, run_dir)
+    manifest = _read_json(run_dir / MANIFEST, run_dir)
     if not isinstance(manifest, dict):
         raise RunUnreadableError(f"{MANIFEST} is not a readable JSON object")
     metrics: dict[str, Any] = {}
     if (run_dir / _METRICS).exists():
-        document = read_json(run_dir / _METRICS, run_dir)
+        document = _read_json(run_dir / _METRICS, run_dir)
         if not isinstance(document, dict) or not all(
             isinstance(document.get(key, {}), dict) for key in ("eval_run", "summary")
         ):
@@ -325,14 +327,14 @@ def rollout_detail(
     if not preview_id_allowed(rollout_id):
         return None
     trial = run_dir / trials / rollout_id
-    preview = read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
+    preview = _read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
     if not trial.is_dir() and preview is None:
         return None
     artifacts = trial / "artifacts"
     return {
         "rollout_id": rollout_id,
-        "trajectory": read_json(trial / "trajectory.json", run_dir),
-        "diagnostics": read_json(trial / "diagnostics.json", run_dir),
+        "trajectory": _read_json(trial / "trajectory.json", run_dir),
+        "diagnostics": _read_json(trial / "diagnostics.json", run_dir),
         "artifacts": _artifacts(artifacts) if _unlinked(artifacts, run_dir) else [],
         "preview": preview,
     }
@@ -383,7 +385,7 @@ def live_previews(run_dir: Path) -> list[dict[str, Any]]:
     for child in directory.iterdir():
         if not preview_id_allowed(child.name) or child.name in finished:
             continue
-        document = read_json(child / PREVIEW_FILENAME, run_dir)
+        document = _read_json(child / PREVIEW_FILENAME, run_dir)
         meta = _preview_meta(document)
         if meta is not None and meta.get("status") not in _TERMINAL:
             live.append(document)
