@@ -30,7 +30,8 @@ ROLLOUTS = "rollouts"
 _EVENTS = "events.jsonl"
 _METRICS = "metrics.jsonl"
 _ROLLOUT_LINES = "rollouts.jsonl"
-# The runner's rollout ids: step-<step>-row-<row>-<k> (training), eval-<step>-row-<row>.
+# The runner's rollout ids: step-<step>-row-<row>-<k> (training), eval-<step>-row-<row>;
+# matched as a prefix, so a suffix the runner may add (a resampled group) keeps its step.
 _ROLLOUT_ID = re.compile(r"(step|eval)-(\d+)-row-(\d+)(?:-(\d+))?")
 
 
@@ -170,7 +171,7 @@ def _rollout_lines(run_dir: Path) -> dict[str, dict[str, Any]]:
 
 def _item(line: dict[str, Any]) -> dict[str, Any] | None:
     """A rollout's line as the eval items' shape, with its ``kind`` and ``step``."""
-    match = _ROLLOUT_ID.fullmatch(line["rollout_id"])
+    match = _ROLLOUT_ID.match(line["rollout_id"])
     if match is None:
         return None
     kind, step, row, sample = match.groups()
