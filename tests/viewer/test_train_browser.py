@@ -125,3 +125,15 @@ async def test_a_live_run_grows_its_curves(
                 await asyncio.sleep(0.2)
         held_out = page.locator('svg[aria-label="pass rate"] circle.mark')
         assert await held_out.count() == len([e for e in events if e["event"] == "eval"])
+
+
+async def test_the_page_waits_for_a_run_that_has_not_started_yet(
+    page: Page, train_run_root: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "train").mkdir()
+    async with Viewer(tmp_path) as viewer:  # --view serves before the run's first line
+        await page.goto(f"{viewer.url}#/train/{TRAIN_RUN}")
+        await page.wait_for_selector("#waiting")
+        await asyncio.to_thread(copy_run, train_run_root / "train" / TRAIN_RUN, tmp_path / "train")
+        await page.wait_for_selector("#train-steps tbody tr", timeout=10_000)
+        assert await page.locator("#train-steps tbody tr").count() == 3

@@ -324,10 +324,26 @@ function trainView(runName, run, step, rollouts) {
   ];
 }
 
+// `osmosis train run --view` prints the page's address before the run writes its first line:
+// an unknown run is waited for, a minute at most.
+async function waitForRun(load, gen) {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await load();
+    } catch (error) {
+      if (attempt >= 40 || error.message !== "no such run") throw error;
+      current(gen);
+      show(h("p", { class: "muted", id: "waiting" }, "Waiting for the run to start…"));
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      current(gen);
+    }
+  }
+}
+
 async function trainPage(runName, step, gen) {
   const base = `/api/train/${enc(runName)}`;
   const load = () => Promise.all([api(base), step === null ? [] : api(`${base}/steps/${step}`)]);
-  let [run, rollouts] = await load();
+  let [run, rollouts] = await waitForRun(load, gen);
   current(gen);
   const stepCrumb = step === null ? [] : [`step ${step}`];
   setCrumbs(h("a", { href: "#/" }, "runs"), step === null ? runName : h("a", { href: `#/train/${enc(runName)}` }, runName), ...stepCrumb);
