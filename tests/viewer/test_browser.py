@@ -4,47 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from osmosis_ai.viewer import Viewer
-from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run
+from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run, read_line
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    executable = shutil.which("chromium")
-    assert executable, "install Debian's chromium package (.ci/run does) to run browser tests"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        await launched.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context()
-    opened = await context.new_page()
-    yield opened
-    await context.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -108,14 +79,6 @@ async def test_dot_dot_artifact_paths_are_refused(page: Page, viewer_url: str) -
         assert "local_run_id" not in await page.content()
 
 
-async def _read_line(stream: Any, pattern: re.Pattern[str]) -> re.Match[str]:
-    async with asyncio.timeout(60):
-        while line := await stream.readline():
-            if match := pattern.search(line.decode()):
-                return match
-    raise AssertionError(f"no line matched {pattern.pattern}")
-
-
 async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> None:
     async with chatty_workspace(tmp_path / "ws") as workspace:
         workspace.write_rows(
@@ -130,7 +93,7 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
         process = await workspace.start("--name", "live", "--view")
         try:
             assert process.stdout is not None
-            match = await _read_line(process.stdout, re.compile(r"viewer: (http://\S+)"))
+            match = await read_line(process.stdout, re.compile(r"viewer: (http://\S+)"))
             await page.goto(match.group(1))
             steps = page.locator("#live .live .steps")
             await steps.first.wait_for(timeout=30_000)
@@ -138,7 +101,7 @@ async def test_running_eval_preview_gains_steps(page: Page, tmp_path: Path) -> N
             async with asyncio.timeout(30):
                 while int((await steps.first.inner_text()).split()[0]) <= first:  # noqa: ASYNC110 -- the page changes, not an event of ours
                     await asyncio.sleep(0.3)
-            await _read_line(process.stdout, re.compile("viewer stays up"))
+            await read_line(process.stdout, re.compile("viewer stays up"))
         finally:
             process.send_signal(signal.SIGINT)
             async with asyncio.timeout(30):

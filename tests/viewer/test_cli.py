@@ -1,4 +1,4 @@
-"""``osmosis view`` on the command line."""
+"""``osmosis view`` and ``osmosis train run --view`` on the command line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.eval.conftest import OSMOSIS
+from tests.viewer.conftest import ViewedTraining
 
 
 def test_view_command_refuses_a_missing_directory(tmp_path: Path) -> None:
@@ -83,3 +84,18 @@ async def test_view_with_a_token_prints_the_link_once_and_refuses_without_it(
             out, err = await process.communicate()
     assert process.returncode == 0, err
     assert (line + out.decode() + err.decode()).count(token) == 1  # printed once
+
+
+def test_train_run_with_view_serves_the_run_page_and_stays_up(
+    viewed_training: ViewedTraining,
+) -> None:
+    output = viewed_training.output
+    assert viewed_training.returncode == 0, output  # Ctrl-C ends the viewer, not a failure
+    printed = re.search(r"viewer: http://127\.0\.0\.1:\d+/#/train/tiny\n", output)
+    assert printed, output
+    # The page's address first, the results table at the end, then the viewer stays up.
+    table, stays = output.index("held-out results"), output.index("the viewer stays up")
+    assert printed.start() < output.index("step 1: reward") < table < stays
+    page = viewed_training.page
+    assert page["status"] == "finished" and page["steps_done"] == page["steps_total"] == 3
+    assert [line["step"] for line in page["metrics"]] == [1, 2, 3]

@@ -13,10 +13,11 @@ from urllib.parse import quote
 
 import typer
 
-from osmosis_ai.cli._asyncio import run, wait_for_stop_signal
+from osmosis_ai.cli._asyncio import run
 from osmosis_ai.cli._logging import configure_logging
 from osmosis_ai.cli._options import upstream_timeout_option
 from osmosis_ai.cli._output import error_exit, plain_console
+from osmosis_ai.cli._view import keep_viewing, open_viewer
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,12 +84,10 @@ class _ConsoleHooks:
         self.started = time.monotonic()
 
     async def run_dir_ready(self, run_dir: Path) -> None:
-        if not self.view:
-            return
-        from osmosis_ai.viewer import Viewer
-
-        viewer = await self.stack.enter_async_context(Viewer(run_dir.parent))
-        self.console.print(f"viewer: {viewer.url}#/run/{quote(run_dir.name)}")
+        if self.view:
+            await open_viewer(
+                self.stack, run_dir.parent, f"/run/{quote(run_dir.name)}", self.console
+            )
 
     def plan(self, plan: Mapping[str, str]) -> None:
         if self.as_json:
@@ -176,9 +175,7 @@ async def _evaluate(
             outcome = await run_eval(options, hooks)
         if view:
             _report(outcome, console, as_json=as_json)
-            await wait_for_stop_signal(
-                on_ready=lambda: console.print("the viewer stays up until Ctrl-C")
-            )
+            await keep_viewing(console)
         return outcome
 
 

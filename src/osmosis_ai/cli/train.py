@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ import typer
 
 from osmosis_ai.cli._asyncio import run
 from osmosis_ai.cli._output import error_exit, plain_console
+from osmosis_ai.cli._view import watch_training
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,6 +82,9 @@ def run_command(
     backend: str = typer.Option(
         "local", "--backend", help="Where rollouts run, as for `osmosis eval run --backend`."
     ),
+    view: bool = typer.Option(
+        False, "--view", help="Serve the run viewer (127.0.0.1) while training, until Ctrl-C."
+    ),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
     from osmosis_ai.errors import ConfigError, OsmosisError
@@ -88,7 +93,14 @@ def run_command(
     console = plain_console()
     options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
     try:
-        outcome = run(run_training(options, _Hooks(console)))
+        hooks = _Hooks(console)
+        report = functools.partial(_render_results, console=console)
+        training = (
+            watch_training(options, hooks, console, report)
+            if view
+            else run_training(options, hooks)
+        )
+        outcome = run(training)
     except KeyboardInterrupt:
         console.print("interrupted: run the same command to resume from the last checkpoint")
         raise typer.Exit(130) from None
@@ -96,4 +108,5 @@ def run_command(
         raise error_exit(str(exc), code=1) from None
     except (ConfigError, OsmosisError) as exc:
         raise error_exit(str(exc)) from None
-    _render_results(outcome, console)
+    if not view:
+        _render_results(outcome, console)

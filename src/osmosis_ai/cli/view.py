@@ -1,4 +1,4 @@
-"""``osmosis view``: browse eval runs, trajectories and live previews in a local web page."""
+"""``osmosis view``: browse eval and training runs, trajectories and live previews in a web page."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 
 __all__ = ["view_command"]
 
-_DEFAULT_ROOT = Path(".osmosis") / "evals"
+# A workspace's runs: eval runs in evals/, training runs in train/.
+_DEFAULT_ROOT = Path(".osmosis")
 
 
 def view_command(
     path: Path | None = typer.Argument(
         None,
-        help="A run directory, or a folder of them (default: ./.osmosis/evals).",
+        help="A run directory, a folder of them, or a workspace's .osmosis (the default).",
         show_default=False,
     ),
     host: str = typer.Option(
@@ -48,7 +49,7 @@ def view_command(
     if not root.is_dir():
         raise typer.BadParameter(
             f"{root} is not a directory; pass a run directory or the folder holding runs "
-            "(osmosis eval run writes them under <workspace>/.osmosis/evals)",
+            "(osmosis eval run and osmosis train run write them under <workspace>/.osmosis)",
             param_hint="PATH",
         )
     try:

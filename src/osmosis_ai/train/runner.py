@@ -5,9 +5,11 @@ Each step picks rows (seeded by the step, so a resumed run picks the same ones),
 into sequences and applies one update inside ``TorchPolicy.updating()`` (no model call runs
 while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
 
-- ``events.jsonl``: the journal (``step``, ``eval``, ``checkpoint``, ``resume``, ``stopped``);
+- ``events.jsonl``: the journal (``start``, ``step``, ``eval``, ``checkpoint``, ``resume``,
+  ``stopped``);
   the last ``checkpoint`` line is the last step a resume starts after;
 - ``metrics.jsonl``: one line per applied step;
+- ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
 - ``checkpoints/step-NNNN/``: weights (``save_pretrained``), tokenizer and ``trainer.pt``
   (optimizer, scheduler, RNG states, step), each renamed into place whole;
 - ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
@@ -39,6 +41,7 @@ from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
 from osmosis_ai.gateway.policies._hf_dir import load_model_dir
 from osmosis_ai.gateway.policies.torch import TorchPolicy
+from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
@@ -199,6 +202,8 @@ class _Run:
         # The rollout's files (trajectory, artifacts) may quote the key or a secret.
         secrets = self.redactor.secrets
         await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
+        line = _rollout_line(rollout_id, row, result, calls, self.redactor)
+        await asyncio.to_thread(_append, self.run_dir / "rollouts.jsonl", line)
         return RolloutRecords(result=result, group_id=f"row-{row}", calls=calls)
 
     async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
@@ -266,6 +271,28 @@ def _status(result: RolloutResultResponse) -> str:
     if result.status is not RolloutStatus.SUCCESS:
         return "failed"
     return "skipped" if result.sample is not None and result.sample.remove_sample else "success"
+
+
+def _rollout_line(
+    rollout_id: str,
+    row: int,
+    result: RolloutResultResponse,
+    calls: Sequence[CallRecord],
+    redactor: Redactor,
+) -> dict[str, Any]:
+    """A finished rollout's line of ``rollouts.jsonl`` (what the viewer lists per step)."""
+    failed = result.status is not RolloutStatus.SUCCESS
+    return {
+        "rollout_id": rollout_id,
+        "row": row,
+        "status": _status(result),
+        "reward": _reward(result),
+        "tokens": sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls),
+        "error_type": (result.err_category.value if result.err_category else None)
+        if failed
+        else None,
+        "error_message": redactor.text(result.err_message) if result.err_message else None,
+    }
 
 
 @dataclass
@@ -451,6 +478,9 @@ async def _train(
     train_rows, held_out = split_rows(len(dataset.items), training.eval_rows, training.seed)
     events = await asyncio.to_thread(_read_lines, events_path)
     start = _last_checkpoint(events)
+    # The viewer reads the run's length and model from this line.
+    started = {"event": "start", "step": start, "steps": training.steps, "model": config.model}
+    await asyncio.to_thread(_append, events_path, started)
     hooks.message(
         f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
     )

@@ -1,4 +1,4 @@
-"""``osmosis view``: a local web page over eval runs, trajectories and live previews.
+"""``osmosis view``: a local web page over eval and training runs, trajectories and previews.
 
 Needs the ``viewer`` extra. Serves only 127.0.0.1 by default, ships its page inside the
 package (no CDN, no network) and never reads outside the directory it was given. Off

@@ -20,6 +20,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
 from osmosis_ai.viewer._auth import TokenGate  # noqa: E402
 from osmosis_ai.viewer.runs import (  # noqa: E402
+    EVAL_RUN,
+    TRAIN_RUN,
+    TRIALS,
+    RunKind,
     RunUnreadableError,
     ViewerRoot,
     artifact_file,
@@ -28,6 +32,13 @@ from osmosis_ai.viewer.runs import (  # noqa: E402
     run_items,
     run_overview,
     run_summaries,
+)
+from osmosis_ai.viewer.training import (  # noqa: E402
+    ROLLOUTS,
+    step_rollouts,
+    train_overview,
+    train_rollout,
+    train_summaries,
 )
 
 __all__ = ["create_viewer_app"]
@@ -106,15 +117,21 @@ def create_viewer_app(
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
-    async def runs(request: Request) -> Response:
-        return JSONResponse(await asyncio.to_thread(run_summaries, root))
+    def listing(read: Callable[[ViewerRoot], Any]) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            return JSONResponse(await asyncio.to_thread(read, root))
 
-    def of_run(answer: Callable[[Request, Path], Any]) -> Callable[[Request], Any]:
-        """A handler for ``/api/runs/{run}/...``: 404 for an unknown run, else ``answer``
-        run on a worker thread (it reads files) with the run's directory."""
+        return handler
+
+    def of_run(
+        answer: Callable[[Request, Path], Any], kind: RunKind = EVAL_RUN
+    ) -> Callable[[Request], Any]:
+        """A handler for ``/api/runs/{run}/...`` (or ``/api/train/{run}/...``): 404 for an
+        unknown run, else ``answer`` run on a worker thread (it reads files) with the run's
+        directory."""
 
         async def handler(request: Request) -> Response:
-            directory = await asyncio.to_thread(root.run, request.path_params["run"])
+            directory = await asyncio.to_thread(root.run, request.path_params["run"], kind)
             if directory is None:
                 return _not_found("run")
             try:
@@ -130,9 +147,16 @@ def create_viewer_app(
         detail = rollout_detail(directory, request.path_params["rollout_id"])
         return _not_found("rollout") if detail is None else JSONResponse(detail)
 
-    def artifact(request: Request, directory: Path) -> Response:
+    def train_rollout_of(request: Request, directory: Path) -> Response:
+        detail = train_rollout(directory, request.path_params["rollout_id"])
+        return _not_found("rollout") if detail is None else JSONResponse(detail)
+
+    def artifact_in(trials: str) -> Callable[[Request, Path], Response]:
+        return lambda request, directory: artifact(request, directory, trials)
+
+    def artifact(request: Request, directory: Path, trials: str) -> Response:
         params = request.path_params
-        found = artifact_file(directory, params["rollout_id"], params["path"])
+        found = artifact_file(directory, params["rollout_id"], params["path"], trials=trials)
         if found is None:
             return _not_found("artifact")
         # Always a download, never rendered here: an artifact may be HTML or script.
@@ -146,16 +170,25 @@ def create_viewer_app(
     def json_of(read: Callable[[Path], Any]) -> Callable[[Request, Path], Response]:
         return lambda request, directory: JSONResponse(read(directory))
 
-    api = "/api/runs/{run}"
+    def steps_of(request: Request, directory: Path) -> Response:
+        return JSONResponse(step_rollouts(directory, request.path_params["step"]))
+
+    api, train = "/api/runs/{run}", "/api/train/{run}"
+    artifacts = "rollouts/{rollout_id}/artifacts/{path:path}"
     app = Starlette(
         routes=[
             Route("/", index),
-            Route("/api/runs", runs),
+            Route("/api/runs", listing(run_summaries)),
             Route(api, of_run(json_of(run_overview))),
             Route(f"{api}/items", of_run(json_of(run_items))),
             Route(f"{api}/previews", of_run(json_of(live_previews))),
             Route(f"{api}/rollouts/{{rollout_id}}", of_run(rollout)),
-            Route(f"{api}/rollouts/{{rollout_id}}/artifacts/{{path:path}}", of_run(artifact)),
+            Route(f"{api}/{artifacts}", of_run(artifact_in(TRIALS))),
+            Route("/api/train", listing(train_summaries)),
+            Route(train, of_run(json_of(train_overview), TRAIN_RUN)),
+            Route(f"{train}/steps/{{step:int}}", of_run(steps_of, TRAIN_RUN)),
+            Route(f"{train}/rollouts/{{rollout_id}}", of_run(train_rollout_of, TRAIN_RUN)),
+            Route(f"{train}/{artifacts}", of_run(artifact_in(ROLLOUTS), TRAIN_RUN)),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )

@@ -1,6 +1,7 @@
-"""What the viewer reads from eval run directories. Blocking file I/O: call off the loop.
+"""Where the viewer finds runs, and what it reads from eval run directories (training runs:
+``training.py``). Blocking file I/O: call off the loop.
 
-A run directory is what ``osmosis eval run`` writes (``manifest.json``, ``events.jsonl``,
+An eval run directory is what ``osmosis eval run`` writes (``manifest.json``, ``events.jsonl``,
 ``metrics.json``, ``rollout_trials/<rollout_id>/``, ``previews/<rollout_id>/preview.json``).
 Every path the viewer opens is built from a validated name under the root it was given;
 nothing outside it is ever read.
@@ -22,10 +23,15 @@ from osmosis_ai.rollout.status import TERMINAL_STATUSES
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_FILENAME, preview_id_allowed
 
 __all__ = [
+    "EVAL_RUN",
+    "TRAIN_RUN",
+    "TRIALS",
+    "RunKind",
     "RunUnreadableError",
     "ViewerRoot",
     "artifact_file",
     "live_previews",
+    "read_json_lines",
     "rollout_detail",
     "run_items",
     "run_overview",
@@ -33,11 +39,32 @@ __all__ = [
 ]
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
-_TRIALS = "rollout_trials"
+#: Where an eval run keeps its rollouts' files.
+TRIALS = "rollout_trials"
 _JOURNAL = "events.jsonl"
 _METRICS = "metrics.json"
 _TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 _MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """How a kind of run directory is recognised: it holds ``marker`` and not ``unless``."""
+
+    marker: str
+    unless: str | None = None
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` is a run directory of this kind."""
+        if self.unless is not None and (path / self.unless).exists():
+            return False
+        return (path / self.marker).is_file()
+
+
+#: ``osmosis eval run``'s directories: the manifest is written first.
+EVAL_RUN = RunKind(MANIFEST)
+#: ``osmosis train run``'s directories: a journal and no manifest.
+TRAIN_RUN = RunKind(_JOURNAL, unless=MANIFEST)
 
 
 def _unlinked(path: Path, top: Path) -> bool:
@@ -66,29 +93,71 @@ def _read_json(path: Path, top: Path) -> Any:
         return None
 
 
+def read_json_lines(path: Path, top: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a ``.jsonl`` file (none when it is missing, linked or too big).
+
+    A run being written may end in half a line: the last line is skipped when it does not
+    parse. Any other bad line makes the file unreadable.
+
+    Raises:
+        RunUnreadableError: A line before the last is not a JSON object.
+    """
+    try:
+        if not _unlinked(path, top) or not path.is_file():
+            return []
+        if path.stat().st_size > _MAX_JSON_BYTES:
+            return []
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return []
+    parsed: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            parsed.append(value)
+        elif number < len(lines):
+            raise RunUnreadableError(f"{path.name} line {number} is not a JSON object")
+    return parsed
+
+
 class ViewerRoot:
-    """The directory the viewer shows: one run directory, or a folder of them."""
+    """The directory the viewer shows: one run directory, a folder of them, or a workspace's
+    ``.osmosis`` folder (its ``evals/`` and ``train/`` folders)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path.resolve()
 
-    def runs(self) -> list[Path]:
-        """Run directories, newest first."""
-        if (self.path / MANIFEST).is_file():
+    def _find(self, kind: RunKind) -> list[Path]:
+        """Run directories of ``kind``, newest first."""
+        if kind.holds(self.path):
             return [self.path]
-        try:
-            candidates = [
-                p for p in self.path.iterdir() if not p.is_symlink() and (p / MANIFEST).is_file()
-            ]
-        except OSError:
-            return []
-        return sorted(candidates, key=lambda p: _mtime(p / MANIFEST), reverse=True)
+        found = []
+        for folder in (self.path, self.path / "evals", self.path / "train"):
+            if folder != self.path and folder.is_symlink():
+                continue  # it could lead anywhere: the viewer reads only under its path
+            try:
+                children = list(folder.iterdir())
+            except OSError:
+                continue
+            found += [p for p in children if not p.is_symlink() and kind.holds(p)]
+        return sorted(found, key=lambda p: _mtime(p / kind.marker), reverse=True)
 
-    def run(self, name: str) -> Path | None:
-        """The run directory called ``name``, or ``None`` when there is no such run."""
+    def runs(self) -> list[Path]:
+        """Eval run directories, newest first."""
+        return self._find(EVAL_RUN)
+
+    def train_runs(self) -> list[Path]:
+        """Training run directories, most recently active first."""
+        return self._find(TRAIN_RUN)
+
+    def run(self, name: str, kind: RunKind | None = None) -> Path | None:
+        """The run directory of ``kind`` (eval by default) called ``name``, or ``None``."""
         if _RUN_NAME.fullmatch(name) is None:
             return None
-        return next((run for run in self.runs() if run.name == name), None)
+        return next((run for run in self._find(kind or EVAL_RUN) if run.name == name), None)
 
 
 class RunUnreadableError(Exception):
@@ -200,7 +269,7 @@ def _journal(run_dir: Path) -> dict[WorkItem, JournalRecord]:
 
 def _rows(run_dir: Path) -> list[IndexRow]:
     records = _journal(run_dir)
-    trials = run_dir / _TRIALS
+    trials = run_dir / TRIALS
     names = {
         record.rollout_id: "trajectory.json"
         for record in records.values()
@@ -250,11 +319,14 @@ def _artifacts(directory: Path) -> list[dict[str, Any]]:
     return found
 
 
-def rollout_detail(run_dir: Path, rollout_id: str) -> dict[str, Any] | None:
-    """A rollout's trajectory, diagnostics, artifact list and latest preview."""
+def rollout_detail(
+    run_dir: Path, rollout_id: str, *, trials: str = TRIALS
+) -> dict[str, Any] | None:
+    """A rollout's trajectory, diagnostics, artifact list and latest preview; its files are
+    in ``run_dir/trials/<rollout_id>/``."""
     if not preview_id_allowed(rollout_id):
         return None
-    trial = run_dir / _TRIALS / rollout_id
+    trial = run_dir / trials / rollout_id
     preview = _read_json(run_dir / PREVIEWS_DIR / rollout_id / PREVIEW_FILENAME, run_dir)
     if not trial.is_dir() and preview is None:
         return None
@@ -268,7 +340,9 @@ def rollout_detail(run_dir: Path, rollout_id: str) -> dict[str, Any] | None:
     }
 
 
-def artifact_file(run_dir: Path, rollout_id: str, relative: str) -> Path | None:
+def artifact_file(
+    run_dir: Path, rollout_id: str, relative: str, *, trials: str = TRIALS
+) -> Path | None:
     """The artifact file at ``relative`` inside the rollout's artifacts directory, or ``None``.
 
     Refuses absolute paths, ``..`` parts, links and anything that resolves outside.
@@ -278,7 +352,7 @@ def artifact_file(run_dir: Path, rollout_id: str, relative: str) -> Path | None:
     parts = relative.split("/")
     if relative.startswith("/") or "\\" in relative or any(p in ("", ".", "..") for p in parts):
         return None
-    base = run_dir / _TRIALS / rollout_id / "artifacts"
+    base = run_dir / trials / rollout_id / "artifacts"
     candidate = base.joinpath(*parts)
     if not _unlinked(candidate, run_dir) or not candidate.is_file():
         return None

@@ -77,43 +77,110 @@ function histogram(values, title) {
   return h("div", { class: "chart" }, svg);
 }
 
+const CHART = { width: 320, height: 160, left: 24, right: 48, top: 32, bottom: 24 };
+
+// A line through `points` ({x, y, tip}) with a dot on each, and `marks` (other points, drawn
+// as rings). `x` and `y` map a value to its fraction (0 to 1) of the plot area;
+// `decorate(svg, px, py, frame)` adds labels in pixels.
+function lineChart(title, points, { x, y, marks = [], decorate = () => {}, frame = CHART }) {
+  const { width, height, left, right, top, bottom } = frame;
+  const px = (v) => left + x(v) * (width - left - right);
+  const py = (v) => height - bottom - y(v) * (height - top - bottom);
+  const svg = h("svg", { width, height, role: "img", "aria-label": title });
+  svg.append(h("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
+  svg.append(h("polyline", { class: "line", points: points.map((p) => `${px(p.x)},${py(p.y)}`).join(" ") }));
+  for (const p of points) svg.append(h("circle", { class: "dot", cx: px(p.x), cy: py(p.y), r: 3 }, h("title", {}, p.tip)));
+  for (const m of marks) svg.append(h("circle", { class: "mark", cx: px(m.x), cy: py(m.y), r: 5 }, h("title", {}, m.tip)));
+  decorate(svg, px, py, frame);
+  svg.append(h("text", { x: left, y: 12 }, title));
+  return h("div", { class: "chart" }, svg);
+}
+
 function passAtK(points) {
   // The right margin holds the widest value label ("100.0%") beside the last point; the top
   // one keeps a label at 100% clear of the title.
-  const width = 320, height = 160, left = 24, right = 48, top = 32, bottom = 24;
   if (!points.length) return h("div", { class: "chart" }, h("div", { class: "muted" }, "pass@k: no runs yet"));
-  const svg = h("svg", { width, height, role: "img", "aria-label": "pass@k" });
   const maxK = Math.max(...points.map((p) => p.k));
-  const span = width - left - right;
-  const x = (k) => left + (points.length === 1 ? span / 2 : (Math.log2(k) / Math.log2(maxK)) * span);
-  const y = (v) => height - bottom - v * (height - top - bottom);
-  svg.append(h("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
-  svg.append(h("polyline", { class: "line", points: points.map((p) => `${x(p.k)},${y(p.value)}`).join(" ") }));
-  for (const p of points) {
-    svg.append(h("circle", { class: "dot", cx: x(p.k), cy: y(p.value), r: 3 }, h("title", {}, `pass@${p.k} = ${pct(p.value)}`)));
-    svg.append(h("text", { x: x(p.k), y: height - 8, "text-anchor": "middle" }, `k=${p.k}`));
-    svg.append(h("text", { class: "value", x: x(p.k) + 5, y: y(p.value) - 5 }, pct(p.value)));
-  }
-  svg.append(h("text", { x: left, y: 12 }, "pass@k"));
-  return h("div", { class: "chart" }, svg);
+  const line = points.map((p) => ({ x: p.k, y: p.value, tip: `pass@${p.k} = ${pct(p.value)}` }));
+  return lineChart("pass@k", line, {
+    x: (k) => (points.length === 1 ? 0.5 : Math.log2(k) / Math.log2(maxK)),
+    y: (v) => v,
+    decorate: (svg, px, py, frame) => {
+      for (const p of points) {
+        svg.append(h("text", { x: px(p.k), y: frame.height - 8, "text-anchor": "middle" }, `k=${p.k}`));
+        svg.append(h("text", { class: "value", x: px(p.k) + 5, y: py(p.value) - 5 }, pct(p.value)));
+      }
+    },
+  });
+}
+
+// A number short enough for a chart's margin: 3 significant digits, or an exponent.
+const short = (v) => (v !== 0 && (Math.abs(v) >= 1e5 || Math.abs(v) < 1e-3) ? v.toExponential(1) : String(Number(v.toPrecision(3))));
+const TRAIN_CHART = { ...CHART, width: 540, height: 180, right: 56 };
+
+// One metric of a training run per step: a point per step that has a value, and `marks`
+// (held-out evaluations) on the same axes. `range` fixes the y axis (rates: 0 to 1).
+function stepChart(title, metrics, key, { marks = [], range = null } = {}) {
+  const points = metrics.filter((m) => typeof m[key] === "number").map((m) => ({ x: m.step, y: m[key], tip: `step ${m.step}: ${short(m[key])}` }));
+  const all = [...points, ...marks];
+  if (!all.length) return h("div", { class: "chart" }, h("div", { class: "muted" }, `${title}: no steps yet`));
+  const x0 = Math.min(...all.map((p) => p.x)), x1 = Math.max(...all.map((p) => p.x));
+  let [y0, y1] = range || [Math.min(...all.map((p) => p.y)), Math.max(...all.map((p) => p.y))];
+  if (y0 === y1) { y0 -= Math.abs(y0) / 2 || 0.5; y1 += Math.abs(y1) / 2 || 0.5; }
+  return lineChart(title, points, {
+    x: (v) => (x1 === x0 ? 0.5 : (v - x0) / (x1 - x0)),
+    y: (v) => (v - y0) / (y1 - y0),
+    marks,
+    frame: TRAIN_CHART,
+    decorate: (svg, px, py, frame) => {
+      const edge = frame.width - frame.right + 6;
+      svg.append(h("text", { x: edge, y: py(y1) + 4 }, short(y1)), h("text", { x: edge, y: py(y0) + 4 }, short(y0)));
+      svg.append(h("text", { x: px(x0), y: frame.height - 8, "text-anchor": "middle" }, `step ${x0}`));
+      if (x1 !== x0) svg.append(h("text", { x: px(x1), y: frame.height - 8, "text-anchor": "middle" }, `step ${x1}`));
+      if (marks.length) svg.append(h("text", { class: "legend", x: frame.width - frame.right, y: 12, "text-anchor": "end" }, "● per step  ○ held-out"));
+    },
+  });
 }
 
 // ---- pages -------------------------------------------------------------------------------
 
 async function runsPage(gen) {
-  const runs = await api("/api/runs");
+  const [runs, trainRuns] = await Promise.all([api("/api/runs"), api("/api/train")]);
   current(gen);
   setCrumbs("runs");
-  if (!runs.length) return show(h("h1", {}, "Runs"), h("p", { class: "muted" }, "No eval runs here yet."));
+  const evals = runs.length ? evalRunsTable(runs) : h("p", { class: "muted" }, "No eval runs here yet.");
+  show(h("h1", {}, "Runs"), evals, trainRuns.length ? trainRunsTable(trainRuns) : null);
+}
+
+function evalRunsTable(runs) {
   const rows = runs.map((run) =>
     h("tr", { class: "clickable", "data-run": run.name, onclick: () => (location.hash = `#/run/${enc(run.name)}`) },
       h("td", {}, h("a", { href: `#/run/${enc(run.name)}` }, run.name)),
       h("td", {}, fmt(run.created_at)), h("td", {}, fmt(run.rollout)), h("td", {}, fmt(run.model)),
-      h("td", { class: `status-${run.status}` }, run.status, run.problem ? h("div", { class: "problem" }, run.problem) : null),
+      statusCell(run),
       h("td", {}, fmt(run.total_samples)),
       h("td", {}, pct(run.pass_rate)), h("td", {}, fmt(run.mean_reward))));
-  show(h("h1", {}, "Runs"), h("table", { id: "runs" },
+  return h("table", { id: "runs" },
     h("thead", {}, h("tr", {}, ["run", "created", "rollout", "model", "status", "samples", "pass rate", "mean reward"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, rows));
+}
+
+function statusCell(run) {
+  return h("td", { class: `status-${run.status}` }, run.status, run.problem ? h("div", { class: "problem" }, run.problem) : null);
+}
+
+const heldOut = (point) => (point ? pct(point.pass_rate) : "–");
+
+function trainRunsTable(runs) {
+  const rows = runs.map((run) =>
+    h("tr", { class: "clickable", "data-run": run.name, onclick: () => (location.hash = `#/train/${enc(run.name)}`) },
+      h("td", {}, h("a", { href: `#/train/${enc(run.name)}` }, run.name)),
+      h("td", {}, fmt(run.model)), statusCell(run),
+      h("td", { class: "steps" }, `${fmt(run.steps_done)} / ${fmt(run.steps_total)}`),
+      h("td", { class: "last-reward" }, fmt(run.last_reward)),
+      h("td", { class: "held-out" }, `${heldOut(run.held_out_before)} → ${heldOut(run.held_out_after)}`)));
+  return h("div", {}, h("h2", {}, "Training runs"), h("table", { id: "train-runs" },
+    h("thead", {}, h("tr", {}, ["run", "model", "status", "steps", "last reward", "held-out pass rate (before → after)"].map((c) => h("th", {}, c)))),
     h("tbody", {}, rows)));
 }
 
@@ -202,6 +269,98 @@ async function runPage(runName, gen) {
     h("h2", {}, "Work items"), itemsTable(runName, items));
 }
 
+// ---- training runs ---------------------------------------------------------------------
+
+const STEP_COLUMNS = [
+  ["step", "step", 0], ["reward_mean", "reward", 3], ["reward_std", "std", 3], ["pass_rate", "pass rate", 2],
+  ["loss", "loss", 4], ["kl", "KL", 4], ["clip_fraction", "clipped", 3], ["grad_norm", "grad norm", 3],
+  ["tokens_generated", "tokens gen.", 0], ["tokens_trained", "tokens trained", 0], ["tokens_per_sec", "tok/s", 1],
+  ["generation_sec", "rollouts (s)", 1], ["update_sec", "update (s)", 1], ["drift", "drift", 0],
+  ["zero_gradient_groups", "zero-grad groups", 0],
+];
+
+function stepsTable(runName, metrics, selected) {
+  return h("table", { id: "train-steps" },
+    h("thead", {}, h("tr", {}, STEP_COLUMNS.map(([, label]) => h("th", {}, label)))),
+    h("tbody", {}, metrics.map((m) =>
+      h("tr", { class: `clickable${m.step === selected ? " selected" : ""}`, "data-step": m.step, onclick: () => (location.hash = `#/train/${enc(runName)}/step/${m.step}`) },
+        STEP_COLUMNS.map(([key, , digits]) => h("td", {}, key === "pass_rate" ? pct(m[key]) : fmt(m[key], digits)))))));
+}
+
+const ROLLOUT_COLUMNS = [["kind", "kind"], ["row_index", "row"], ["run_index", "sample"], ["status", "status"], ["reward", "reward"], ["tokens", "tokens"], ["error_type", "error type"]];
+
+function stepRollouts(runName, step, rollouts) {
+  const body = rollouts.length
+    ? h("table", { id: "rollouts" },
+        h("thead", {}, h("tr", {}, h("th", {}, "rollout"), ROLLOUT_COLUMNS.map(([, label]) => h("th", {}, label)))),
+        h("tbody", {}, rollouts.map((r) =>
+          h("tr", { class: "clickable", "data-rollout": r.rollout_id, onclick: () => (location.hash = `#/train/${enc(runName)}/rollout/${enc(r.rollout_id)}`) },
+            h("td", {}, r.rollout_id),
+            ROLLOUT_COLUMNS.map(([key]) => h("td", key === "status" ? { class: `status-${r.status}` } : {}, fmt(r[key])))))))
+    : h("p", { class: "muted" }, "No rollout of this step has finished yet.");
+  return h("div", { id: "step-rollouts" }, h("h2", {}, `Step ${step}: rollouts`), body);
+}
+
+function trainView(runName, run, step, rollouts) {
+  const title = h("h1", {}, run.name, " ", h("span", { class: `pill status-${run.status}` }, run.status));
+  if (run.problem) return [title, h("div", { class: "error", id: "problem" }, "This run cannot be read: ", run.problem)];
+  const metrics = run.metrics;
+  const marks = run.evals.map((e) => ({ x: e.step, y: e.pass_rate, tip: `held-out after step ${e.step}: pass rate ${pct(e.pass_rate)}, mean reward ${fmt(e.mean_reward)}` }));
+  return [
+    title,
+    h("p", { class: "muted" }, `${fmt(run.model)} · ${fmt(run.steps_done)} of ${fmt(run.steps_total)} steps`),
+    h("div", { class: "cards" },
+      card("steps", `${fmt(run.steps_done)} / ${fmt(run.steps_total)}`), card("last reward", fmt(run.last_reward)),
+      card("held-out before", heldOut(run.held_out_before)), card("held-out after", heldOut(run.held_out_after))),
+    h("p", { class: "muted definitions" },
+      h("strong", {}, "pass rate"), " per step = the step's rollouts whose reward reaches the run's pass threshold; ",
+      h("strong", {}, "held-out"), " = one rollout per held-out row, at the start, every eval_every steps and at the end (rings on the pass-rate chart)."),
+    h("div", { class: "charts" },
+      stepChart("reward", metrics, "reward_mean"), stepChart("pass rate", metrics, "pass_rate", { marks, range: [0, 1] }),
+      stepChart("loss", metrics, "loss"), stepChart("KL", metrics, "kl")),
+    h("h2", {}, "Steps"),
+    metrics.length ? stepsTable(runName, metrics, step) : h("p", { class: "muted" }, "No step applied yet."),
+    step === null ? h("p", { class: "muted" }, "Click a step to list its rollouts.") : stepRollouts(runName, step, rollouts),
+  ];
+}
+
+// `osmosis train run --view` prints the page's address before the run writes its first line:
+// an unknown run is waited for, a minute at most.
+async function waitForRun(load, gen) {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await load();
+    } catch (error) {
+      if (attempt >= 40 || error.message !== "no such run") throw error;
+      current(gen);
+      show(h("p", { class: "muted", id: "waiting" }, "Waiting for the run to start…"));
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      current(gen);
+    }
+  }
+}
+
+async function trainPage(runName, step, gen) {
+  const base = `/api/train/${enc(runName)}`;
+  const load = () => Promise.all([api(base), step === null ? [] : api(`${base}/steps/${step}`)]);
+  let [run, rollouts] = await waitForRun(load, gen);
+  current(gen);
+  const stepCrumb = step === null ? [] : [`step ${step}`];
+  setCrumbs(h("a", { href: "#/" }, "runs"), step === null ? runName : h("a", { href: `#/train/${enc(runName)}` }, runName), ...stepCrumb);
+  const page = h("div", { id: "train" });
+  const draw = () => page.replaceChildren(...trainView(runName, run, step, rollouts));
+  draw();
+  show(page);
+  if (run.status !== "running") return;
+  // A live run: the curves and the step's rollouts grow until it stops.
+  refreshTimer = setInterval(async () => {
+    try { [run, rollouts] = await load(); } catch (e) { return; /* the next tick tries again */ }
+    if (gen !== generation) return;
+    draw();
+    if (run.status !== "running") { clearInterval(refreshTimer); refreshTimer = null; }
+  }, 1500);
+}
+
 function metricsLine(metrics) {
   if (!metrics) return null;
   const parts = [];
@@ -231,21 +390,26 @@ function stepView(step) {
     results.map((r) => h("div", { class: "tool observation" }, h("span", { class: "name" }, "← result"), " ", h("span", { class: "muted" }, r.source_call_id || ""), h("pre", {}, asText(r.content)))));
 }
 
-async function rolloutPage(runName, rolloutId, gen) {
+// A rollout of an eval run (`kind` "eval") or of a training run ("train").
+async function rolloutPage(kind, runName, rolloutId, gen) {
+  const train = kind === "train";
+  const base = `/api/${train ? "train" : "runs"}/${enc(runName)}`;
   const [detail, items] = await Promise.all([
-    api(`/api/runs/${enc(runName)}/rollouts/${enc(rolloutId)}`),
-    api(`/api/runs/${enc(runName)}/items`),
+    api(`${base}/rollouts/${enc(rolloutId)}`),
+    train ? [] : api(`${base}/items`),
   ]);
   current(gen);
-  setCrumbs(h("a", { href: "#/" }, "runs"), h("a", { href: `#/run/${enc(runName)}` }, runName), rolloutId);
-  const item = items.find((it) => it.rollout_id === rolloutId);
+  const item = train ? detail.item : items.find((it) => it.rollout_id === rolloutId);
+  const runLink = h("a", { href: `#/${train ? "train" : "run"}/${enc(runName)}` }, runName);
+  const stepLink = train && item ? [h("a", { href: `#/train/${enc(runName)}/step/${item.step}` }, `step ${item.step}`)] : [];
+  setCrumbs(h("a", { href: "#/" }, "runs"), runLink, ...stepLink, rolloutId);
   const shown = detail.trajectory || detail.preview;
   const live = !detail.trajectory && detail.preview && !["success", "failure", "cancelled"].includes(detail.preview.extra.osmosis.status);
   const diagnostics = detail.diagnostics;
   const nodes = [h("h1", {}, "Rollout ", rolloutId)];
   if (item) {
     nodes.push(h("div", { class: "cards" }, card("status", item.status), card("reward", fmt(item.reward)),
-      card("row / run", `${item.row_index} / ${item.run_index}`), card("tokens", fmt(item.tokens)), card("duration", `${fmt(item.duration_ms, 0)} ms`)));
+      card("row / run", `${item.row_index} / ${item.run_index}`), card("tokens", fmt(item.tokens)), item.duration_ms === undefined ? null : card("duration", `${fmt(item.duration_ms, 0)} ms`)));
   }
   if ((item && item.status === "failed") || diagnostics) {
     nodes.push(h("h2", {}, "Error"), h("div", { class: "error", id: "error" },
@@ -260,13 +424,13 @@ async function rolloutPage(runName, rolloutId, gen) {
   nodes.push(steps);
   if (detail.artifacts.length) {
     nodes.push(h("h2", {}, "Artifacts"), h("ul", { id: "artifacts" }, detail.artifacts.map((a) =>
-      h("li", {}, h("a", { href: `/api/runs/${enc(runName)}/rollouts/${enc(rolloutId)}/artifacts/${a.path.split("/").map(enc).join("/")}`, download: a.path.split("/").pop() }, a.path), ` (${a.size} bytes)`))));
+      h("li", {}, h("a", { href: `${base}/rollouts/${enc(rolloutId)}/artifacts/${a.path.split("/").map(enc).join("/")}`, download: a.path.split("/").pop() }, a.path), ` (${a.size} bytes)`))));
   }
   show(...nodes);
   if (live) {
     refreshTimer = setInterval(async () => {
       try {
-        const next = await api(`/api/runs/${enc(runName)}/rollouts/${enc(rolloutId)}`);
+        const next = await api(`${base}/rollouts/${enc(rolloutId)}`);
         if (next.trajectory) { clearInterval(refreshTimer); route(); return; }
         if (next.preview) renderSteps(next.preview);
       } catch (e) { /* the next tick tries again */ }
@@ -279,8 +443,10 @@ async function route() {
   const gen = ++generation;
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   try {
-    if (parts[0] === "run" && parts[1] && parts[2] === "rollout" && parts[3]) await rolloutPage(parts[1], parts[3], gen);
+    if (parts[0] === "run" && parts[1] && parts[2] === "rollout" && parts[3]) await rolloutPage("eval", parts[1], parts[3], gen);
     else if (parts[0] === "run" && parts[1]) await runPage(parts[1], gen);
+    else if (parts[0] === "train" && parts[1] && parts[2] === "rollout" && parts[3]) await rolloutPage("train", parts[1], parts[3], gen);
+    else if (parts[0] === "train" && parts[1]) await trainPage(parts[1], parts[2] === "step" && /^\d+$/.test(parts[3] || "") ? Number(parts[3]) : null, gen);
     else await runsPage(gen);
   } catch (error) {
     if (error instanceof Superseded) return;
