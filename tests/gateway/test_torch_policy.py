@@ -459,7 +459,7 @@ async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
     short = await _chat(
         http, "join-short", messages=_ask("Ok"), max_tokens=3, temperature=0.5, seed=1
     )
-    wide = await _chat(
+    await _chat(
         http,
         "join-wide",
         messages=_ask("Tell me a long story about the sea, the ships on it and their crews."),

@@ -47,6 +47,7 @@ _NUMBERS = (
     "temperature",
     "eval_temperature",
     "pass_threshold",
+    "max_minutes",
 )
 _TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, "normalisation", "advantage_scale", "eval_rows")
 
@@ -72,6 +73,9 @@ class TrainingConfig:
     eval_rows: float = 0.2
     """Held-out split: a row count (>= 1) or a fraction of the dataset (< 1)."""
     seed: int = 0
+    max_minutes: float = 0.0
+    """Stop once the steps have taken this long (0: no limit); evaluations and checkpoints
+    are not counted. The run ends as after its last step: checkpoint, held-out evaluation."""
     max_tokens: int = 256
     temperature: float = 1.0
     """Sampling temperature of the training rollouts (imposed by the gateway)."""
@@ -167,7 +171,14 @@ def _training(src: _Source, table: TOMLTable) -> TrainingConfig:
             if zero_ok and int(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
         elif key in _NUMBERS:
-            zero_ok = key in ("kl_beta", "temperature", "eval_temperature", "clip_low", "clip_high")
+            zero_ok = key in (
+                "kl_beta",
+                "temperature",
+                "eval_temperature",
+                "clip_low",
+                "clip_high",
+                "max_minutes",
+            )
             values[key] = src.number(table, "training", key, positive=not zero_ok)
             if zero_ok and float(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")

@@ -61,11 +61,13 @@ __all__ = [
     "run_training",
     "split_rows",
     "step_rows",
+    "step_seconds",
 ]
 
 _FEATURE = "osmosis train"
 _ROLLOUT_DEADLINE_SEC = 900.0
 _MAX_IN_FLIGHT = 16
+_STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
 
 
 class TrainingStopped(OsmosisError):
@@ -368,6 +370,12 @@ def _checkpoint_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step-{step:04d}"
 
 
+def step_seconds(metrics: dict[str, Any]) -> float:
+    """A step's time as ``max_minutes`` counts it: rollouts, sequences and the update
+    (held-out evaluations and checkpoints are not counted)."""
+    return sum(float(metrics.get(key) or 0) for key in _STEP_TIMES)
+
+
 def _rewind_metrics(path: Path, step: int) -> None:
     """Drop metrics of steps after the checkpoint: they are run again, so each step is once."""
     kept = [line for line in _read_lines(path) if int(line["step"]) <= step]
@@ -547,6 +555,13 @@ async def _loop(
     training, run_dir = run.config.training, run.run_dir
     if not any(point.step == outcome.steps_done for point in outcome.evals):
         outcome.evals.append(await run.evaluate(outcome.steps_done, held_out))
+    metrics_path = run_dir / "metrics.jsonl"
+    spent = sum(map(step_seconds, await asyncio.to_thread(_read_lines, metrics_path)))
+    if training.max_minutes and spent >= training.max_minutes * 60:
+        run.hooks.message(
+            f"nothing to do: the steps already took max_minutes ({spent / 60:.1f} min)"
+        )
+        return
     for step in range(outcome.steps_done + 1, training.steps + 1):
         try:
             metrics = await _step(run, learner, train_rows, step)
@@ -559,14 +574,23 @@ async def _loop(
                 {"event": "stopped", "step": step, "reason": reason},
             )
             raise TrainingStopped(reason) from None
-        await asyncio.to_thread(_append, run_dir / "metrics.jsonl", metrics)
+        await asyncio.to_thread(_append, metrics_path, metrics)
         await asyncio.to_thread(_append, run_dir / "events.jsonl", {"event": "step", "step": step})
         run.hooks.step_done(metrics)
         outcome.steps_done = step
-        if step % training.checkpoint_every == 0 or step == training.steps:
+        spent += step_seconds(metrics)
+        out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
+        last = step == training.steps or out_of_time
+        if step % training.checkpoint_every == 0 or last:
             await asyncio.to_thread(_checkpoint, learner, run_dir, step)
-        if (training.eval_every and step % training.eval_every == 0) or step == training.steps:
+        if (training.eval_every and step % training.eval_every == 0) or last:
             outcome.evals.append(await run.evaluate(step, held_out))
+        if out_of_time:
+            run.hooks.message(
+                f"stopped after step {step}: the steps took {spent / 60:.1f} min "
+                f"(max_minutes = {training.max_minutes:g})"
+            )
+            return
 
 
 def _checkpoint(learner: _Learner, run_dir: Path, step: int) -> None:

@@ -1,4 +1,4 @@
-"""The held-out evaluation samples at ``eval_temperature``; training rollouts at ``temperature``."""
+"""Run settings of `[training]`: held-out sampling (``eval_temperature``) and ``max_minutes``."""
 
 from __future__ import annotations
 
@@ -45,3 +45,24 @@ async def test_held_out_evaluation_is_greedy_and_training_samples(
     assert _greedy_share(run_dir, "eval-0000-", tiny_model_dir) == 1.0
     # The random model's tokens at temperature 1 are rarely its argmax.
     assert _greedy_share(run_dir, "step-0001-", tiny_model_dir) < 0.5
+
+
+async def test_max_minutes_ends_the_run_like_its_last_step(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(
+        tmp_path / "ws", tiny_model_dir, "steps = 5\ncheckpoint_every = 5\nmax_minutes = 0.0001"
+    )
+    code, out = await _run(config)
+    assert code == 0, out
+    assert "stopped after step 1" in out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "eval"] == [0, 1]
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [1]
+    # The budget is the run's, not the process's: a rerun has nothing left to do.
+    code, out = await _run(config)
+    assert code == 0, out
+    assert "nothing to do" in out
+    metrics = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in metrics] == [1]
