@@ -278,9 +278,10 @@ async def test_gateway_sampling_replaces_the_callers(stub: ChatStub) -> None:
 
 
 async def test_gateway_sampling_can_change_between_phases(stub: ChatStub) -> None:
-    async with serving(
-        OpenAICompatiblePolicy(stub.base_url), sampling={"temperature": 1.0}
-    ) as (gateway, http):
+    async with serving(OpenAICompatiblePolicy(stub.base_url), sampling={"temperature": 1.0}) as (
+        gateway,
+        http,
+    ):
         await http.post(CHAT, json=chat(temperature=0.3))
         gateway.sampling = {"temperature": 0.0, "max_tokens": 7}
         assert gateway.sampling == {"temperature": 0.0, "max_tokens": 7}
