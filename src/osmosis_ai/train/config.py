@@ -38,7 +38,10 @@ _INTEGERS = (
     "seed",
     "max_tokens",
     "token_budget",
+    "resample_zero_gradient",
 )
+#: Integers where 0 means "off" (the rest must be positive).
+_ZERO_OK = ("eval_every", "seed", "resample_zero_gradient")
 _NUMBERS = ("learning_rate", "clip_low", "clip_high", "kl_beta", "temperature", "pass_threshold")
 _TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, "normalisation", "advantage_scale", "eval_rows")
 
@@ -69,6 +72,9 @@ class TrainingConfig:
     pass_threshold: float = 1.0
     token_budget: int = 4096
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
+    resample_zero_gradient: int = 0
+    """Dynamic sampling: run a group whose rewards are all equal again, up to this many times
+    within the step (0: leave it out of the update)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
     values: dict[str, object] = {}
     for key in table:
         if key in _INTEGERS:
-            zero_ok = key in ("eval_every", "seed")
+            zero_ok = key in _ZERO_OK
             values[key] = src.integer(table, "training", key, positive=not zero_ok)
             if zero_ok and int(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
