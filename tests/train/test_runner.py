@@ -329,6 +329,18 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
 
 
+async def test_a_sequence_over_the_token_budget_stops_the_run_naming_the_key(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    config.write_text(config.read_text().replace("token_budget = 2048", "token_budget = 8"))
+    code, out = await _run(config)
+    assert code == 1, out
+    [line] = [x for x in out.splitlines() if "error:" in x]
+    assert "more than [training] token_budget (8); raise token_budget" in line
+    assert "step 1 was not applied" in line
+
+
 async def test_resume_journals_each_step_once_after_a_kill_between_checkpoints(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

@@ -48,7 +48,7 @@ from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
 from osmosis_ai.train.model import resolve_model
-from osmosis_ai.train.sequences import RolloutRecords, build_sequences
+from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
 __all__ = [
     "EvalPoint",
@@ -456,6 +456,17 @@ async def _sample(run: _Run, step: int, rows: list[int]) -> _Sampled:
     return sampled
 
 
+def _check_budget(sequences: list[TrainingSequence], step: int, budget: int) -> None:
+    """Refuse a sequence no micro-batch can hold, naming the config keys (``train_step``
+    would name its own parameter, which the user never wrote)."""
+    longest = max((len(sequence) for sequence in sequences), default=0)
+    if longest > budget:
+        raise TrainingStopped(
+            f"a sequence of step {step} has {longest} tokens, more than [training] token_budget "
+            f"({budget}); raise token_budget or lower max_tokens"
+        )
+
+
 async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) -> dict[str, Any]:
     """Run one step's rollouts and apply its update; returns the step's metrics line.
 
@@ -474,6 +485,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
     sequences, stats = build_sequences(done, drift="fork")
     zero = zero_gradient_groups(sequences)
     trained = [s for s in sequences if s.group_id not in zero]
+    _check_budget(trained, step, training.token_budget)
     built = time.monotonic()
     metrics = None
     if trained:
