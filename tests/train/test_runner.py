@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import logging
 import math
 import os
 import pty
@@ -424,3 +426,24 @@ async def test_a_second_train_run_of_the_same_run_is_refused(
         code, out = await _run(config, limit_sec=60)
     assert code == 2, out
     assert "another `osmosis train run` already holds run 'tiny'" in out
+
+
+async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
+    tmp_path: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from osmosis_ai.train.runner import TrainOptions, run_training
+
+    # Untyped functions: reached through the module object rather than imported names.
+    hf_logging = importlib.import_module("transformers.utils.logging")
+
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_progress_bar()
+    capfd.readouterr()  # whatever the fixtures printed
+    outcome = await run_training(TrainOptions(config_path=config))
+    assert outcome.steps_done == 1 and [point.step for point in outcome.evals] == [0, 1]
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err, err
+    # Only while the runner loads and saves: the caller's settings are back.
+    assert hf_logging.is_progress_bar_enabled()
+    assert hf_logging.get_verbosity() == logging.WARNING

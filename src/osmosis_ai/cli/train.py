@@ -129,18 +129,17 @@ def run_command(
     options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
     hooks = _Hooks(console)
     try:
-        outcome = run(run_training(options, hooks))
+        try:
+            outcome = run(run_training(options, hooks))
+        finally:
+            hooks.close()  # the bar goes before the table or the error is printed
     except KeyboardInterrupt:
-        hooks.close()
         console.print("interrupted: run the same command to resume from the last checkpoint")
         raise typer.Exit(130) from None
     except TrainingStopped as exc:
-        hooks.close()
         if exc.outcome is not None:  # the held-out results so far
             _render_results(exc.outcome, console)
         raise error_exit(str(exc), code=1) from None
     except (ConfigError, OsmosisError) as exc:
-        hooks.close()
         raise error_exit(str(exc)) from None
-    hooks.close()
     _render_results(outcome, console)
