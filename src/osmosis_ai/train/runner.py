@@ -636,7 +636,8 @@ async def _train(
 
 
 def _resolve_quietly(model: str) -> Path:
-    """`resolve_model` without transformers' output (converting the embedded GGUF is loud)."""
+    """`resolve_model` without transformers' warnings (the embedded model's one-off conversion
+    also shows a plain tqdm bar, which only the CLI turns off: see ``silence_tqdm``)."""
     with _quiet_transformers():
         return resolve_model(model)
 
