@@ -447,3 +447,12 @@ async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
     # Only while the runner loads and saves: the caller's settings are back.
     assert hf_logging.is_progress_bar_enabled()
     assert hf_logging.get_verbosity() == logging.WARNING
+
+
+def test_step_line_says_how_many_groups_were_resampled() -> None:
+    from osmosis_ai.cli.train import _step_line
+
+    metrics = {"step": 3, "reward_mean": 0.5, "zero_gradient_groups": 1, "resampled_groups": 0}
+    assert "zero-gradient groups 1, time" in _step_line(metrics)
+    line = _step_line({**metrics, "resampled_groups": 4})
+    assert "zero-gradient groups 1 (after 4 resampled), time" in line
