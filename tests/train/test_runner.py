@@ -456,3 +456,9 @@ def test_step_line_says_how_many_groups_were_resampled() -> None:
     assert "zero-gradient groups 1, time" in _step_line(metrics)
     line = _step_line({**metrics, "resampled_groups": 4})
     assert "zero-gradient groups 1 (after 4 resampled), time" in line
+
+
+def test_a_missing_training_config_is_named_as_one(tmp_path: Path) -> None:
+    missing = tmp_path / "configs" / "training" / "nope.toml"
+    with pytest.raises(ConfigError, match=f"training config {missing} does not exist"):
+        load_train_config(missing)
