@@ -7,6 +7,7 @@ import json
 import runpy
 import shutil
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.scaffold import scaffold_rollout, validate_entrypoint
 from osmosis_ai.rollout import GraderContext, RolloutSample
+from osmosis_ai.train.config import TrainingConfig, load_train_config
+from osmosis_ai.train.runner import split_rows
 from tests.eval.conftest import OSMOSIS, ROOT
 
 
@@ -23,6 +26,7 @@ def test_init_writes_a_rollout_that_validates(tmp_path: Path) -> None:
     assert {p.relative_to(tmp_path).as_posix() for p in written} == {
         "rollouts/capitals/main.py",
         "configs/eval/capitals.toml",
+        "configs/training/capitals.toml",
         "data/capitals.jsonl",
     }
     assert len((tmp_path / "data" / "capitals.jsonl").read_text().splitlines()) == 10
@@ -33,6 +37,39 @@ def test_init_writes_a_rollout_that_validates(tmp_path: Path) -> None:
     scaffold_rollout(tmp_path, "capitals", force=True)
     with pytest.raises(ConfigError):
         scaffold_rollout(tmp_path, "bad name!")
+
+
+def test_init_writes_a_training_config_that_loads_with_every_key_explained(
+    tmp_path: Path,
+) -> None:
+    scaffold_rollout(tmp_path, "capitals")
+    path = tmp_path / "configs" / "training" / "capitals.toml"
+    config = load_train_config(path)
+    assert (config.rollout, config.entrypoint, config.model) == ("capitals", "main.py", "embedded")
+    assert config.dataset == tmp_path / "data" / "capitals.jsonl"
+    training = config.training
+    assert training.steps <= 10 and training.prompts_per_step * training.group_size <= 16
+    # The held-out rows leave rows to train on.
+    train_rows, held_out = split_rows(10, training.eval_rows, training.seed)
+    assert held_out and len(train_rows) >= training.prompts_per_step
+    # Every [training] key is written, each with a comment saying what it does.
+    text = path.read_text()
+    section = text[text.index("[training]") :].splitlines()[1:]
+    keys = {line.split("=")[0].strip() for line in section if "=" in line}
+    assert keys == {f.name for f in fields(TrainingConfig)}
+    assert all("#" in line.split("=", 1)[1] for line in section if "=" in line)
+
+
+def test_init_command_names_the_eval_and_training_commands(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [OSMOSIS, "rollout", "init", "capitals", "--workspace", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    training = tmp_path / "configs" / "training" / "capitals.toml"
+    assert f"osmosis train run {training}" in result.stdout
+    assert training.is_file()
 
 
 def test_validate_reports_import_time_errors(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,8 @@ def _greedy_share(run_dir: Path, prefix: str, model_dir: Path) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True)
+    model.eval()
     greedy = total = 0
     for path in sorted((run_dir / "rollouts").glob(f"{prefix}*/trajectory.json")):
         steps = json.loads(path.read_text())["steps"]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import logging
 import math
 import os
+import pty
+import re
+import resource
 import shutil
 import signal
 import sys
@@ -15,17 +20,30 @@ from typing import Any
 import pytest
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval.run_dir import run_lock
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.runner import split_rows, step_rows
+from osmosis_ai.train.runner import (
+    TrainingStopped,
+    TrainOptions,
+    TrainOutcome,
+    run_training,
+    split_rows,
+    step_rows,
+)
 
 PROJECT = Path(__file__).resolve().parent / "project"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
 
 pytestmark = pytest.mark.slow
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
-def _write_rows(root: Path, **metadata: object) -> None:
-    rows = [{"user_prompt": f"count to {i}", "ground_truth": str(i), **metadata} for i in range(6)]
+
+def _write_rows(root: Path, prompt: str = "", **metadata: object) -> None:
+    rows = [
+        {"user_prompt": f"count to {i}{prompt}", "ground_truth": str(i), **metadata}
+        for i in range(6)
+    ]
     (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -46,21 +64,60 @@ def _workspace(root: Path, model_dir: Path, training: str) -> Path:
     return config
 
 
-async def _start(config: Path) -> asyncio.subprocess.Process:
+async def _start(config: Path, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        OSMOSIS, "train", "run", str(config),
+        OSMOSIS, "train", "run", str(config), *args,
         cwd=config.parents[2],
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
 
 
-async def _run(config: Path, limit_sec: float = 120) -> tuple[int, str]:
-    process = await _start(config)
+async def _run(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
+    process = await _start(config, *args)
     async with asyncio.timeout(limit_sec):
         out, _ = await process.communicate()
     assert process.returncode is not None
     return process.returncode, out.decode()
+
+
+async def _train_here(config: Path) -> TrainOutcome:
+    """The run in this process: no CLI start-up (torch, transformers), so seconds faster."""
+    return await run_training(TrainOptions(config_path=config))
+
+
+async def _run_on_a_terminal(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
+    """As `_run`, with a pseudo-terminal as the command's stdout and stderr."""
+    leader, follower = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "train", "run", str(config), *args,
+        cwd=config.parents[2], stdout=follower, stderr=follower,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"},
+    )  # fmt: skip
+    os.close(follower)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    try:
+        async with asyncio.timeout(limit_sec):
+            await asyncio.gather(asyncio.to_thread(read), process.wait())
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(leader)
+    assert process.returncode is not None
+    # Without the terminal's colour and cursor codes, so the text reads as on screen.
+    return process.returncode, _ANSI.sub("", b"".join(chunks).decode(errors="replace"))
 
 
 def _text(path: Path) -> str:
@@ -102,6 +159,9 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
     assert any((run_dir / "rollouts").rglob("*.json")), "the rollouts' files stay in the run"
     assert "step 1: reward" in out and "step 2: reward" in out
     assert "before" in out and "after" in out
+    # transformers' own bars and warnings stay out of the run's output (not a terminal here).
+    for noise in ("Loading weights", "Writing model shards", "it/s", "%|", "training steps"):
+        assert noise not in out, noise
 
 
 async def test_resume_after_sigkill_applies_no_step_twice(
@@ -137,6 +197,9 @@ async def test_rollout_server_dying_mid_step_leaves_the_step_unapplied(
     code, out = await _run(config)
     assert code == 1, out
     assert "step 2 was not applied, the last checkpoint is step 1" in out
+    # The held-out results so far are shown before the error (only the start's evaluation).
+    assert "held-out results" in out and "│ before" in out and "│ after" not in out
+    assert out.index("held-out results") < out.index("error:")
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
     _write_rows(tmp_path / "ws")  # the server survives now: the same command resumes
@@ -208,3 +271,194 @@ def test_step_rows_depend_on_seed_and_step_only() -> None:
     assert step_rows(rows, 4, seed=0, step=3) == first  # a resumed run picks the same rows
     assert step_rows(rows, 4, seed=0, step=4) != first
     assert sorted(step_rows(rows[:3], 4, seed=0, step=1)) == rows[:3]
+
+
+@pytest.mark.parametrize("resample", [0, 2])
+async def test_dynamic_sampling_reruns_zero_gradient_groups_up_to_the_bound(
+    tmp_path: Path, tiny_model_dir: Path, resample: int
+) -> None:
+    training = f"steps = 1\nresample_zero_gradient = {resample}"
+    config = _workspace(tmp_path / "ws", tiny_model_dir, training)
+    # Every group's rewards are equal: none carries a gradient.
+    _write_rows(tmp_path / "ws", metadata={"reward": 0.5})
+    run_dir = (await _train_here(config)).run_dir
+    [metrics] = _lines(run_dir / "metrics.jsonl")
+    # 2 rows per step, each run again `resample` times; still zero-gradient, nothing trained.
+    assert metrics["resampled_groups"] == 2 * resample
+    assert metrics["zero_gradient_groups"] == 2
+    assert metrics["loss"] is None and metrics["tokens_trained"] == 0
+    rollouts = sorted(p.name for p in (run_dir / "rollouts").iterdir() if "resample" in p.name)
+    assert len(rollouts) == 2 * resample * 3  # group_size = 3
+    attempts = {name.rsplit("-row-", 1)[0] for name in rollouts}
+    assert attempts == {f"step-0001-resample-{a}" for a in range(1, resample + 1)}
+    assert _same_weights(tiny_model_dir, run_dir / "checkpoints" / "step-0001")
+
+
+def _address_space(pid: int) -> int:
+    """The bytes of virtual memory process ``pid`` has mapped (``VmSize``)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(x for x in status if x.startswith("VmSize:")).split()[1]) * 1024
+
+
+def _same_weights(first: Path, second: Path) -> bool:
+    import torch
+    from safetensors.torch import load_file
+
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # Six ~470-token sequences in one micro-batch: the update's fp32 logits alone take
+    # 6 x 470 x 49152 x 4 bytes (~550 MB); generation keeps only the last position's logits.
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    config.write_text(config.read_text().replace("token_budget = 2048", "token_budget = 8192"))
+    _write_rows(tmp_path / "ws", prompt=" word" * 450)
+    events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
+    process = await _start(config)
+    async with asyncio.timeout(120):
+        while '"eval"' not in _text(events):  # noqa: ASYNC110 -- another process writes it
+            await asyncio.sleep(0.02)
+        # The model is loaded and has generated: leave it 300 MB more address space.
+        hard = resource.prlimit(process.pid, resource.RLIMIT_AS)[1]
+        limit = _address_space(process.pid) + (300 << 20)
+        resource.prlimit(process.pid, resource.RLIMIT_AS, (limit, hard))
+        out = (await process.communicate())[0].decode()
+    assert process.returncode == 1, out
+    [line] = [x for x in out.splitlines() if "error:" in x]
+    assert "out of memory in the update of step 1" in line
+    assert "lower [training] token_budget (now 8192)" in line
+    assert "step 1 was not applied, the last checkpoint is step 0" in line
+    run_dir = events.parent
+    assert not _text(run_dir / "metrics.jsonl")
+    assert [e["step"] for e in _lines(events) if e["event"] == "stopped"] == [1]
+    await _train_here(config)  # without the limit, the same run applies step 1
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
+
+
+async def test_a_sequence_over_the_token_budget_stops_the_run_naming_the_key(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    config.write_text(config.read_text().replace("token_budget = 2048", "token_budget = 8"))
+    with pytest.raises(TrainingStopped) as stopped:
+        await _train_here(config)
+    assert "more than [training] token_budget (8); raise token_budget" in str(stopped.value)
+    assert "step 1 was not applied" in str(stopped.value)
+
+
+async def test_resume_journals_each_step_once_after_a_kill_between_checkpoints(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\ncheckpoint_every = 2")
+    events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
+    process = await _start(config)
+    try:
+        async with asyncio.timeout(120):
+            while '"event": "step"' not in _text(events):  # noqa: ASYNC110 -- as above
+                await asyncio.sleep(0.02)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        await process.wait()
+    killed = _lines(events)
+    assert [e["step"] for e in killed if e["event"] == "step"] == [1]
+    assert not [e for e in killed if e["event"] == "checkpoint"], "killed before checkpoint 2"
+    await _train_here(config)
+    journal = _lines(events)
+    assert [e["step"] for e in journal if e["event"] == "step"] == [1, 2, 3]
+    assert [e["step"] for e in journal if e["event"] == "eval"] == [0, 3]
+    assert [m["step"] for m in _lines(events.with_name("metrics.jsonl"))] == [1, 2, 3]
+
+
+async def test_resume_saves_over_a_checkpoint_written_but_not_journaled(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    events = (await _train_here(config)).run_dir / "events.jsonl"
+    # As a kill right after checkpoints/step-0001 was renamed into place, before its line.
+    journal = _lines(events)
+    cut = next(i for i, e in enumerate(journal) if e["event"] == "checkpoint")
+    events.write_text("".join(json.dumps(e) + "\n" for e in journal[:cut]))
+    assert (events.parent / "checkpoints" / "step-0001" / "trainer.pt").is_file()
+    assert (await _train_here(config)).steps_done == 1
+    journal = _lines(events)
+    assert [e["step"] for e in journal if e["event"] == "checkpoint"] == [1]
+    assert [e["step"] for e in journal if e["event"] == "step"] == [1]
+
+
+async def test_kl_is_against_the_initial_policy_and_fresh_starts_over(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    training = "steps = 2\ncheckpoint_every = 1\nkl_beta = 0.1"
+    config = _workspace(tmp_path / "ws", tiny_model_dir, training)
+    run_dir = (await _train_here(config)).run_dir
+    first, second = _lines(run_dir / "metrics.jsonl")
+    # Step 1's policy is the reference itself; after one update they differ, so the
+    # reference did not follow the update.
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)
+    assert math.isfinite(second["kl"]) and second["kl"] > 1e-7
+    # Resumed from checkpoint 2, the reference is still the initial model, not the checkpoint
+    # (against which step 3's first forward pass would give 0).
+    config.write_text(config.read_text().replace("steps = 2", "steps = 3"))
+    await _train_here(config)
+    assert {"event": "resume", "step": 2} in _lines(run_dir / "events.jsonl")
+    third = _lines(run_dir / "metrics.jsonl")[-1]
+    assert third["step"] == 3 and math.isfinite(third["kl"]) and third["kl"] > 1e-7
+    # --fresh deletes the run and starts at step 1; on a terminal, with a progress bar.
+    (run_dir / "marker").write_text("from the old run")
+    config.write_text(config.read_text().replace("steps = 3", "steps = 1"))
+    code, out = await _run_on_a_terminal(config, "--fresh")
+    assert code == 0, out
+    assert "resuming" not in out and not (run_dir / "marker").exists()
+    assert "training steps" in out and "0/1" in out, "the bar shows on a terminal"
+    assert "step 1: reward" in out and "Loading weights" not in out
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
+    assert [e["event"] for e in _lines(run_dir / "events.jsonl")][:2] == ["eval", "step"]
+
+
+async def test_a_second_train_run_of_the_same_run_is_refused(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    with run_lock(tmp_path / "ws" / ".osmosis" / "train", "tiny"):
+        code, out = await _run(config, limit_sec=60)
+    assert code == 2, out
+    assert "another `osmosis train run` already holds run 'tiny'" in out
+
+
+async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
+    tmp_path: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from osmosis_ai.train.runner import TrainOptions, run_training
+
+    # Untyped functions: reached through the module object rather than imported names.
+    hf_logging = importlib.import_module("transformers.utils.logging")
+
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_progress_bar()
+    capfd.readouterr()  # whatever the fixtures printed
+    outcome = await run_training(TrainOptions(config_path=config))
+    assert outcome.steps_done == 1 and [point.step for point in outcome.evals] == [0, 1]
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err, err
+    # Only while the runner loads and saves: the caller's settings are back.
+    assert hf_logging.is_progress_bar_enabled()
+    assert hf_logging.get_verbosity() == logging.WARNING
+
+
+def test_step_line_says_how_many_groups_were_resampled() -> None:
+    from osmosis_ai.cli.train import _step_line
+
+    metrics = {"step": 3, "reward_mean": 0.5, "zero_gradient_groups": 1, "resampled_groups": 0}
+    assert "zero-gradient groups 1, time" in _step_line(metrics)
+    line = _step_line({**metrics, "resampled_groups": 4})
+    assert "zero-gradient groups 1 (after 4 resampled), time" in line
+
+
+def test_a_missing_training_config_is_named_as_one(tmp_path: Path) -> None:
+    missing = tmp_path / "configs" / "training" / "nope.toml"
+    with pytest.raises(ConfigError, match=f"training config {missing} does not exist"):
+        load_train_config(missing)

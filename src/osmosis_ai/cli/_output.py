@@ -6,7 +6,11 @@ their brackets as style tags, dropping them or failing with ``MarkupError``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import importlib
+import os
+import sys
 from typing import TYPE_CHECKING
 
 import typer
@@ -14,7 +18,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["bind_failure", "error_exit", "plain_console"]
+__all__ = ["bind_failure", "error_exit", "plain_console", "silence_tqdm"]
 
 
 def plain_console(*, stderr: bool = False) -> Console:
@@ -22,6 +26,27 @@ def plain_console(*, stderr: bool = False) -> Console:
     from rich.console import Console
 
     return Console(stderr=stderr, markup=False, soft_wrap=True)
+
+
+def silence_tqdm() -> None:
+    """Turn off every tqdm progress bar of this process (libraries' "Loading weights"...).
+
+    tqdm reads ``TQDM_*`` overrides from the environment once, when it is imported: import it
+    with ``TQDM_DISABLE`` set, then restore the environment so child processes (the user's
+    rollout server) keep their own bars. A no-op when tqdm is missing or already imported.
+    """
+    if "tqdm" in sys.modules:
+        return
+    previous = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        with contextlib.suppress(ImportError):
+            importlib.import_module("tqdm")
+    finally:
+        if previous is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = previous
 
 
 def bind_failure(host: str, port: int, exc: OSError) -> str:

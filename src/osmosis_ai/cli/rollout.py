@@ -19,7 +19,7 @@ def init_command(
     workspace: Path = typer.Option(Path("."), "--workspace", help="Workspace root."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing scaffold files."),
 ) -> None:
-    """Scaffold a runnable rollout, its eval config and a 10-row dataset."""
+    """Scaffold a runnable rollout, its eval and training configs and a 10-row dataset."""
     from osmosis_ai.errors import OsmosisError
     from osmosis_ai.eval.scaffold import scaffold_rollout
 
@@ -29,7 +29,9 @@ def init_command(
         raise error_exit(str(exc)) from None
     for path in written:
         typer.echo(f"wrote {path}")
-    typer.echo(f"next: osmosis eval run {workspace / 'configs' / 'eval' / (name + '.toml')}")
+    configs = workspace / "configs"
+    typer.echo(f"next: osmosis eval run {configs / 'eval' / (name + '.toml')}")
+    typer.echo(f"then: osmosis train run {configs / 'training' / (name + '.toml')}")
 
 
 @rollout_app.command("validate")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from osmosis_ai.cli._asyncio import run
-from osmosis_ai.cli._output import error_exit, plain_console
+from osmosis_ai.cli._output import error_exit, plain_console, silence_tqdm
 from osmosis_ai.cli._view import watch_training
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress, TaskID
 
     from osmosis_ai.train.runner import EvalPoint, TrainOutcome
 
@@ -36,22 +36,57 @@ def _step_line(metrics: Mapping[str, Any]) -> str:
     return (
         f"step {metrics['step']}: reward {number('reward_mean')} (std {number('reward_std')}), "
         f"pass {number('pass_rate', 2)}, loss {number('loss', 4)}, "
-        f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}, "
+        f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}"
+        f"{_resampled(metrics)}, "
         f"time {number('generation_sec', 1)}s rollouts + {number('update_sec', 1)}s update"
     )
 
 
+def _resampled(metrics: Mapping[str, Any]) -> str:
+    count = metrics.get("resampled_groups") or 0
+    return f" (after {count} resampled)" if count else ""
+
+
 class _Hooks:
-    """Prints the run's progress, one line per step and per held-out evaluation."""
+    """Prints the run's progress: one line per step and per held-out evaluation, and on a
+    terminal a progress bar under them (plain lines only when the output is a pipe or file).
+    """
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
 
     def message(self, text: str) -> None:
         self.console.print(text)
 
+    def started(self, first_step: int, last_step: int) -> None:
+        if not self.console.is_terminal:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        self.progress = Progress(
+            "training steps",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("steps", total=last_step, completed=first_step - 1)
+        self.progress.start()
+
     def step_done(self, metrics: Mapping[str, Any]) -> None:
+        # Printed through the bar's console, each line lands above the bar.
         self.console.print(_step_line(metrics))
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+
+    def close(self) -> None:
+        """Take the bar down (before the results table or an error)."""
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
     def eval_done(self, point: EvalPoint) -> None:
         self.console.print(
@@ -69,7 +104,10 @@ def _render_results(outcome: TrainOutcome, console: Console) -> None:
     table = Table(title=f"held-out results ({outcome.run_dir})")
     for column in ("", "step", "pass rate", "mean reward"):
         table.add_column(column)
-    for label, point in (("before", outcome.evals[0]), ("after", outcome.evals[-1])):
+    rows = [("before", outcome.evals[0])]
+    if len(outcome.evals) > 1:
+        rows.append(("after", outcome.evals[-1]))
+    for label, point in rows:
         table.add_row(label, str(point.step), f"{point.pass_rate:.2f}", f"{point.mean_reward:.3f}")
     console.print(table)
 
@@ -87,24 +125,34 @@ def run_command(
     ),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
+    silence_tqdm()  # before transformers imports it: no library progress bars in our output
     from osmosis_ai.errors import ConfigError, OsmosisError
     from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
 
     console = plain_console()
     options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
+    hooks = _Hooks(console)
     try:
-        hooks = _Hooks(console)
-        report = functools.partial(_render_results, console=console)
+
+        def report(outcome: TrainOutcome) -> None:
+            hooks.close()  # the bar goes before the table
+            _render_results(outcome, console)
+
         training = (
             watch_training(options, hooks, console, report)
             if view
             else run_training(options, hooks)
         )
-        outcome = run(training)
+        try:
+            outcome = run(training)
+        finally:
+            hooks.close()  # the bar goes before the table or the error is printed
     except KeyboardInterrupt:
         console.print("interrupted: run the same command to resume from the last checkpoint")
         raise typer.Exit(130) from None
     except TrainingStopped as exc:
+        if exc.outcome is not None:  # the held-out results so far
+            _render_results(exc.outcome, console)
         raise error_exit(str(exc), code=1) from None
     except (ConfigError, OsmosisError) as exc:
         raise error_exit(str(exc)) from None

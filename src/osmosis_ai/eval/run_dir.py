@@ -46,7 +46,7 @@ _SKIPPED_DIRS = frozenset(
 
 
 class RunLockedError(OsmosisError):
-    """Another ``osmosis eval run`` holds this run."""
+    """Another process (``osmosis eval run``, ``osmosis train run``) holds this run."""
 
 
 def check_run_name(name: str, *, label: str = "run name") -> str:
@@ -105,8 +105,18 @@ def source_digest(root: Path) -> str:
 
 
 @contextmanager
-def run_lock(output_root: Path, run_name: str) -> Iterator[None]:
+def run_lock(
+    output_root: Path,
+    run_name: str,
+    *,
+    command: str = "osmosis eval run",
+    output_option: str | None = "-o",
+) -> Iterator[None]:
     """Hold the exclusive lock of ``run_name`` (outside the run dir, so ``--fresh`` keeps it).
+
+    ``command`` names the runner in the "already holds" message; ``output_option`` is the
+    option that moves the output root (None: the root is fixed, so the fix is to make it
+    writable).
 
     Raises:
         ConfigError: ``run_name`` is no valid run name, or ``output_root`` is not writable.
@@ -119,16 +129,18 @@ def run_lock(output_root: Path, run_name: str) -> Iterator[None]:
         fd = os.open(locks / f"{run_name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
         # The first write under the output root: a read-only or misnamed -o fails here.
+        fix = (
+            f"pass {output_option} with a writable folder" if output_option else "make it writable"
+        )
         raise ConfigError(
-            f"cannot write to the output folder {output_root} ({exc.strerror}); "
-            "pass -o with a writable folder"
+            f"cannot write to the output folder {output_root} ({exc.strerror}); {fix}"
         ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunLockedError(
-                f"another `osmosis eval run` already holds run {run_name!r}; wait for it to "
+                f"another `{command}` already holds run {run_name!r}; wait for it to "
                 "finish or pick another --name"
             ) from None
         yield

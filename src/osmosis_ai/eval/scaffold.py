@@ -1,4 +1,7 @@
-"""``osmosis rollout init``/``validate``: a runnable rollout skeleton, and an import check."""
+"""``osmosis rollout init``/``validate``: a runnable rollout skeleton, and an import check.
+
+``init`` writes the rollout, an eval config, a training config and a 10-row dataset.
+"""
 
 from __future__ import annotations
 
@@ -80,6 +83,35 @@ agent_workflow_timeout_s = 300
 grader_timeout_s = 30
 """
 
+_TRAINING = """# Training (GRPO, on the CPU): osmosis train run configs/training/{name}.toml
+# See docs/train.md. A small run: raise steps, prompts_per_step and group_size to learn more.
+[experiment]
+rollout = "{name}"
+entrypoint = "main.py"
+model = "embedded"               # SmolLM2-135M-Instruct, or a local HuggingFace-format model dir
+dataset = "data/{name}.jsonl"
+
+[training]
+steps = 4                        # optimiser steps; each runs rollouts, grades them, updates once
+prompts_per_step = 2             # dataset rows per step
+group_size = 4                   # rollouts per row; each is scored against its row's others
+learning_rate = 1e-5             # AdamW, after a linear warm-up over a tenth of the steps
+clip_low = 0.2                   # the policy ratio is clipped to [1 - clip_low, 1 + clip_high]
+clip_high = 0.28                 # a higher upper bound lets rare good tokens grow (DAPO)
+normalisation = "token"          # loss averaged over all tokens ("token") or per "sequence"
+advantage_scale = "std"          # divide by the row's reward std ("std") or not ("none")
+kl_beta = 0.0                    # KL penalty to the initial model (> 0 loads a second copy)
+eval_rows = 2                    # held-out rows (not trained on), evaluated at start and end
+eval_every = 0                   # also evaluate every N steps (0: only at start and end)
+checkpoint_every = 2             # checkpoint every N steps and at the end; a rerun resumes there
+max_tokens = 64                  # token limit of every model call
+temperature = 1.0                # sampling temperature of every model call
+pass_threshold = 1.0             # a rollout passes when its reward is at least this
+token_budget = 4096              # tokens per micro-batch of the update; lower it on out of memory
+resample_zero_gradient = 0       # rerun a row whose rollouts all got one reward, up to N times
+seed = 0                         # picks the held-out rows and each step's rows
+"""
+
 _CAPITALS = [
     ("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),
     ("Germany", "Berlin"), ("Egypt", "Cairo"), ("Canada", "Ottawa"), ("Peru", "Lima"),
@@ -105,6 +137,7 @@ def scaffold_rollout(workspace: Path, name: str, *, force: bool = False) -> list
     files = {
         workspace / "rollouts" / name / "main.py": _MAIN.format(name=name, cls=cls),
         workspace / "configs" / "eval" / f"{name}.toml": _CONFIG.format(name=name),
+        workspace / "configs" / "training" / f"{name}.toml": _TRAINING.format(name=name),
         workspace / "data" / f"{name}.jsonl": "".join(json.dumps(row) + "\n" for row in rows),
     }
     existing = [path for path in files if path.exists()]

@@ -1,6 +1,6 @@
 """The training TOML (``configs/training/<name>.toml``): ``[experiment]`` and ``[training]``.
 
-``[experiment]``, ``[env]`` and ``[secrets]`` are read by the eval config's own validators;
+``[experiment]``, ``[env]`` and ``[secrets]`` are read by the validators the eval config uses;
 ``[training]`` is checked here with the same line-numbered errors.
 """
 
@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from osmosis_ai.eval._toml_lines import key_lines
-from osmosis_ai.eval.config import (
+from osmosis_ai.eval._config_sections import (
+    ConfigSource,
     TOMLTable,
-    _dataset_path,
-    _env,
-    _provenance,
-    _read_toml,
-    _rollout_location,
-    _secrets,
-    _Source,
-    _workspace_of,
+    dataset_path,
+    env_table,
+    provenance,
+    read_toml,
+    rollout_location,
+    secret_names,
+    workspace_of,
 )
+from osmosis_ai.eval._toml_lines import key_lines
 
 __all__ = ["TrainConfig", "TrainingConfig", "load_train_config"]
 
@@ -38,7 +38,10 @@ _INTEGERS = (
     "seed",
     "max_tokens",
     "token_budget",
+    "resample_zero_gradient",
 )
+#: Integers where 0 means "off" (the rest must be positive).
+_ZERO_OK = ("eval_every", "seed", "resample_zero_gradient")
 _NUMBERS = (
     "learning_rate",
     "clip_low",
@@ -84,6 +87,9 @@ class TrainingConfig:
     pass_threshold: float = 1.0
     token_budget: int = 4096
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
+    resample_zero_gradient: int = 0
+    """Dynamic sampling: run a group whose rewards are all equal again, up to this many times
+    within the step (0: leave it out of the update)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,8 @@ def load_train_config(path: Path) -> TrainConfig:
             section or key; the message names the file, the line and the key.
     """
     path = Path(os.path.abspath(path))
-    text, data = _read_toml(path)
-    src = _Source(path, key_lines(text))
+    text, data = read_toml(path, "training config")
+    src = ConfigSource(path, key_lines(text))
     for name in data:
         if name not in _SECTIONS:
             raise src.error(
@@ -130,24 +136,24 @@ def load_train_config(path: Path) -> TrainConfig:
     for key in _EXPERIMENT_REQUIRED:
         if key not in experiment:
             raise src.error(("experiment",), f"experiment.{key} is required in [experiment]")
-    workspace = _workspace_of(path)
-    rollout, entrypoint = _rollout_location(src, experiment, workspace)
-    _provenance(src, experiment)
-    env = _env(src, tables["env"])
+    workspace = workspace_of(path)
+    rollout, entrypoint = rollout_location(src, experiment, workspace)
+    provenance(src, experiment)
+    env = env_table(src, tables["env"])
     return TrainConfig(
         path=path,
         workspace=workspace,
         rollout=rollout,
         entrypoint=entrypoint,
         model=_model(src, experiment, workspace),
-        dataset=_dataset_path(src, experiment, workspace),
+        dataset=dataset_path(src, experiment, workspace),
         training=_training(src, tables["training"]),
         env=env,
-        secrets=_secrets(src, tables["secrets"], env),
+        secrets=secret_names(src, tables["secrets"], env),
     )
 
 
-def _model(src: _Source, table: TOMLTable, workspace: Path) -> str:
+def _model(src: ConfigSource, table: TOMLTable, workspace: Path) -> str:
     model = src.string(table, "experiment", "model")
     if model == "embedded":
         return model
@@ -161,12 +167,12 @@ def _model(src: _Source, table: TOMLTable, workspace: Path) -> str:
     return str(directory)
 
 
-def _training(src: _Source, table: TOMLTable) -> TrainingConfig:
+def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
     src.reject_unknown(table, "training", _TRAINING_KEYS)
     values: dict[str, object] = {}
     for key in table:
         if key in _INTEGERS:
-            zero_ok = key in ("eval_every", "seed")
+            zero_ok = key in _ZERO_OK
             values[key] = src.integer(table, "training", key, positive=not zero_ok)
             if zero_ok and int(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
@@ -189,7 +195,7 @@ def _training(src: _Source, table: TOMLTable) -> TrainingConfig:
     return TrainingConfig(**values)  # type: ignore[arg-type]
 
 
-def _choice(src: _Source, table: TOMLTable, key: str) -> str:
+def _choice(src: ConfigSource, table: TOMLTable, key: str) -> str:
     allowed = {"normalisation": ("token", "sequence"), "advantage_scale": ("std", "none")}[key]
     value = src.string(table, "training", key)
     if value not in allowed:

@@ -6,9 +6,10 @@ into sequences and applies one update inside ``TorchPolicy.updating()`` (no mode
 while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
 
 - ``events.jsonl``: the journal (``start``, ``step``, ``eval``, ``checkpoint``, ``resume``,
-  ``stopped``);
-  the last ``checkpoint`` line is the last step a resume starts after;
-- ``metrics.jsonl``: one line per applied step;
+  ``stopped``); the last ``checkpoint`` line is the last step a resume starts after, and a
+  resume drops the ``step`` and ``eval`` lines after it (those steps run again, and are
+  journaled once);
+- ``metrics.jsonl``: one line per applied step (rewound the same way);
 - ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
 - ``checkpoints/step-NNNN/``: weights (``save_pretrained``), tokenizer and ``trainer.pt``
   (optimizer, scheduler, RNG states, step), each renamed into place whole;
@@ -26,12 +27,13 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any, Protocol
 
+from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
 from osmosis_ai.eval.metrics import passes
@@ -49,7 +51,7 @@ from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
 from osmosis_ai.train.model import resolve_model
-from osmosis_ai.train.sequences import RolloutRecords, build_sequences
+from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
 __all__ = [
     "EvalPoint",
@@ -58,6 +60,7 @@ __all__ = [
     "TrainOptions",
     "TrainOutcome",
     "TrainingStopped",
+    "out_of_memory",
     "run_training",
     "split_rows",
     "step_rows",
@@ -71,7 +74,31 @@ _STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
 
 
 class TrainingStopped(OsmosisError):
-    """The run stopped before its last step; the message names the step and how to resume."""
+    """The run stopped before its last step; the message names the step and how to resume.
+
+    ``outcome`` is what the run did until then (its held-out evaluations), when it got as
+    far as starting the loop.
+    """
+
+    def __init__(self, message: str, outcome: TrainOutcome | None = None) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+#: What torch's CPU allocator says when an allocation fails (it raises RuntimeError).
+_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "not enough memory")
+
+
+def out_of_memory(exc: BaseException, *, step: int, token_budget: int) -> TrainingStopped | None:
+    """The stop to raise when ``exc`` is an allocation failure of the update, else None."""
+    if not isinstance(exc, MemoryError) and not (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
+    ):
+        return None
+    return TrainingStopped(
+        f"out of memory in the update of step {step}; lower [training] token_budget "
+        f"(now {token_budget}) so each micro-batch of the update holds fewer tokens"
+    )
 
 
 @dataclass(frozen=True)
@@ -110,6 +137,9 @@ class TrainHooks(Protocol):
     def message(self, text: str) -> None:
         """A progress message."""
 
+    def started(self, first_step: int, last_step: int) -> None:
+        """The loop runs steps ``first_step``..``last_step`` (a resumed run starts later)."""
+
     def step_done(self, metrics: Mapping[str, Any]) -> None:
         """One applied step's metrics line."""
 
@@ -121,6 +151,9 @@ class QuietHooks:
     """Hooks that say nothing (library use)."""
 
     def message(self, text: str) -> None:
+        pass
+
+    def started(self, first_step: int, last_step: int) -> None:
         pass
 
     def step_done(self, metrics: Mapping[str, Any]) -> None:
@@ -206,7 +239,7 @@ class _Run:
         await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
         line = _rollout_line(rollout_id, row, result, calls, self.redactor)
         await asyncio.to_thread(_append, self.run_dir / "rollouts.jsonl", line)
-        return RolloutRecords(result=result, group_id=f"row-{row}", calls=calls)
+        return RolloutRecords(result=result, group_id=_group_id(row), calls=calls)
 
     async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
         """All of ``jobs`` at once (the policy batches their calls).
@@ -269,6 +302,25 @@ def _reward(result: RolloutResultResponse) -> float | None:
     return sample.reward if sample is not None and result.status is RolloutStatus.SUCCESS else None
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars and warnings off while we load or save (restored after).
+
+    They would interleave "Loading weights" and "Writing model shards" bars with the run's
+    own output at every checkpoint.
+    """
+    hf_logging = import_optional("transformers.utils.logging", extra="train", feature=_FEATURE)
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def _status(result: RolloutResultResponse) -> str:
     if result.status is not RolloutStatus.SUCCESS:
         return "failed"
@@ -315,13 +367,16 @@ class _Learner:
         from osmosis_ai.train.schedule import adamw, warmup_schedule
 
         training = config.training
-        model, tokenizer = load_model_dir(model_dir, feature=_FEATURE)
+        with _quiet_transformers():
+            model, tokenizer = load_model_dir(model_dir, feature=_FEATURE)
+            # The KL term compares with the initial policy, so it loads the base model again.
+            reference = None
+            if training.kl_beta > 0:
+                reference = load_model_dir(base_dir, feature=_FEATURE)[0]
         optimizer = adamw(model, lr=training.learning_rate)
         scheduler = warmup_schedule(
             optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
         )
-        # The KL term compares with the initial policy, so it loads the base model again.
-        reference = load_model_dir(base_dir, feature=_FEATURE)[0] if training.kl_beta > 0 else None
         grpo = GrpoConfig(
             clip_low=training.clip_low,
             clip_high=training.clip_high,
@@ -338,8 +393,9 @@ class _Learner:
 
         temp = directory.with_name(f".{directory.name}.tmp")
         shutil.rmtree(temp, ignore_errors=True)
-        self.model.save_pretrained(str(temp))
-        self.tokenizer.save_pretrained(str(temp))
+        with _quiet_transformers():
+            self.model.save_pretrained(str(temp))
+            self.tokenizer.save_pretrained(str(temp))
         state = {
             "step": step,
             "optimizer": self.optimizer.state_dict(),
@@ -348,6 +404,9 @@ class _Learner:
             "python_rng": random.getstate(),
         }
         torch.save(state, temp / "trainer.pt")
+        # A kill after the rename but before the journal line leaves this step's directory
+        # unjournaled: the resumed run saves the step again over it.
+        shutil.rmtree(directory, ignore_errors=True)
         os.replace(temp, directory)
 
     def restore(self, directory: Path) -> None:
@@ -376,47 +435,127 @@ def step_seconds(metrics: dict[str, Any]) -> float:
     return sum(float(metrics.get(key) or 0) for key in _STEP_TIMES)
 
 
-def _rewind_metrics(path: Path, step: int) -> None:
-    """Drop metrics of steps after the checkpoint: they are run again, so each step is once."""
-    kept = [line for line in _read_lines(path) if int(line["step"]) <= step]
+def _rewind(run_dir: Path, step: int) -> None:
+    """Drop metrics, step and eval lines after checkpoint ``step``: those steps run again.
+
+    So each step (and each evaluation) appears once, however often the run was killed.
+    """
+    _rewrite(run_dir / "metrics.jsonl", lambda line: int(line["step"]) <= step)
+    _rewrite(
+        run_dir / "events.jsonl",
+        lambda line: line.get("event") not in ("step", "eval") or int(line["step"]) <= step,
+    )
+
+
+def _rewrite(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Keep the lines of ``path`` that ``keep`` accepts (a whole new file renamed into place)."""
+    if not path.exists():
+        return
+    kept = [line for line in _read_lines(path) if keep(line)]
     temp = path.with_name(path.name + ".tmp")
     temp.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in kept), encoding="utf-8")
     os.replace(temp, path)
 
 
+def _group_id(row: int) -> str:
+    return f"row-{row}"
+
+
+def _jobs(prefix: str, rows: list[int], size: int) -> list[tuple[int, str]]:
+    """``size`` rollouts of each row, with run-unique rollout ids under ``prefix``."""
+    return [(r, f"{prefix}-row-{r}-{k}") for r in rows for k in range(size)]
+
+
+@dataclass
+class _Sampled:
+    """A step's rollouts after dynamic sampling."""
+
+    done: list[RolloutRecords]
+    """The rollouts the step trains on (a resampled group's last attempt)."""
+    resampled: int
+    """Group re-runs done (a group run again twice counts twice)."""
+    dropped_tokens: int
+    """Policy tokens generated by the attempts that were run again."""
+
+
+async def _sample(run: _Run, step: int, rows: list[int]) -> _Sampled:
+    """The step's rollouts; groups with all-equal rewards run again, up to the configured bound."""
+    from osmosis_ai.train.grpo import zero_gradient_groups
+
+    training = run.config.training
+    size = training.group_size
+    sampled = _Sampled(await run.rollouts(_jobs(f"step-{step:04d}", rows, size)), 0, 0)
+    for attempt in range(1, training.resample_zero_gradient + 1):
+        zero = zero_gradient_groups(build_sequences(sampled.done, drift="fork")[0])
+        if not zero:
+            break
+        again = [r for r in rows if _group_id(r) in zero]
+        fresh = await run.rollouts(_jobs(f"step-{step:04d}-resample-{attempt}", again, size))
+        dropped = [d for d in sampled.done if d.group_id in zero]
+        sampled.dropped_tokens += build_sequences(dropped, drift="fork")[1].policy_tokens
+        sampled.done = [d for d in sampled.done if d.group_id not in zero] + fresh
+        sampled.resampled += len(again)
+    return sampled
+
+
+def _check_budget(sequences: list[TrainingSequence], step: int, budget: int) -> None:
+    """Refuse a sequence no micro-batch can hold, naming the config keys (``train_step``
+    would name its own parameter, which the user never wrote)."""
+    longest = max((len(sequence) for sequence in sequences), default=0)
+    if longest > budget:
+        raise TrainingStopped(
+            f"a sequence of step {step} has {longest} tokens, more than [training] token_budget "
+            f"({budget}); raise token_budget or lower max_tokens"
+        )
+
+
 async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) -> dict[str, Any]:
-    """Run one step's rollouts and apply its update; returns the step's metrics line."""
+    """Run one step's rollouts and apply its update; returns the step's metrics line.
+
+    Raises:
+        TrainingStopped: The rollouts could not finish, or the update ran out of memory.
+        NonFiniteStepError: The update's loss or gradient is not finite.
+    """
     from osmosis_ai.train.grpo import train_step, zero_gradient_groups
 
     training = run.config.training
     rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)
-    jobs = [(r, f"step-{step:04d}-row-{r}-{k}") for r in rows for k in range(training.group_size)]
     started = time.monotonic()
-    done = await run.rollouts(jobs)
+    sampled = await _sample(run, step, rows)
+    done = sampled.done
     generated = time.monotonic()
     sequences, stats = build_sequences(done, drift="fork")
     zero = zero_gradient_groups(sequences)
     trained = [s for s in sequences if s.group_id not in zero]
+    _check_budget(trained, step, training.token_budget)
     built = time.monotonic()
     metrics = None
     if trained:
         # No model call runs while the optimizer changes the weights the policy serves.
         async with run.policy.updating(version=step) as model:
-            metrics = await asyncio.to_thread(
-                train_step,
-                model,
-                learner.optimizer,
-                trained,
-                learner.grpo,
-                step=step,
-                reference_model=learner.reference,
-                scheduler=learner.scheduler,
-            )
-            model.train(False)
+            try:
+                metrics = await asyncio.to_thread(
+                    train_step,
+                    model,
+                    learner.optimizer,
+                    trained,
+                    learner.grpo,
+                    step=step,
+                    reference_model=learner.reference,
+                    scheduler=learner.scheduler,
+                )
+            except (MemoryError, RuntimeError) as exc:
+                stopped = out_of_memory(exc, step=step, token_budget=training.token_budget)
+                if stopped is None:
+                    raise
+                raise stopped from None
+            finally:
+                model.train(False)
     rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
     passed = [passes(_status(r.result), _reward(r.result), threshold) for r in done]
     generation_sec = generated - started
+    tokens = stats.policy_tokens + sampled.dropped_tokens
     return {
         "step": step,
         "reward_mean": statistics.fmean(rewards) if rewards else None,
@@ -426,15 +565,16 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "kl": metrics.kl if metrics else None,
         "clip_fraction": metrics.clip_fraction if metrics else None,
         "grad_norm": metrics.grad_norm if metrics else None,
-        "tokens_generated": stats.policy_tokens,
+        "tokens_generated": tokens,
         "tokens_trained": metrics.policy_tokens if metrics else 0,
-        "tokens_per_sec": stats.policy_tokens / generation_sec if generation_sec > 0 else None,
+        "tokens_per_sec": tokens / generation_sec if generation_sec > 0 else None,
         "generation_sec": round(generation_sec, 3),
         "sequences_sec": round(built - generated, 3),
         "update_sec": round(time.monotonic() - built, 3),
         "drift": stats.drift,
         "excluded": dict(stats.excluded),
         "zero_gradient_groups": len(zero),
+        "resampled_groups": sampled.resampled,
         "groups_without_sequences": stats.groups_without_sequences,
     }
 
@@ -454,7 +594,8 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     name = check_run_name(options.name or options.config_path.stem)
     output_root = config.workspace / ".osmosis" / "train"
     with contextlib.ExitStack() as held:
-        await asyncio.to_thread(held.enter_context, run_lock(output_root, name))
+        lock = run_lock(output_root, name, command="osmosis train run", output_option=None)
+        await asyncio.to_thread(held.enter_context, lock)
         run_dir = output_root / name
         if options.fresh:
             await asyncio.to_thread(shutil.rmtree, run_dir, True)
@@ -492,12 +633,13 @@ async def _train(
     hooks.message(
         f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
     )
-    base = await asyncio.to_thread(resolve_model, config.model)
+    base = await asyncio.to_thread(_resolve_quietly, config.model)
     source = _checkpoint_dir(run_dir, start) if start else base
     learner = await asyncio.to_thread(_Learner.build, config, source, base)
+    # Also before the first checkpoint: steps applied but not checkpointed run again.
+    await asyncio.to_thread(_rewind, run_dir, start)
     if start:
         await asyncio.to_thread(learner.restore, source)
-        await asyncio.to_thread(_rewind_metrics, run_dir / "metrics.jsonl", start)
         await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
     outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
     policy = TorchPolicy(
@@ -538,6 +680,13 @@ async def _train(
     return outcome
 
 
+def _resolve_quietly(model: str) -> Path:
+    """`resolve_model` without transformers' warnings (the embedded model's one-off conversion
+    also shows a plain tqdm bar, which only the CLI turns off: see ``silence_tqdm``)."""
+    with _quiet_transformers():
+        return resolve_model(model)
+
+
 def _evals(events: list[dict[str, Any]], start: int) -> list[EvalPoint]:
     """Held-out results already journaled up to the checkpoint a resume starts from."""
     return [
@@ -562,6 +711,7 @@ async def _loop(
             f"nothing to do: the steps already took max_minutes ({spent / 60:.1f} min)"
         )
         return
+    run.hooks.started(outcome.steps_done + 1, training.steps)
     for step in range(outcome.steps_done + 1, training.steps + 1):
         try:
             metrics = await _step(run, learner, train_rows, step)
@@ -573,7 +723,7 @@ async def _loop(
                 run_dir / "events.jsonl",
                 {"event": "stopped", "step": step, "reason": reason},
             )
-            raise TrainingStopped(reason) from None
+            raise TrainingStopped(reason, outcome) from None
         await asyncio.to_thread(_append, metrics_path, metrics)
         await asyncio.to_thread(_append, run_dir / "events.jsonl", {"event": "step", "step": step})
         run.hooks.step_done(metrics)

@@ -54,10 +54,17 @@ def _count(meta: dict[str, Any]) -> None:
 
 
 class Length(Grader):
-    """Deterministic in the text, so sampled replies of one row get different rewards."""
+    """Deterministic in the text, so sampled replies of one row get different rewards.
+
+    A row's ``reward`` metadata overrides it: every rollout of the row gets that reward.
+    """
 
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
+        constant = (ctx.metadata or {}).get("reward")
+        if constant is not None:
+            ctx.set_reward(float(constant))
+            return
         answer = ctx.sample.messages[-1].get("content") or ""
         ctx.set_reward((len(answer) % 5) / 4)
 

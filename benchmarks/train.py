@@ -1,0 +1,329 @@
+"""Training figures: learning on the calculator example, the machinery's share of a step,
+`TorchPolicy` throughput and exactness, and peak memory (the targets of docs/train.md).
+
+Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
+``--minutes`` sets the training budget). Needs the ``train`` extra.
+
+1. `TorchPolicy` behind a real gateway over HTTP: completion tokens/s of 8 concurrent calls
+   (and of one), and the recorded logprobs against a teacher-forced pass of the same weights
+   in fp32 and under the trainer's bf16 autocast.
+2. ``osmosis train run`` (a real subprocess) on a copy of ``examples/calculator`` with its
+   training config and ``max_minutes``: the held-out pass rate before and after, the curve,
+   the step-time split and the peak RSS of the trainer.
+3. The same steps replayed without the machinery: the recorded calls generated again by the
+   policy's decoder alone (same prompts, same lengths, at most 8 at a time, turn after turn)
+   and one forward+backward pass over each rollout's tokens under the same token budget.
+   The step time over that sum is the machinery's overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import Figure, print_table
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "calculator"
+CONFIG = Path("configs") / "training" / "calculator.toml"
+OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+CONCURRENT = 8
+REPLAYED_STEPS = 3
+
+
+def _load(model_dir: Path) -> tuple[Any, Any]:
+    from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+
+    return load_model_dir(model_dir, feature="benchmarks/train.py")
+
+
+async def _policy_figures(model_dir: Path) -> list[Figure]:
+    """Tokens/s of 8 concurrent calls and of one, and logprob exactness, over HTTP."""
+    import httpx
+
+    from osmosis_ai.gateway import Gateway, TorchPolicy
+
+    policy = TorchPolicy(model_dir)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(
+            base_url=gateway.base_url, headers=headers, timeout=600
+        ) as http:
+
+            async def call(index: int, tokens: int = 128) -> int:
+                body = {
+                    "messages": [{"role": "user", "content": f"Write a story about ship {index}."}],
+                    "max_tokens": tokens,
+                    "temperature": 1.0,
+                    "seed": index,
+                }
+                url = f"/v1/rollouts/bench-{index}/chat/completions"
+                response = await http.post(url, json=body)
+                response.raise_for_status()
+                return int(response.json()["usage"]["completion_tokens"])
+
+            await call(-1, 8)  # warm-up
+            rates = []
+            for _ in range(3):
+                started = time.perf_counter()
+                tokens = sum(await asyncio.gather(*(call(i) for i in range(CONCURRENT))))
+                rates.append(tokens / (time.perf_counter() - started))
+            started = time.perf_counter()
+            single = await call(100) / (time.perf_counter() - started)
+        records = [
+            record for i in range(CONCURRENT) for record in gateway.records.calls(f"bench-{i}")
+        ]
+    fp32, bf16 = _logprob_deltas(model_dir, records)
+    return [
+        Figure(
+            f"{CONCURRENT} concurrent calls: completion tokens/s (median of 3)",
+            statistics.median(rates),
+            "tok/s",
+            target=80,
+            lower_is_better=False,
+        ),
+        Figure("one call alone: completion tokens/s", single, "tok/s"),
+        Figure("recorded vs teacher-forced logprobs, fp32: max |delta|", fp32, "", target=1e-3),
+        Figure("recorded vs teacher-forced logprobs, bf16 autocast: max |delta|", bf16, ""),
+    ]
+
+
+def _logprob_deltas(model_dir: Path, records: list[Any]) -> tuple[float, float]:
+    """Max |recorded - teacher-forced| logprob, in fp32 and under bf16 autocast."""
+    import torch
+
+    model, _ = _load(model_dir)
+    deltas: dict[bool, float] = {False: 0.0, True: 0.0}
+    for record in records:
+        prompt, completion = list(record.prompt_token_ids), list(record.completion_token_ids)
+        for bf16 in (False, True):
+            with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+                logits = model(torch.tensor([prompt + completion])).logits[0].float()
+            logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)  # temperature 1
+            forced = logprobs.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
+            recorded = torch.tensor(list(record.logprobs))
+            deltas[bf16] = max(deltas[bf16], float((forced - recorded).abs().max()))
+    return deltas[False], deltas[True]
+
+
+def _train(workspace: Path, minutes: float) -> tuple[Path, float, float]:
+    """``osmosis train run`` with ``max_minutes``; returns the run dir, wall time, peak RSS."""
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
+    config = workspace / CONFIG
+    text = config.read_text()
+    config.write_text(text.replace("[training]\n", f"[training]\nmax_minutes = {minutes}\n", 1))
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [OSMOSIS, "train", "run", str(CONFIG), "--name", "bench"],
+        cwd=workspace,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        print(f"    | {line.rstrip()}", flush=True)
+    code = process.wait(timeout=3 * 3600)
+    wall = time.perf_counter() - started
+    if code:
+        raise SystemExit(f"osmosis train run exited with {code}")
+    # The trainer is the largest process of the run; ru_maxrss is in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024
+    return workspace / ".osmosis" / "train" / "bench", wall, peak
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _print_curve(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> None:
+    print("\n  step  reward  pass  loss     rollouts s  update s  zero-grad groups  held-out pass")
+    held_out = {e["step"]: e["pass_rate"] for e in evals}
+    if 0 in held_out:
+        print(
+            f"  {0:>4}  {'':>6}  {'':>4}  {'':>7}  {'':>10}  {'':>8}  {'':>16}  {held_out[0]:.2f}"
+        )
+    for m in metrics:
+        number = _formatter(m)
+        point = held_out.get(m["step"])
+        print(
+            f"  {m['step']:>4}  {number('reward_mean', 2):>6}  {number('pass_rate', 2):>4}  "
+            f"{number('loss', 4):>7}  {m['generation_sec']:>10.1f}  {m['update_sec']:>8.1f}  "
+            f"{m['zero_gradient_groups']:>16}  {'' if point is None else f'{point:.2f}'}"
+        )
+
+
+def _formatter(metrics: dict[str, Any]) -> Any:
+    def number(key: str, digits: int) -> str:
+        value = metrics.get(key)
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    return number
+
+
+def _step_calls(run_dir: Path, step: int) -> list[list[tuple[list[int], list[int]]]]:
+    """Each rollout of ``step``: its calls' (prompt ids, completion ids), in order."""
+    rollouts = []
+    for path in sorted((run_dir / "rollouts").glob(f"step-{step:04d}-*/trajectory.json")):
+        steps = json.loads(path.read_text())["steps"]
+        calls = [
+            (s["metrics"]["prompt_token_ids"], s["metrics"]["completion_token_ids"])
+            for s in steps
+            if s.get("source") == "agent" and "prompt_token_ids" in s.get("metrics", {})
+        ]
+        if calls:
+            rollouts.append(calls)
+    return rollouts
+
+
+def _pure_generation(
+    model: Any, tokenizer: Any, rollouts: list[list[tuple[list[int], list[int]]]]
+) -> float:
+    """Seconds to generate the same calls again with the decoder alone: every rollout's
+    k-th call after all (k-1)-th calls, at most 8 at a time, each to its recorded length."""
+    import torch
+    import xgrammar
+
+    from osmosis_ai.gateway.policies._torch_generate import Decoder, GenerationJob, Sampling
+
+    decoder = Decoder(
+        torch,
+        xgrammar,
+        model,
+        stop_token_ids=(),
+        pad_id=tokenizer.eos_token_id,
+        decode=tokenizer.decode,
+    )
+    started = time.perf_counter()
+    for turn in range(max(len(calls) for calls in rollouts)):
+        waiting = [
+            GenerationJob(
+                list(calls[turn][0]), Sampling(temperature=1.0, max_tokens=len(calls[turn][1]))
+            )
+            for calls in rollouts
+            if turn < len(calls) and calls[turn][1]
+        ]
+        while waiting or decoder.size:
+            room = CONCURRENT - decoder.size
+            if waiting and room:
+                decoder.admit(waiting[:room])
+                del waiting[:room]
+            if decoder.size:
+                decoder.step()
+    return time.perf_counter() - started
+
+
+def _pure_update(
+    model: Any, rollouts: list[list[tuple[list[int], list[int]]]], budget: int
+) -> float:
+    """Seconds of one forward+backward pass (bf16 autocast, micro-batched as the trainer
+    does) over each rollout's tokens: its last call's prompt and completion."""
+    import torch
+
+    from osmosis_ai.train.grpo import collate, pack_micro_batches, policy_logprobs
+    from osmosis_ai.train.sequences import TrainingSequence
+
+    sequences = []
+    for index, calls in enumerate(rollouts):
+        tokens = tuple(calls[-1][0] + calls[-1][1])
+        sequences.append(
+            TrainingSequence(
+                f"r{index}", "g", 0.0, tokens, (1,) * len(tokens), (0.0,) * len(tokens)
+            )
+        )
+    model.train()
+    started = time.perf_counter()
+    for indices in pack_micro_batches([len(s) for s in sequences], budget):
+        chosen = [sequences[i] for i in indices]
+        batch = collate(chosen, [1.0] * len(chosen), [1.0] * len(chosen))
+        torch.autograd.backward(policy_logprobs(model, batch, bf16=True).sum())
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    return time.perf_counter() - started
+
+
+def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
+    metrics = _lines(run_dir / "metrics.jsonl")
+    trained = [m for m in metrics if m.get("loss") is not None]
+    chosen = trained[:: max(1, len(trained) // REPLAYED_STEPS)][:REPLAYED_STEPS]
+    model, tokenizer = _load(model_dir)
+    step_sec = pure_sec = 0.0
+    for m in chosen:
+        rollouts = _step_calls(run_dir, m["step"])
+        generation = _pure_generation(model, tokenizer, rollouts)
+        update = _pure_update(model, rollouts, budget)
+        step = m["generation_sec"] + m["sequences_sec"] + m["update_sec"]
+        print(
+            f"  step {m['step']}: {step:.1f} s in the run; alone: generation {generation:.1f} s"
+            f" + forward/backward {update:.1f} s"
+        )
+        step_sec += step
+        pure_sec += generation + update
+    return [
+        Figure(
+            f"step time / (pure generation + forward/backward), {len(chosen)} steps",
+            step_sec / pure_sec,
+            "x",
+            target=1.15,
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=15.0, help="training budget (max_minutes)")
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from osmosis_ai.train.config import load_train_config
+    from osmosis_ai.train.model import resolve_model
+
+    print(
+        f"osmosis_ai training benchmarks — python {sys.version.split()[0]}, {os.cpu_count()} cores"
+    )
+    model_dir = resolve_model("embedded")
+    print_table(
+        "TorchPolicy behind the gateway (SmolLM2-135M, fp32, CPU)",
+        asyncio.run(_policy_figures(model_dir)),
+    )
+    with tempfile.TemporaryDirectory(prefix="osmosis-bench-train-") as tmp:
+        print(f"\nTraining examples/calculator ({CONFIG}, max_minutes = {args.minutes:g}):")
+        run_dir, wall, peak = _train(Path(tmp) / "calculator", args.minutes)
+        metrics = _lines(run_dir / "metrics.jsonl")
+        evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
+        _print_curve(metrics, evals)
+        training = load_train_config(Path(tmp) / "calculator" / CONFIG).training
+        steps_min = (
+            sum(m["generation_sec"] + m["sequences_sec"] + m["update_sec"] for m in metrics) / 60
+        )
+        before, after = evals[0]["pass_rate"], evals[-1]["pass_rate"]
+        print_table(
+            "Learning (held-out rows, greedy)",
+            [
+                Figure("held-out pass rate before", before * 100, "%"),
+                Figure("held-out pass rate after", after * 100, "%"),
+                Figure("gain", (after - before) * 100, "points", target=25, lower_is_better=False),
+                Figure("training time (steps only)", steps_min, "min", target=15),
+                Figure("whole run (model load, evaluations, checkpoints)", wall / 60, "min"),
+                Figure("steps", len(metrics), ""),
+                Figure("peak RSS of the trainer", peak, "GB", target=8),
+            ],
+        )
+        print("\nThe same steps without the machinery:")
+        print_table("Machinery overhead", _overhead(run_dir, model_dir, training.token_budget))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The config pieces eval and training TOML files share: reading, error positions, sections.
+
+``configs/eval/*.toml`` and ``configs/training/*.toml`` have the same ``[experiment]`` rollout
+and dataset keys, ``[env]`` and ``[secrets]``, validated here with line-numbered errors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval.datasets import DATASET_FORMATS
+from osmosis_ai.rollout.ids import is_single_path_segment
+
+__all__ = [
+    "ConfigSource",
+    "TOMLTable",
+    "dataset_path",
+    "env_table",
+    "kind_of",
+    "provenance",
+    "read_toml",
+    "rollout_location",
+    "secret_names",
+    "workspace_of",
+]
+
+#: A TOML table as ``tomllib`` returns it (values may also be dates and times).
+TOMLTable = dict[str, Any]
+
+_SECRETS_KEYS = ("required",)
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_COMMIT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+_RESERVED_ENV_PREFIX = "_OSMOSIS_"
+
+_TOML_TYPES: dict[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def read_toml(path: Path, kind: str) -> tuple[str, TOMLTable]:
+    """The text and parsed tables of ``path``; ``kind`` ("eval config"...) names it in errors.
+
+    Raises:
+        ConfigError: Missing, unreadable, not UTF-8, or not valid TOML.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{kind} {path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"{kind} {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{kind} {path} is not UTF-8 text (bad byte at offset {exc.start})"
+        ) from exc
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def workspace_of(path: Path) -> Path:
+    """The directory holding the nearest ``configs/`` ancestor of ``path``, else its own."""
+    for parent in path.parents:
+        if parent.name == "configs":
+            return parent.parent
+    return path.parent
+
+
+class ConfigSource:
+    """The file being validated, and where each key appears in it."""
+
+    def __init__(self, path: Path, lines: dict[tuple[str, ...], int]) -> None:
+        self.path = path
+        self.lines = lines
+
+    def error(self, key: tuple[str, ...], message: str) -> ConfigError:
+        # tomllib keeps no positions: fall back to the nearest enclosing table that has one.
+        for end in range(len(key), 0, -1):
+            line = self.lines.get(key[:end])
+            if line is not None:
+                return ConfigError(f"{self.path}, line {line}: {message}")
+        return ConfigError(f"{self.path}: {message}")
+
+    def table(self, data: TOMLTable, name: str) -> TOMLTable:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            raise self.error((name,), f"[{name}] must be a table, got {kind_of(value)}")
+        return value
+
+    def reject_unknown(self, table: TOMLTable, section: str, allowed: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in allowed:
+                raise self.error(
+                    (section, key),
+                    f"unknown key '{section}.{key}'; [{section}] accepts " + ", ".join(allowed),
+                )
+
+    def string(self, table: TOMLTable, section: str, key: str) -> str:
+        value = table[key]
+        if not isinstance(value, str):
+            raise self.type_error(section, key, value, "a string")
+        if not value.strip():
+            raise self.error((section, key), f"{section}.{key} must not be empty")
+        return value
+
+    def integer(self, table: TOMLTable, section: str, key: str, *, positive: bool) -> int:
+        value = table[key]
+        # bool is an int subclass in Python, but `true` is no count in TOML.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.type_error(section, key, value, "an integer")
+        if positive and value <= 0:
+            raise self.error((section, key), f"{section}.{key} must be positive, got {value}")
+        return value
+
+    def number(self, table: TOMLTable, section: str, key: str, *, positive: bool) -> float:
+        value = table[key]
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.type_error(section, key, value, "a number")
+        if not math.isfinite(value):
+            raise self.error((section, key), f"{section}.{key} must be finite, got {value}")
+        if positive and value <= 0:
+            raise self.error((section, key), f"{section}.{key} must be positive, got {value}")
+        return float(value)
+
+    def type_error(self, section: str, key: str, value: object, expected: str) -> ConfigError:
+        return self.error(
+            (section, key), f"{section}.{key} must be {expected}, got {kind_of(value)}"
+        )
+
+
+def kind_of(value: object) -> str:
+    """How a TOML value's type reads in an error ("an integer")."""
+    for python_type, name in _TOML_TYPES.items():
+        if type(value) is python_type:
+            return name
+    return f"a {type(value).__name__}"
+
+
+def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tuple[str, str]:
+    """``experiment.rollout`` and ``.entrypoint``, checked to exist in the workspace."""
+    rollout = src.string(table, "experiment", "rollout")
+    entrypoint = src.string(table, "experiment", "entrypoint")
+    for key, value, hint in (
+        ("rollout", rollout, "the name of a directory under rollouts/"),
+        ("entrypoint", entrypoint, "a file name inside the rollout directory, e.g. main.py"),
+    ):
+        if not is_single_path_segment(value):
+            raise src.error(
+                ("experiment", key),
+                f"experiment.{key} {value!r} must be a single path segment ({hint}); "
+                "'..', absolute paths and '/' or '\\' are not allowed",
+            )
+    rollout_dir = workspace / "rollouts" / rollout
+    if not rollout_dir.is_dir():
+        raise src.error(
+            ("experiment", "rollout"),
+            f"experiment.rollout {rollout!r}: there is no folder {rollout_dir}; fix the name "
+            f"or create the rollout (osmosis rollout init {rollout})",
+        )
+    if not (rollout_dir / entrypoint).is_file():
+        raise src.error(
+            ("experiment", "entrypoint"),
+            f"experiment.entrypoint {entrypoint!r}: there is no file {rollout_dir / entrypoint}; "
+            "name the file that starts the rollout server",
+        )
+    return rollout, entrypoint
+
+
+def dataset_path(src: ConfigSource, table: TOMLTable, workspace: Path) -> Path:
+    """``experiment.dataset``: a local file of a known format, made absolute."""
+    dataset_text = src.string(table, "experiment", "dataset")
+    dataset = Path(dataset_text).expanduser()
+    if dataset.suffix.lower().lstrip(".") not in DATASET_FORMATS:
+        raise src.error(
+            ("experiment", "dataset"),
+            f"experiment.dataset {dataset_text!r} must be a local file ending in "
+            + ", ".join(f".{ext}" for ext in DATASET_FORMATS),
+        )
+    return Path(os.path.normpath(workspace / dataset))
+
+
+def provenance(src: ConfigSource, table: TOMLTable) -> tuple[str | None, str | None]:
+    """``experiment.branch`` or ``.commit_sha`` (at most one)."""
+    branch = src.string(table, "experiment", "branch") if "branch" in table else None
+    if "commit_sha" not in table:
+        return branch, None
+    commit_sha = src.string(table, "experiment", "commit_sha")
+    if branch is not None:
+        raise src.error(
+            ("experiment", "commit_sha"),
+            "experiment.branch and experiment.commit_sha are mutually exclusive; keep one",
+        )
+    if not _COMMIT_SHA.fullmatch(commit_sha):
+        raise src.error(
+            ("experiment", "commit_sha"),
+            f"experiment.commit_sha {commit_sha!r} must be 7 to 40 hexadecimal digits",
+        )
+    return None, commit_sha
+
+
+def env_table(src: ConfigSource, table: TOMLTable) -> dict[str, str]:
+    """The ``[env]`` section: literal variables for the rollout server."""
+    env: dict[str, str] = {}
+    for name, value in table.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise src.error(
+                ("env", name),
+                f"env name {name!r} must match ^[A-Z_][A-Z0-9_]*$ (upper case, digits, '_')",
+            )
+        if name.startswith(_RESERVED_ENV_PREFIX):
+            raise src.error(
+                ("env", name),
+                f"env name {name!r} is reserved: names starting with {_RESERVED_ENV_PREFIX} "
+                "are set by osmosis itself",
+            )
+        if not isinstance(value, str):
+            raise src.type_error("env", name, value, 'a string (quote it: "...")')
+        env[name] = value
+    return env
+
+
+def secret_names(src: ConfigSource, table: TOMLTable, env: dict[str, str]) -> tuple[str, ...]:
+    """``[secrets] required``: the names of the secrets a run needs (never their values)."""
+    src.reject_unknown(table, "secrets", _SECRETS_KEYS)
+    names = table.get("required", [])
+    if not isinstance(names, list):
+        raise src.type_error("secrets", "required", names, "an array of strings")
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise src.error(
+                ("secrets", "required"),
+                f"secrets.required must hold only strings, got {kind_of(name)}",
+            )
+        if not _SECRET_NAME.fullmatch(name):
+            raise src.error(
+                ("secrets", "required"),
+                f"secret name {name!r} must match ^[A-Z][A-Z0-9_]*$ (upper case, digits, '_')",
+            )
+        if name in seen:
+            raise src.error(
+                ("secrets", "required"), f"secret {name!r} is listed twice in secrets.required"
+            )
+        if name in env:
+            raise src.error(
+                ("secrets", "required"),
+                f"{name!r} is both a secret and an [env] variable; keep it in one place",
+            )
+        seen.add(name)
+    return tuple(names)
