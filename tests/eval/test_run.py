@@ -11,6 +11,7 @@ import pytest
 
 from osmosis_ai.eval.journal import STORAGE_ERROR, read_records
 from osmosis_ai.eval.run_dir import run_lock
+from osmosis_ai.testing import ChatStub
 from osmosis_ai.viewer.runs import run_items
 from tests.eval.conftest import Workspace, rows
 
@@ -92,6 +93,22 @@ async def test_changed_inputs_are_refused_by_name_and_fresh_archives(workspace: 
     names = [p.name for p in workspace.run_dirs()]
     assert "mine" in names and any(name.startswith("mine.archive-") for name in names)
     assert len(_index(workspace.root / ".osmosis" / "evals" / "mine")) == 5
+
+
+async def test_model_option_replaces_the_configs_model_path(workspace: Workspace) -> None:
+    async with ChatStub() as other:
+        model = f"openai:{other.base_url}:other-model"
+        code, out = await workspace.run("--name", "other", "--model", model)
+        assert code == 0, out
+        called = len(other.requests)
+    assert called >= 3 and all(r["body"]["model"] == "other-model" for r in other.requests)
+    manifest = json.loads((workspace.root / ".osmosis/evals/other/manifest.json").read_text())
+    assert manifest["inputs"]["model_path"] == model
+    # Another model is another run: resuming this one with the config's model is refused.
+    code, out = await workspace.run("--name", "other")
+    assert code == 2 and "changed: model_path" in out, out
+    code, out = await workspace.run("--model", "nonsense:spec")
+    assert code == 2 and "nonsense" in out, out
 
 
 async def test_retry_failed_reruns_only_failures(workspace: Workspace) -> None:

@@ -155,7 +155,8 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2]
     checkpoint = run_dir / "checkpoints" / "step-0002"
     assert (checkpoint / "config.json").is_file() and (checkpoint / "trainer.pt").is_file()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-0002"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["latest", "step-0002"]
+    assert (run_dir / "checkpoints" / "latest").resolve() == checkpoint.resolve()
     assert any((run_dir / "rollouts").rglob("*.json")), "the rollouts' files stay in the run"
     assert "step 1: reward" in out and "step 2: reward" in out
     assert "before" in out and "after" in out
@@ -415,7 +416,7 @@ async def test_kl_is_against_the_initial_policy_and_fresh_starts_over(
     assert "training steps" in out and "0/1" in out, "the bar shows on a terminal"
     assert "step 1: reward" in out and "Loading weights" not in out
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1]
-    assert [e["event"] for e in _lines(run_dir / "events.jsonl")][:2] == ["eval", "step"]
+    assert [e["event"] for e in _lines(run_dir / "events.jsonl")][:3] == ["start", "eval", "step"]
 
 
 async def test_a_second_train_run_of_the_same_run_is_refused(

@@ -184,6 +184,11 @@ def run_command(
     config: Path = typer.Argument(..., help="Eval config, e.g. configs/eval/calculator.toml."),
     name: str | None = typer.Option(None, "--name", help="Run name; re-running a name resumes it."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output root."),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Model to use instead of the config's model_path, e.g. torch:<checkpoint dir>.",
+    ),
     dataset_file: Path | None = typer.Option(
         None, "--dataset-file", help="Dataset to use instead."
     ),
@@ -226,6 +231,7 @@ def run_command(
         config_path=config,
         name=name,
         output=output,
+        model=model,
         dataset_file=dataset_file,
         rows=rows,
         n=n,

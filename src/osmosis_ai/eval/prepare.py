@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
@@ -30,6 +30,8 @@ class EvalOptions:
     config_path: Path
     name: str | None = None
     output: Path | None = None
+    model: str | None = None
+    """Replaces the config's ``model_path`` (``--model``)."""
     dataset_file: Path | None = None
     rows: str | None = None
     n: int | None = None
@@ -151,6 +153,8 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
     """
     parse_backend_spec(options.backend, label="--backend")
     config = load_eval_config(options.config_path)
+    if options.model is not None:
+        config = replace(config, experiment=replace(config.experiment, model_path=options.model))
     secrets = secret_values(config.secrets)
     policy = build_policy(
         config.experiment.model_path,

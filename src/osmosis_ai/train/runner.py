@@ -12,7 +12,8 @@ while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
 - ``metrics.jsonl``: one line per applied step (rewound the same way);
 - ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
 - ``checkpoints/step-NNNN/``: weights (``save_pretrained``), tokenizer and ``trainer.pt``
-  (optimizer, scheduler, RNG states, step), each renamed into place whole;
+  (optimizer, scheduler, RNG states, step), each renamed into place whole, and
+  ``checkpoints/latest``, a link to the newest;
 - ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
 """
 
@@ -54,6 +55,7 @@ from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
 __all__ = [
+    "LATEST_CHECKPOINT",
     "EvalPoint",
     "QuietHooks",
     "TrainHooks",
@@ -70,6 +72,8 @@ __all__ = [
 _FEATURE = "osmosis train"
 _ROLLOUT_DEADLINE_SEC = 900.0
 _MAX_IN_FLIGHT = 16
+#: ``checkpoints/<this>`` links to the newest checkpoint.
+LATEST_CHECKPOINT = "latest"
 _STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
 
 
@@ -749,6 +753,12 @@ def _checkpoint(learner: _Learner, run_dir: Path, step: int) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     learner.save(directory, step)
     _append(run_dir / "events.jsonl", {"event": "checkpoint", "step": step})
+    # ``checkpoints/latest`` names the newest one for `osmosis eval run --model torch:...`.
+    latest = directory.parent / LATEST_CHECKPOINT
+    temp = latest.with_name(f".{LATEST_CHECKPOINT}.tmp")
+    temp.unlink(missing_ok=True)
+    temp.symlink_to(directory.name, target_is_directory=True)
+    os.replace(temp, latest)
     for old in directory.parent.iterdir():
-        if old != directory:
+        if old not in (directory, latest):
             shutil.rmtree(old, ignore_errors=True)
