@@ -174,24 +174,44 @@ def _formatter(metrics: dict[str, Any]) -> Any:
     return number
 
 
-def _step_calls(run_dir: Path, step: int) -> list[list[tuple[list[int], list[int]]]]:
-    """Each rollout of ``step``: its calls' (prompt ids, completion ids), in order."""
+def _step_rollouts(run_dir: Path, step: int) -> list[Any]:
+    """``step``'s rollouts as the trainer saw them: result, group and call records (from
+    each rollout's ATIF trajectory and ``rollouts.jsonl``)."""
+    from osmosis_ai.rollout.types import RolloutResultResponse
+    from osmosis_ai.train.sequences import RolloutRecords
+
+    results = {
+        line["rollout_id"]: line
+        for line in _lines(run_dir / "rollouts.jsonl")
+        if line["rollout_id"].startswith(f"step-{step:04d}-")
+    }
     rollouts = []
-    for path in sorted((run_dir / "rollouts").glob(f"step-{step:04d}-*/trajectory.json")):
-        steps = json.loads(path.read_text())["steps"]
+    for rollout_id, line in sorted(results.items()):
+        path = run_dir / "rollouts" / rollout_id / "trajectory.json"
+        steps = json.loads(path.read_text())["steps"] if path.exists() else []
         calls = [
-            (s["metrics"]["prompt_token_ids"], s["metrics"]["completion_token_ids"])
-            for s in steps
-            if s.get("source") == "agent" and "prompt_token_ids" in s.get("metrics", {})
+            {"index": index, **s["metrics"]}
+            for index, s in enumerate(x for x in steps if x.get("source") == "agent")
+            if "prompt_token_ids" in s.get("metrics", {})
         ]
-        if calls:
-            rollouts.append(calls)
+        result = RolloutResultResponse(
+            rollout_id=rollout_id, status=line["status"], sample={"reward": line["reward"]}
+        )
+        rollouts.append(RolloutRecords(result, f"row-{line['row']}", calls))
     return rollouts
 
 
-def _pure_generation(
-    model: Any, tokenizer: Any, rollouts: list[list[tuple[list[int], list[int]]]]
-) -> float:
+def _trained_sequences(rollouts: list[Any]) -> list[Any]:
+    """The sequences the step trained: its groups whose rewards differ."""
+    from osmosis_ai.train.grpo import zero_gradient_groups
+    from osmosis_ai.train.sequences import build_sequences
+
+    sequences, _ = build_sequences(rollouts, drift="fork")
+    zero = zero_gradient_groups(sequences)
+    return [sequence for sequence in sequences if sequence.group_id not in zero]
+
+
+def _pure_generation(model: Any, tokenizer: Any, rollouts: list[Any]) -> float:
     """Seconds to generate the same calls again with the decoder alone: every rollout's
     k-th call after all (k-1)-th calls, at most 8 at a time, each to its recorded length."""
     import torch
@@ -199,22 +219,24 @@ def _pure_generation(
 
     from osmosis_ai.gateway.policies._torch_generate import Decoder, GenerationJob, Sampling
 
+    calls = [rollout.calls for rollout in rollouts]
     decoder = Decoder(
         torch,
         xgrammar,
         model,
-        stop_token_ids=(),
+        stop_token_ids=(),  # every job runs to its recorded length
         pad_id=tokenizer.eos_token_id,
         decode=tokenizer.decode,
     )
     started = time.perf_counter()
-    for turn in range(max(len(calls) for calls in rollouts)):
+    for turn in range(max(map(len, calls), default=0)):
         waiting = [
             GenerationJob(
-                list(calls[turn][0]), Sampling(temperature=1.0, max_tokens=len(calls[turn][1]))
+                list(c[turn]["prompt_token_ids"]),
+                Sampling(temperature=1.0, max_tokens=len(c[turn]["completion_token_ids"])),
             )
-            for calls in rollouts
-            if turn < len(calls) and calls[turn][1]
+            for c in calls
+            if turn < len(c) and c[turn]["completion_token_ids"]
         ]
         while waiting or decoder.size:
             room = CONCURRENT - decoder.size
@@ -226,24 +248,13 @@ def _pure_generation(
     return time.perf_counter() - started
 
 
-def _pure_update(
-    model: Any, rollouts: list[list[tuple[list[int], list[int]]]], budget: int
-) -> float:
-    """Seconds of one forward+backward pass (bf16 autocast, micro-batched as the trainer
-    does) over each rollout's tokens: its last call's prompt and completion."""
+def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
+    """Seconds of the forward+backward passes of the trainer over ``sequences`` (bf16
+    autocast, the same micro-batches and loss masks), without the loss and optimiser."""
     import torch
 
     from osmosis_ai.train.grpo import collate, pack_micro_batches, policy_logprobs
-    from osmosis_ai.train.sequences import TrainingSequence
 
-    sequences = []
-    for index, calls in enumerate(rollouts):
-        tokens = tuple(calls[-1][0] + calls[-1][1])
-        sequences.append(
-            TrainingSequence(
-                f"r{index}", "g", 0.0, tokens, (1,) * len(tokens), (0.0,) * len(tokens)
-            )
-        )
     model.train()
     started = time.perf_counter()
     for indices in pack_micro_batches([len(s) for s in sequences], budget):
@@ -262,9 +273,9 @@ def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
     model, tokenizer = _load(model_dir)
     step_sec = pure_sec = 0.0
     for m in chosen:
-        rollouts = _step_calls(run_dir, m["step"])
+        rollouts = _step_rollouts(run_dir, m["step"])
         generation = _pure_generation(model, tokenizer, rollouts)
-        update = _pure_update(model, rollouts, budget)
+        update = _pure_update(model, _trained_sequences(rollouts), budget)
         step = m["generation_sec"] + m["sequences_sec"] + m["update_sec"]
         print(
             f"  step {m['step']}: {step:.1f} s in the run; alone: generation {generation:.1f} s"

@@ -196,7 +196,10 @@ def test_micro_batches_fit_the_budget_and_cover_every_sequence_once() -> None:
 
 
 def test_policy_logprobs_are_those_of_each_unpadded_sequence(model: LlamaForCausalLM) -> None:
-    sequences = [_sequence("a", "g", 1.0, (1, 5, 7, 2, 9)), _sequence("b", "g", 0.0, (3, 4))]
+    sequences = [
+        _sequence("a", "g", 1.0, (1, 5, 7, 2, 9, 4), mask=(0, 1, 1, 0, 1, 1)),
+        _sequence("b", "g", 0.0, (3, 4, 6), mask=(0, 0, 1)),
+    ]
     batch = collate(sequences, [0.0, 0.0], [0.0, 0.0])
     with torch.no_grad():
         batched = policy_logprobs(model, batch)
@@ -204,7 +207,11 @@ def test_policy_logprobs_are_those_of_each_unpadded_sequence(model: LlamaForCaus
             ids = torch.tensor([sequence.token_ids])
             logits = model(input_ids=ids).logits[0]
             alone = torch.log_softmax(logits[:-1], dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
-            assert torch.allclose(batched[row, : len(sequence) - 1], alone, atol=1e-5)
+            on = torch.tensor(sequence.loss_mask[1:]) > 0
+            assert torch.allclose(batched[row, : len(sequence) - 1][on], alone[on], atol=1e-5)
+            # Off the mask (context, padding) nothing is computed.
+            assert not batched[row, : len(sequence) - 1][~on].any()
+            assert not batched[row, len(sequence) - 1 :].any()
         bf16 = policy_logprobs(model, batch, bf16=True)
     assert bf16.dtype == torch.float32
     assert torch.allclose(bf16[0], batched[0], atol=0.1)

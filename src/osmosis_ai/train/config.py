@@ -85,7 +85,7 @@ class TrainingConfig:
     eval_temperature: float = 0.0
     """Sampling temperature of the held-out evaluation (0: greedy)."""
     pass_threshold: float = 1.0
-    token_budget: int = 4096
+    token_budget: int = 2048
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
     resample_zero_gradient: int = 0
     """Dynamic sampling: run a group whose rewards are all equal again, up to this many times

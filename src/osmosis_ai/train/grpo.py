@@ -68,7 +68,7 @@ class GrpoConfig:
     """Average over every policy token of the step (DAPO) or per sequence, then over sequences."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = 2048
     """Token budget of one micro-batch, padding included (lower it when memory runs out)."""
     max_grad_norm: float | None = 1.0
     """Gradients are clipped to this global norm (``None``: measured, not clipped)."""
@@ -233,21 +233,57 @@ def collate(
 def policy_logprobs(
     model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False
 ) -> torch.Tensor:
-    """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients).
+    """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
+    on the loss mask; 0.0 elsewhere.
 
-    The forward pass may run under bf16 autocast; the log-softmax is taken in fp32, one row
-    at a time to bound the peak memory of the vocabulary-sized intermediate.
+    The vocabulary projection and log-softmax run only at the masked positions: a rollout is
+    mostly context (system prompt, tools, tool results), and for a small model the projection
+    onto a 49k vocabulary is a fifth of the forward pass and most of its memory. The body may
+    run under bf16 autocast; the log-softmax is taken in fp32, in chunks of positions to
+    bound the vocabulary-sized intermediate.
     """
+    on = batch.loss_mask > 0  # position t predicts token t + 1
+    targets = batch.input_ids[:, 1:][on]
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    targets = batch.input_ids[:, 1:]
-    rows = [
-        torch.log_softmax(row_logits[:-1].float(), dim=-1)
-        .gather(-1, row_targets.unsqueeze(-1))
-        .squeeze(-1)
-        for row_logits, row_targets in zip(logits, targets, strict=True)
-    ]
-    return torch.stack(rows)
+        hidden = _body(model)(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).last_hidden_state
+        chosen = hidden[:, :-1][on]
+        head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
+        chunks = [
+            torch.log_softmax(head(part).float(), dim=-1)
+            .gather(-1, part_targets.unsqueeze(-1))
+            .squeeze(-1)
+            for part, part_targets in zip(
+                torch.split(chosen, _LOGIT_CHUNK),
+                torch.split(targets, _LOGIT_CHUNK),
+                strict=True,
+            )
+        ]
+    values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
+    return torch.zeros(on.shape, dtype=torch.float32).masked_scatter(on, values)
+
+
+#: Positions whose vocabulary logits are held at once in `policy_logprobs`.
+_LOGIT_CHUNK = 1024
+
+
+def _body(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer under the vocabulary head of a transformers causal LM.
+
+    Raises:
+        ConfigError: A model whose logits are more than its head's output (a logit scale or
+            soft cap), where projecting the hidden states would give other logprobs.
+    """
+    config = getattr(model, "config", None)
+    for field in ("final_logit_softcapping", "logit_scale"):
+        if getattr(config, field, None):
+            raise ConfigError(
+                f"the model's config sets {field}: its logits are not its head's output, "
+                "which the trainer's selective projection needs"
+            )
+    body: torch.nn.Module = model.get_decoder()  # type: ignore[operator]
+    return body
 
 
 @dataclass(frozen=True, slots=True)

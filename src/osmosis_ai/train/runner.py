@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
@@ -555,6 +557,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
                 raise stopped from None
             finally:
                 model.train(False)
+                await asyncio.to_thread(_return_freed_memory)
     rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
     passed = [passes(_status(r.result), _reward(r.result), threshold) for r in done]
@@ -580,7 +583,28 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "zero_gradient_groups": len(zero),
         "resampled_groups": sampled.resampled,
         "groups_without_sequences": stats.groups_without_sequences,
+        "peak_rss_gb": round(_peak_rss_gb(), 3),
     }
+
+
+def _peak_rss_gb() -> float:
+    """The trainer's peak resident memory so far (Linux reports ``ru_maxrss`` in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def _return_freed_memory() -> None:
+    """Hand the update's freed buffers back to the system (glibc only; blocking).
+
+    glibc keeps freed memory in per-thread arenas; with generation and updates on different
+    threads, the trainer's resident memory otherwise grows step after step.
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -> TrainOutcome:
