@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 HARBOR_VENV ?= .venv-harbor
 HARBOR_BIN := $(HARBOR_VENV)/bin
 
-.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare
+.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare bench-train
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ bench: install-dev
 	$(BIN)/python benchmarks/previews.py
 	$(BIN)/python benchmarks/ray_backend.py
 	$(BIN)/python benchmarks/process_backend.py
+
+## The training figures (about 25 minutes on an idle machine; see benchmarks/README.md).
+bench-train: install-dev
+	$(BIN)/python benchmarks/train.py
 
 ## Side by side with the reference SDK (osmosis-ai 0.3.8, installed once into a cached
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.

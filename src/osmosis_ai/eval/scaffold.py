@@ -109,6 +109,7 @@ temperature = 1.0                # sampling temperature of every training rollou
 eval_temperature = 0.0           # sampling temperature of the held-out evaluations (0: greedy)
 max_minutes = 0                  # stop once the steps took this many minutes (0: no limit)
 pass_threshold = 1.0             # a rollout passes when its reward is at least this
+precision = "auto"               # the update: "bf16" autocast, "fp32", or bf16 if the CPU has it
 token_budget = 2048              # tokens per micro-batch of the update; lower it on out of memory
 resample_zero_gradient = 0       # rerun a row whose rollouts all got one reward, up to N times
 seed = 0                         # picks the held-out rows and each step's rows

@@ -52,7 +52,12 @@ _NUMBERS = (
     "pass_threshold",
     "max_minutes",
 )
-_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, "normalisation", "advantage_scale", "eval_rows")
+_CHOICES = {
+    "normalisation": ("token", "sequence"),
+    "advantage_scale": ("std", "none"),
+    "precision": ("auto", "bf16", "fp32"),
+}
+_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,9 @@ class TrainingConfig:
     clip_high: float = 0.28
     normalisation: Literal["token", "sequence"] = "token"
     advantage_scale: Literal["std", "none"] = "std"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """The update's forward pass: under bf16 autocast, in fp32, or bf16 where the CPU
+    computes it natively (AVX512-BF16 or AMX); logprobs are taken in fp32 either way."""
     kl_beta: float = 0.0
     eval_every: int = 0
     """Held-out eval every this many steps (0: only at start and end)."""
@@ -196,7 +204,7 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
 
 
 def _choice(src: ConfigSource, table: TOMLTable, key: str) -> str:
-    allowed = {"normalisation": ("token", "sequence"), "advantage_scale": ("std", "none")}[key]
+    allowed = _CHOICES[key]
     value = src.string(table, "training", key)
     if value not in allowed:
         raise src.error(

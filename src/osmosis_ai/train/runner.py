@@ -53,7 +53,7 @@ from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, par
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
-from osmosis_ai.train.model import resolve_model
+from osmosis_ai.train.model import cpu_has_native_bf16, resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
 __all__ = [
@@ -390,6 +390,8 @@ class _Learner:
             normalisation=training.normalisation,
             kl_beta=training.kl_beta,
             micro_batch_tokens=training.token_budget,
+            bf16=training.precision == "bf16"
+            or (training.precision == "auto" and cpu_has_native_bf16()),
         )
         return cls(model, tokenizer, optimizer, scheduler, reference, grpo)
 
@@ -571,6 +573,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "loss": metrics.loss if metrics else None,
         "kl": metrics.kl if metrics else None,
         "clip_fraction": metrics.clip_fraction if metrics else None,
+        "mean_ratio": metrics.mean_ratio if metrics else None,
         "grad_norm": metrics.grad_norm if metrics else None,
         "tokens_generated": tokens,
         "tokens_trained": metrics.policy_tokens if metrics else 0,

@@ -362,7 +362,9 @@ class TorchPolicy(Policy):
                 settle(decoder.step())
             settle([pending.job for pending in running.values()], _stopped())
         except Exception as exc:
-            error = PolicyError(f"the torch policy failed: {type(exc).__name__}: {exc}")
+            error = PolicyError(
+                f"the torch policy failed: {type(exc).__name__}: {exc}", status_code=500
+            )
             settle([pending.job for pending in running.values()], error)
 
     def _take(self, room: int) -> list[_Pending]:
