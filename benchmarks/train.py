@@ -274,6 +274,8 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
 
 
 def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
+    from osmosis_ai.train.runner import step_seconds
+
     metrics = _lines(run_dir / "metrics.jsonl")
     trained = [m for m in metrics if m.get("loss") is not None]
     chosen = trained[:: max(1, len(trained) // REPLAYED_STEPS)][:REPLAYED_STEPS]
@@ -283,7 +285,7 @@ def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
         rollouts = _step_rollouts(run_dir, m["step"])
         generation = _pure_generation(model, tokenizer, rollouts)
         update = _pure_update(model, _trained_sequences(rollouts), budget)
-        step = m["generation_sec"] + m["sequences_sec"] + m["update_sec"]
+        step = step_seconds(m)
         print(
             f"  step {m['step']}: {step:.1f} s in the run (generation {m['generation_sec']:.1f} s,"
             f" of which the policy generated {m['policy_busy_sec']:.1f} s; update"
@@ -310,6 +312,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from osmosis_ai.train.config import load_train_config
     from osmosis_ai.train.model import resolve_model
+    from osmosis_ai.train.runner import step_seconds
 
     print(
         f"osmosis_ai training benchmarks — python {sys.version.split()[0]}, {os.cpu_count()} cores"
@@ -326,9 +329,7 @@ def main() -> None:
         evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
         _print_curve(metrics, evals)
         training = load_train_config(Path(tmp) / "calculator" / CONFIG).training
-        steps_min = (
-            sum(m["generation_sec"] + m["sequences_sec"] + m["update_sec"] for m in metrics) / 60
-        )
+        steps_min = sum(map(step_seconds, metrics)) / 60
         before, after = evals[0]["pass_rate"], evals[-1]["pass_rate"]
         print_table(
             "Learning (held-out rows, greedy)",
