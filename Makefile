@@ -61,7 +61,7 @@ check:
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=40
 
 ## Print the performance figures (see benchmarks/README.md).
 bench: install-dev

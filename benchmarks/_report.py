@@ -16,6 +16,8 @@ class Figure:
     unit: str
     target: float | None = None
     lower_is_better: bool = True
+    digits: int = 1
+    """Decimals printed (a ratio near its target needs more than one)."""
 
     def verdict(self) -> str:
         if self.target is None:
@@ -34,7 +36,7 @@ def print_table(title: str, figures: list[Figure]) -> None:
     print(f"\n{title}")
     width = max(len(figure.name) for figure in figures)
     for figure in figures:
-        value = f"{figure.value:,.1f} {figure.unit}"
+        value = f"{figure.value:,.{figure.digits}f} {figure.unit}"
         print(
             f"  {figure.name:<{width}}  {value:>14}  {figure.target_text():>14}  {figure.verdict()}"
         )

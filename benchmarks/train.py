@@ -2,7 +2,10 @@
 `TorchPolicy` throughput and exactness, and peak memory (the targets of docs/train.md).
 
 Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
-``--minutes`` sets the training budget). Needs the ``train`` extra.
+``--minutes`` sets the training budget). Needs the ``train`` extra. torch's two threads
+work in lock step, so any other busy process stretches every forward pass; on a shared
+machine, ``chrt -r 10 python benchmarks/train.py`` (root) keeps other processes off the
+cores while it runs.
 
 1. `TorchPolicy` behind a real gateway over HTTP: completion tokens/s of 8 concurrent calls
    (and of one), and the recorded logprobs against a teacher-forced pass of the same weights
@@ -283,8 +286,10 @@ def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
         update = _pure_update(model, _trained_sequences(rollouts), budget)
         step = m["generation_sec"] + m["sequences_sec"] + m["update_sec"]
         print(
-            f"  step {m['step']}: {step:.1f} s in the run; alone: generation {generation:.1f} s"
-            f" + forward/backward {update:.1f} s"
+            f"  step {m['step']}: {step:.1f} s in the run (generation {m['generation_sec']:.1f} s,"
+            f" of which the policy generated {m['policy_busy_sec']:.1f} s; update"
+            f" {m['update_sec']:.1f} s); alone: generation {generation:.1f} s"
+            f" + forward/backward {update:.1f} s = {step / (generation + update):.3f} x"
         )
         step_sec += step
         pure_sec += generation + update
@@ -294,6 +299,7 @@ def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
             step_sec / pure_sec,
             "x",
             target=1.15,
+            digits=3,
         )
     ]
 

@@ -1,4 +1,5 @@
-"""Run settings of `[training]`: held-out sampling (``eval_temperature``) and ``max_minutes``."""
+"""Run settings of `[training]`: held-out sampling (``eval_temperature``), ``max_minutes``
+and ``precision``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from osmosis_ai.train.config import load_train_config
+from osmosis_ai.train.model import cpu_has_native_bf16
+from osmosis_ai.train.runner import _Learner
 from tests.train.test_runner import _run, _workspace
 
 pytestmark = pytest.mark.slow
@@ -68,3 +72,15 @@ async def test_max_minutes_ends_the_run_like_its_last_step(
     assert "nothing to do" in out
     metrics = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in metrics] == [1]
+
+
+@pytest.mark.parametrize("precision", ["auto", "bf16", "fp32"])
+def test_precision_decides_whether_the_update_runs_under_bf16_autocast(
+    tmp_path: Path, tiny_model_dir: Path, precision: str
+) -> None:
+    config = load_train_config(
+        _workspace(tmp_path / "ws", tiny_model_dir, f'precision = "{precision}"')
+    )
+    learner = _Learner.build(config, tiny_model_dir, tiny_model_dir)
+    expected = {"bf16": True, "fp32": False, "auto": cpu_has_native_bf16()}[precision]
+    assert learner.grpo.bf16 is expected

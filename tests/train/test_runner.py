@@ -150,6 +150,8 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
     for line in metrics:
         assert isinstance(line["loss"], float) and math.isfinite(line["loss"]), line
         assert line["tokens_generated"] > 0 and line["tokens_trained"] > 0
+        # The policy's own generating time is part of the rollout phase, not all of it.
+        assert 0 < line["policy_busy_sec"] <= line["generation_sec"], line
     events = _lines(run_dir / "events.jsonl")
     assert [e["step"] for e in events if e["event"] == "eval"] == [0, 2]
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2]

@@ -528,7 +528,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
 
     training = run.config.training
     rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)
-    started = time.monotonic()
+    started, busy = time.monotonic(), run.policy.busy_sec
     sampled = await _sample(run, step, rows)
     done = sampled.done
     generated = time.monotonic()
@@ -579,6 +579,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "tokens_trained": metrics.policy_tokens if metrics else 0,
         "tokens_per_sec": tokens / generation_sec if generation_sec > 0 else None,
         "generation_sec": round(generation_sec, 3),
+        "policy_busy_sec": round(run.policy.busy_sec - busy, 3),
         "sequences_sec": round(built - generated, 3),
         "update_sec": round(time.monotonic() - built, 3),
         "drift": stats.drift,

@@ -158,6 +158,8 @@ class TorchPolicy(Policy):
         self.answer_after_tool_result = answer_after_tool_result
         #: How many times each number of calls joined generation together (tests, metrics).
         self.batch_sizes: Counter[int] = Counter()
+        #: Seconds spent generating batches so far (the worker thread's busy time, metrics).
+        self.busy_sec = 0.0
         self._model, self._tokenizer = model, tokenizer
         self._torch: Any = None
         self._xgrammar: Any = None
@@ -326,7 +328,9 @@ class TorchPolicy(Policy):
             if len(self._inbox) < self.max_batch_size:
                 await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
             async with self._weights:
+                started = time.perf_counter()
                 await self._run(functools.partial(self._serve, loop, self.version))
+                self.busy_sec += time.perf_counter() - started
 
     def _serve(self, loop: asyncio.AbstractEventLoop, version: int) -> None:
         """Generate until no call is running and none may join (worker thread).

@@ -4,6 +4,7 @@ and a rollout server over a HarborBackend (Python 3.12 only; `make test-harbor` 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +19,8 @@ from osmosis_ai.gateway import EmbeddedPolicy, Gateway
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
 
+# Harbor imports LiteLLM, which otherwise fetches its cost map from the internet.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 PROJECT = Path(__file__).with_name("project")
 sys.path.insert(0, str(PROJECT))  # the bundled project is imported as top-level modules
 
