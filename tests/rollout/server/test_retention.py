@@ -11,7 +11,7 @@ import pytest
 from osmosis_ai.rollout import LocalBackend
 from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
-from tests.rollout.server.conftest import Server, ServeFactory
+from tests.rollout.server.conftest import ServeFactory, Server
 from tests.rollout.server.workflows import Answer
 
 TERMINAL = {"success", "failure", "cancelled"}
@@ -49,7 +49,7 @@ async def _retention(server: Server) -> dict[str, int]:
 async def _until(server: Server, condition: Callable[[dict[str, int]], bool]) -> dict[str, int]:
     """``/health``'s retention figures once they satisfy ``condition`` (within 5 s)."""
     async with asyncio.timeout(5):
-        while not condition(retention := await _retention(server)):
+        while not condition(retention := await _retention(server)):  # noqa: ASYNC110 -- swept
             await asyncio.sleep(0.05)
     return retention
 
