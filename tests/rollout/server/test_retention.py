@@ -120,7 +120,12 @@ async def test_the_count_cap_evicts_the_oldest_tombstones_first(serve: ServeFact
 
 async def test_the_count_cap_forgets_the_oldest_uncollected_results(serve: ServeFactory) -> None:
     async with serve(max_retained_results=2) as server:
-        tokens = {rollout_id: await _admit(server, rollout_id) for rollout_id in ("a", "b", "c")}
+        tokens: dict[str, str] = {}
+        for rollout_id in ("a", "b", "c"):  # one after the other: "a" finishes first
+            tokens[rollout_id] = await _admit(server, rollout_id)
+            entry = server.state.registry.get(rollout_id)
+            assert entry is not None and entry.task is not None
+            await asyncio.wait_for(asyncio.shield(entry.task), 5)
         async with asyncio.timeout(5):
             while server.state.registry.get("a") is not None:  # noqa: ASYNC110 -- the sweeper
                 await asyncio.sleep(0.05)
