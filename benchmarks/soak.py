@@ -119,13 +119,42 @@ async def _rollout(session: aiohttp.ClientSession, url: str, rollout_id: str) ->
     return False
 
 
+_HEADER = (
+    f"{'rollouts':>9} {'RSS MB':>8} {'CPU ms/rollout':>15} {'rollouts/s':>11} {'fds':>5}"
+    f" {'results':>8} {'tombstones':>11}"
+)
+
+
+def _cpu_ms(before: Slice, after: Slice) -> float:
+    return (after.cpu_sec - before.cpu_sec) * 1000 / (after.done - before.done)
+
+
+def _print_row(before: Slice, after: Slice) -> None:
+    per_sec = (after.done - before.done) / (after.wall_sec - before.wall_sec)
+    retained = after.retention.get("results", "-")
+    tombstones = after.retention.get("tombstones", "-")
+    print(
+        f"{after.done:>9,} {after.rss_mb:>8.1f} {_cpu_ms(before, after):>15.3f} "
+        f"{per_sec:>11.0f} {after.fds:>5} {retained!s:>8} {tombstones!s:>11}",
+        flush=True,
+    )
+
+
+@dataclass
+class Run:
+    """What a soak measured: a slice per ``--slice`` rollouts, failures, and how it ended."""
+
+    slices: list[Slice]
+    failures: int = 0
+    done: int = 0
+    timed_out: bool = False
+
+
 async def _soak(
     url: str, pid: int, rollouts: int, concurrency: int, slice_size: int, max_sec: float
-) -> tuple[list[Slice], int]:
-    slices: list[Slice] = []
-    failures = 0
+) -> Run:
+    run = Run(slices=[])
     started_ids = 0
-    done = 0
     connector = aiohttp.TCPConnector(limit=concurrency + 8)
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -134,9 +163,9 @@ async def _soak(
 
         async def record() -> None:
             health = await _health(session, url)
-            slices.append(
+            run.slices.append(
                 Slice(
-                    done=done,
+                    done=run.done,
                     wall_sec=time.perf_counter(),
                     cpu_sec=_cpu_sec(pid),
                     rss_mb=_rss_mb(pid),
@@ -144,53 +173,47 @@ async def _soak(
                     retention=health.get("retention", {}),
                 )
             )
+            if len(run.slices) > 1:
+                _print_row(run.slices[-2], run.slices[-1])
 
         async def worker() -> None:
-            nonlocal started_ids, done, failures
+            nonlocal started_ids
             while started_ids < rollouts:
                 started_ids += 1
                 if not await _rollout(session, url, f"soak-{started_ids}"):
-                    failures += 1
-                done += 1
-                if done % slice_size == 0 or done == rollouts:
+                    run.failures += 1
+                run.done += 1
+                if run.done % slice_size == 0 or run.done == rollouts:
                     async with measuring:
                         await record()
 
         await record()
-        async with asyncio.timeout(max_sec):
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return slices, failures
+        print(_HEADER, flush=True)
+        try:
+            async with asyncio.timeout(max_sec):
+                await asyncio.gather(*(worker() for _ in range(concurrency)))
+        except TimeoutError:
+            run.timed_out = True
+    return run
 
 
-def _print(slices: list[Slice], failures: int, disk: tuple[int, int], rollouts: int) -> bool:
-    """Print the table and the verdicts; whether every target was met."""
-    print(
-        f"\n{'rollouts':>9} {'RSS MB':>8} {'CPU ms/rollout':>15} {'rollouts/s':>11} {'fds':>5}"
-        f" {'results':>8} {'tombstones':>11}"
-    )
-    rows = []
-    for before, after in zip(slices, slices[1:], strict=False):
-        count = after.done - before.done
-        cpu_ms = (after.cpu_sec - before.cpu_sec) * 1000 / count
-        per_sec = count / (after.wall_sec - before.wall_sec)
-        rows.append((after, cpu_ms))
-        retained = after.retention.get("results", "-")
-        tombstones = after.retention.get("tombstones", "-")
-        print(
-            f"{after.done:>9,} {after.rss_mb:>8.1f} {cpu_ms:>15.3f} {per_sec:>11.0f} "
-            f"{after.fds:>5} {retained!s:>8} {tombstones!s:>11}"
-        )
+def _verdicts(run: Run, disk: tuple[int, int]) -> bool:
+    """Print failures, disk and the two targets; whether the run met them all."""
     allocated, entries = disk
-    print(f"\nfailed rollouts: {failures}")
+    done = max(1, run.done)
+    print(f"\nfailed rollouts: {run.failures}")
+    if run.timed_out:
+        print(f"STOPPED at the time bound after {run.done:,} rollouts")
     print(
-        f"disk: {allocated / rollouts / 1024:.1f} KiB allocated per rollout "
-        f"({entries / rollouts:.2f} files and folders per rollout)"
+        f"disk: {allocated / done / 1024:.1f} KiB allocated per rollout "
+        f"({entries / done:.2f} files and folders per rollout)"
     )
-    if len(rows) < 2:
-        return failures == 0
-    (first, first_cpu), (last, last_cpu) = rows[0], rows[-1]
+    slices = run.slices
+    if len(slices) < 3:
+        return run.failures == 0 and not run.timed_out
+    first, last = slices[1], slices[-1]
     rss_growth = last.rss_mb - first.rss_mb
-    cpu_change = last_cpu / first_cpu - 1
+    cpu_change = _cpu_ms(slices[-2], last) / _cpu_ms(slices[0], first) - 1
     rss_ok = rss_growth <= RSS_TARGET_MB
     cpu_ok = cpu_change <= CPU_TARGET
     print(
@@ -201,7 +224,7 @@ def _print(slices: list[Slice], failures: int, disk: tuple[int, int], rollouts: 
         f"CPU per rollout, last slice vs first: {cpu_change:+.1%} "
         f"(target <= +{CPU_TARGET:.0%}): {'meets target' if cpu_ok else 'MISSES target'}"
     )
-    return failures == 0 and rss_ok and cpu_ok
+    return run.failures == 0 and not run.timed_out and rss_ok and cpu_ok
 
 
 def main() -> None:
@@ -209,7 +232,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=512)
     parser.add_argument("--slice", type=int, default=10_000, dest="slice_size")
-    parser.add_argument("--max-minutes", type=float, default=30.0)
+    parser.add_argument("--max-minutes", type=float, default=60.0)
     args = parser.parse_args()
     if args.rollouts < 1 or args.slice_size < 1 or args.concurrency < 1:
         parser.error("--rollouts, --slice and --concurrency must be at least 1")
@@ -221,7 +244,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="osmosis-soak-") as root:
         with rollout_server("noop", root) as (process, url):
-            slices, failures = asyncio.run(
+            run = asyncio.run(
                 _soak(
                     url,
                     process.pid,
@@ -232,7 +255,7 @@ def main() -> None:
                 )
             )
         # Printed before the temporary root is removed: that takes a while on a busy disk.
-        ok = _print(slices, failures, _disk_bytes(Path(root)), args.rollouts)
+        ok = _verdicts(run, _disk_bytes(Path(root)))
     sys.exit(0 if ok else 1)
 
 
