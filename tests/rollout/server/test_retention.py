@@ -75,6 +75,20 @@ async def test_a_delivered_result_is_freed_after_the_grace_then_a_poll_gets_410(
     )
 
 
+async def test_every_retried_delivery_starts_the_grace_again(serve: ServeFactory) -> None:
+    async with serve(delivered_result_grace_sec=1.0) as server:
+        token = await _admit(server, "r1")
+        first = await _final(server, "r1", token)
+        retried = []
+        for _ in range(10):  # 2.5 s of retries, each well inside the 1 s grace of the last
+            await asyncio.sleep(0.25)
+            retried.append(await _poll(server, "r1", token))
+        await _until(server, lambda r: r["tombstones"] == 1)
+        late = await _poll(server, "r1", token)
+    assert [(r.status_code, r.content) for r in retried] == [(200, first)] * 10
+    assert late.status_code == 410
+
+
 async def test_an_uncollected_result_is_not_freed_by_the_grace(serve: ServeFactory) -> None:
     async with serve(delivered_result_grace_sec=0) as server:
         token = await _admit(server, "unread")

@@ -80,7 +80,7 @@ class Entry:
         self.result_body: bytes | None = None
         self.finished_at: float | None = None
         self.disposition: CancelDisposition | None = None
-        #: When the lease holder first received the final result: it is freed a grace later.
+        #: When the final result was last sent to the lease holder: it is freed a grace later.
         self.delivered_at: float | None = None
         # The status the lease holder last received: a poll returns at once when it differs.
         self.reported = RolloutStatus.QUEUED
@@ -92,10 +92,9 @@ class Entry:
         return self.result_body is not None
 
     def deliver(self) -> bytes:
-        """The final result, noted as received by the lease holder (the first time counts)."""
+        """The final result, noted as sent to the lease holder: the grace starts again."""
         assert self.result_body is not None
-        if self.delivered_at is None:
-            self.delivered_at = time.monotonic()
+        self.delivered_at = time.monotonic()
         return self.result_body
 
     def holds_lease(self, token: str) -> bool:
@@ -107,8 +106,9 @@ class Registry:
     """All rollouts the server knows, keyed by id: entries while they run and shortly after,
     then tombstones.
 
-    A final result stays whole until ``grace_sec`` after its lease holder first received it
-    (a retried poll gets it again), or until ``retention_sec`` if nobody collects it. It is
+    A final result stays whole until ``grace_sec`` after it was last sent to its lease holder
+    (a retried poll gets it again, and starts the grace again), or until ``retention_sec``
+    if nobody collects it. It is
     then freed; a delivered one leaves a tombstone (id and terminal status) that keeps its
     id reserved, so a late duplicate admission is refused rather than mixed up, until
     ``retention_sec`` after its freeing. An entry stays while its execution task runs. At

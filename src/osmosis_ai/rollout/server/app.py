@@ -72,8 +72,9 @@ DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
 DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
 DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
-#: Longer than the client's retry backoff (0.1 s up to 4 s, six attempts) for a lost answer.
-DEFAULT_DELIVERED_RESULT_GRACE_SEC = 10.0
+#: Restarted by every delivery, so it only needs to outlast the client's longest wait
+#: between two retries of a lost answer (8 s), with room for a slow, loaded host.
+DEFAULT_DELIVERED_RESULT_GRACE_SEC = 15.0
 #: Results and tombstones remembered at most: tombstones are ~100 bytes, so ~10 MB.
 DEFAULT_MAX_RETAINED_RESULTS = 100_000
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
@@ -212,8 +213,8 @@ def _forgotten(state: ServerState, rollout_id: str) -> Answer:
     return json_answer(
         {
             "detail": f"rollout finished ({status.value}) and its result was freed "
-            f"{grace:g}s after its lease holder received it; poll within "
-            "delivered_result_grace_sec of the first delivery to get it again",
+            f"{grace:g}s after it was last sent to the lease holder; a lost answer must be "
+            "polled again within delivered_result_grace_sec",
             "status": status.value,
         },
         410,
@@ -517,9 +518,9 @@ def create_rollout_server(
         polling_lease_timeout_sec: Lease duration; must exceed the wait timeout.
         result_retention_sec: How long a final result nobody collected stays available,
             and how long a collected one's id stays reserved (409 on reuse).
-        delivered_result_grace_sec: How long a final result stays whole after its lease
-            holder first received it, for a retried poll; then it is freed and a late poll
-            gets 410 with the terminal status.
+        delivered_result_grace_sec: How long a final result stays whole after it was last
+            sent to its lease holder, for a retried poll (each delivery restarts it); then
+            it is freed and a late poll gets 410 with the terminal status.
         max_retained_results: The most finished rollouts remembered (results held and
             tombstones of freed ones); past it the oldest tombstones go first.
         api_key: When set, every route requires ``Authorization: Bearer <api_key>``.
