@@ -298,8 +298,9 @@ def _freeze_startup_objects() -> None:
     """Keep what exists at startup out of every later garbage collection.
 
     Modules, classes and the user's resources are a hundred thousand objects or more that
-    live as long as the server; without this each full collection walks them all again,
-    which took a fifth of a no-op rollout's server CPU (see benchmarks/soak.py).
+    live as long as the server; without this every full collection walks them all again
+    (full collections took 8 % of the server's CPU in a soak before retention was bounded;
+    see benchmarks/README.md).
     """
     gc.collect()  # garbage frozen now would never be freed
     gc.freeze()
