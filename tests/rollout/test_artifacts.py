@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import threading
 from pathlib import Path
@@ -115,3 +116,23 @@ async def test_removals_share_worker_thread_hops_under_load(
     await remover.flush()
     assert sum(batches) == 200 and len(batches) < 10
     assert not any(directory is not None and directory.exists() for directory in made)
+
+
+def test_a_remover_used_again_from_a_new_event_loop_still_removes(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    remover = EmptyDirRemover()
+
+    async def hand_over(directory: Path) -> None:
+        remover.remove_if_empty(directory)
+
+    async def hand_over_and_wait(directory: Path) -> None:
+        remover.remove_if_empty(directory)
+        await remover.flush()
+
+    closed = asyncio.new_event_loop()
+    closed.run_until_complete(hand_over(first))  # its removal task never finishes
+    closed.close()
+    asyncio.run(asyncio.wait_for(hand_over_and_wait(second), 10))
+    assert not second.exists()

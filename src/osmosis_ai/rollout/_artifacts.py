@@ -102,8 +102,11 @@ class EmptyDirRemover:
         if directory is None:
             return
         self._pending.append(directory)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._remove_pending())
+        loop = asyncio.get_running_loop()
+        task = self._task
+        # A task of another (closed) loop never runs again: this loop starts its own.
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._remove_pending())
 
     async def _remove_pending(self) -> None:
         for _ in range(_BATCHES_PER_TASK):
