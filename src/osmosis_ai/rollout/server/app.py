@@ -76,7 +76,7 @@ DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
 #: between two retries of a lost answer (8 s), with room for a slow, loaded host.
 DEFAULT_DELIVERED_RESULT_GRACE_SEC = 15.0
 #: Results and tombstones remembered at most: over a minute of ids at 650 rollouts/s, and
-#: ~10 MB of RSS at most (a tombstone costs ~180 bytes of RSS, measured by the soak).
+#: 10-20 MB of RSS (a tombstone cost 180-390 bytes of RSS in benchmarks/soak.py).
 DEFAULT_MAX_RETAINED_RESULTS = 50_000
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 #: ``local`` (default), ``ray``, ``ray:ADDRESS``, ``process`` or ``process:sandbox``: run a
