@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import threading
 from pathlib import Path
@@ -12,9 +11,9 @@ import pytest
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.rollout import _artifacts
 from osmosis_ai.rollout._artifacts import (
-    EmptyDirRemover,
     artifacts_dir_path,
     create_artifacts_dir,
+    remove_if_empty,
 )
 
 
@@ -90,49 +89,9 @@ async def test_an_empty_directory_is_removed_and_a_written_one_kept(tmp_path: Pa
     written = await create_artifacts_dir(tmp_path, "written")
     assert empty is not None and written is not None
     (written / "trace.log").write_text("kept")
-    remover = EmptyDirRemover()
-    for directory in (empty, written, None, empty):  # None: none provisioned; then gone
-        remover.remove_if_empty(directory)
-    await remover.flush()
+    await remove_if_empty(empty)
+    await remove_if_empty(written)
+    await remove_if_empty(None)  # no directory was provisioned: nothing to do
+    await remove_if_empty(empty)  # already gone: no error
     assert not empty.exists() and empty.parent.is_dir()
     assert (written / "trace.log").read_text() == "kept"
-
-
-async def test_removals_share_worker_thread_hops_under_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batches: list[int] = []
-    real = _artifacts._remove_empty
-
-    def counting(directories: list[Path]) -> None:
-        batches.append(len(directories))
-        real(directories)
-
-    monkeypatch.setattr(_artifacts, "_remove_empty", counting)
-    made = [await create_artifacts_dir(tmp_path, f"r{index}") for index in range(200)]
-    remover = EmptyDirRemover()
-    for directory in made:  # rollouts ending together, as under load
-        remover.remove_if_empty(directory)
-    await remover.flush()
-    assert sum(batches) == 200 and len(batches) < 10
-    assert not any(directory is not None and directory.exists() for directory in made)
-
-
-def test_a_remover_used_again_from_a_new_event_loop_still_removes(tmp_path: Path) -> None:
-    first, second = tmp_path / "a", tmp_path / "b"
-    first.mkdir()
-    second.mkdir()
-    remover = EmptyDirRemover()
-
-    async def hand_over(directory: Path) -> None:
-        remover.remove_if_empty(directory)
-
-    async def hand_over_and_wait(directory: Path) -> None:
-        remover.remove_if_empty(directory)
-        await remover.flush()
-
-    closed = asyncio.new_event_loop()
-    closed.run_until_complete(hand_over(first))  # its removal task never finishes
-    closed.close()
-    asyncio.run(asyncio.wait_for(hand_over_and_wait(second), 10))
-    assert not second.exists()

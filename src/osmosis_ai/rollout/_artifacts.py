@@ -12,7 +12,7 @@ from pathlib import Path
 
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 
-__all__ = ["EmptyDirRemover", "artifacts_dir_path", "create_artifacts_dir"]
+__all__ = ["artifacts_dir_path", "create_artifacts_dir", "remove_if_empty"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +22,6 @@ _PERMANENT_ERRNOS = frozenset(
     {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG}
 )
 _RETRY_DELAYS_SEC = (0.5, 1.0)
-#: Worker-thread hops one removal task makes at most before a fresh task takes over.
-_BATCHES_PER_TASK = 64
 
 
 def artifacts_dir_path(root: Path, rollout_id: str) -> Path:
@@ -76,51 +74,17 @@ async def create_artifacts_dir(root: Path, rollout_id: str) -> Path | None:
             await asyncio.sleep(delay)
 
 
-def _remove_empty(directories: list[Path]) -> None:
-    for directory in directories:
-        # Not empty (the rollout wrote files), already gone, or not ours to remove: it stays.
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
+def _rmdir(directory: Path) -> None:
+    # Not empty (the rollout wrote files), already gone, or not ours to remove: it stays.
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
 
 
-class EmptyDirRemover:
-    """Removes artifacts directories that rollouts left empty, in a worker thread.
+async def remove_if_empty(directory: Path | None) -> None:
+    """Remove ``directory`` if it is empty, in a worker thread; never raises.
 
     A rollout that wrote no artifacts then leaves no empty folder behind (a directory costs
     an inode and a 4 KiB block on most filesystems, a third of a no-op rollout's files).
-    Removals are batched: every directory handed over while a batch is being removed goes
-    in the next one, so under load many rollouts share one worker-thread hop (a hop per
-    rollout cost more CPU than the ``rmdir`` itself).
     """
-
-    def __init__(self) -> None:
-        self._pending: list[Path] = []
-        self._task: asyncio.Task[None] | None = None
-
-    def remove_if_empty(self, directory: Path | None) -> None:
-        """Remove ``directory`` soon if it is empty (``None``: nothing to do); never raises."""
-        if directory is None:
-            return
-        self._pending.append(directory)
-        loop = asyncio.get_running_loop()
-        task = self._task
-        # A task of another (closed) loop never runs again: this loop starts its own.
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._task = loop.create_task(self._remove_pending())
-
-    async def _remove_pending(self) -> None:
-        for _ in range(_BATCHES_PER_TASK):
-            if not self._pending:
-                return
-            batch, self._pending = self._pending, []
-            await asyncio.to_thread(_remove_empty, batch)
-        if self._pending:  # still busy: a fresh task takes over, so each one stays bounded
-            self._task = asyncio.get_running_loop().create_task(self._remove_pending())
-
-    async def flush(self) -> None:
-        """Return once every directory handed over so far was dealt with."""
-        for _ in range(_BATCHES_PER_TASK):
-            task = self._task
-            if task is None or task.done():
-                return
-            await asyncio.shield(task)
+    if directory is not None:
+        await asyncio.to_thread(_rmdir, directory)

@@ -602,9 +602,7 @@ async def test_artifacts_dir_is_created_per_rollout_and_removed_when_left_empty(
             dirs.append(ctx.artifacts_dir)
             existed.append(ctx.artifacts_dir is not None and ctx.artifacts_dir.is_dir())
 
-    backend = LocalBackend(workflow=Spy)
-    await backend.execute(request("art-1"))
-    await backend.shutdown()  # waits for the removal, done off the event loop
+    await LocalBackend(workflow=Spy).execute(request("art-1"))
     assert dirs == [artifact_root / "art-1" / "artifacts"]
     assert existed == [True]
     assert not (artifact_root / "art-1" / "artifacts").exists()
@@ -624,12 +622,8 @@ async def test_artifacts_written_by_the_workflow_and_the_grader_stay(artifact_ro
             await asyncio.to_thread((ctx.artifacts_dir / "grade.log").write_text, "graded\n")
             await super().grade(ctx)
 
-    for backend, rollout_id in (
-        (LocalBackend(workflow=Writes), "wrote"),
-        (LocalBackend(workflow=Answer, grader=GraderWrites), "graded"),
-    ):
-        await backend.execute(request(rollout_id))
-        await backend.shutdown()
+    await LocalBackend(workflow=Writes).execute(request("wrote"))
+    await LocalBackend(workflow=Answer, grader=GraderWrites).execute(request("graded"))
     assert (artifact_root / "wrote" / "artifacts" / "run.log").read_text() == "started\n"
     assert (artifact_root / "graded" / "artifacts" / "grade.log").read_text() == "graded\n"
 

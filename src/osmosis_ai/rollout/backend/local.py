@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._artifacts import EmptyDirRemover, create_artifacts_dir
+from osmosis_ai.rollout._artifacts import create_artifacts_dir, remove_if_empty
 from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
 from osmosis_ai.rollout.backend._phases import run_grader_phase, run_workflow_phase
@@ -26,9 +26,8 @@ class LocalBackend(ExecutionBackend):
     """Runs each rollout's workflow and grader in-process, concurrently, on the event loop.
 
     Each rollout gets a fresh workflow (and grader) instance with a private deep copy of its
-    config, an artifacts directory under the artifact root (removed shortly after
-    ``execute()`` when the rollout left it empty; ``shutdown()`` waits for that), and
-    deadlines: the agent
+    config, an artifacts directory under the artifact root (removed after ``execute()`` when
+    the rollout left it empty), and deadlines: the agent
     deadline counts from submission (time spent waiting for a slot is included, because
     the controller's clock started then), the grader deadline from the start of grading.
     A deadline is reported as ``timeout`` even when user code blocked the event loop or
@@ -75,7 +74,6 @@ class LocalBackend(ExecutionBackend):
         grader_cap = grader_cfg.concurrency.max_concurrent if grader_cfg else None
         self._workflows = ConcurrencyLimiter(self.spec.max_concurrent)
         self._graders = ConcurrencyLimiter(grader_cap)
-        self._empty_dirs = EmptyDirRemover()
 
     # The spec's parts under the names this class has always had.
 
@@ -109,10 +107,6 @@ class LocalBackend(ExecutionBackend):
         """``{"status": "ok", "concurrency": {"max_concurrent", "queued", "running"}}``."""
         return {"status": "ok", "concurrency": self._workflows.snapshot()}
 
-    async def shutdown(self) -> None:
-        """Finish removing the artifacts directories rollouts left empty."""
-        await self._empty_dirs.flush()
-
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         """Run the workflow, then the grader when one exists and ``request.grade`` is true."""
         workflow, artifacts_dir = await self._workflow_phase(request, time.monotonic())
@@ -128,7 +122,7 @@ class LocalBackend(ExecutionBackend):
             )
             return ExecutionOutcome(workflow=workflow, grader=grader)
         finally:
-            self._empty_dirs.remove_if_empty(artifacts_dir)
+            await remove_if_empty(artifacts_dir)
 
     # -- phases, also usable one at a time from a custom harness ---------------------------
 
