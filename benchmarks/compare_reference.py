@@ -43,6 +43,7 @@ REFERENCE_PINS = ["litellm==1.110.2"]
 PROMPT = [{"role": "user", "content": "hi"}]
 REPEATS = 3
 WINDOW_SEC = 8.0
+WARMUP_TIMEOUT_SEC = 120.0
 IDLE_ROLLOUTS = 2000
 IMPORT_RUNS = 5
 NOISY_SPREAD = 1.3
@@ -147,36 +148,54 @@ def _server(
         yield process.pid, f"http://127.0.0.1:{port}"
 
 
-async def _load(url: str, chat_url: str, concurrency: int) -> tuple[float, list[float], int, float]:
-    """Rollouts/s, latencies (ms), failures and the load generator's own CPU seconds over a
-    WINDOW_SEC window of closed-loop load."""
+async def _load(
+    url: str, chat_url: str, concurrency: int, pid: int
+) -> tuple[float, list[float], int, float, float]:
+    """Rollouts/s, latencies (ms), failures, the load generator's own CPU seconds and the
+    server's CPU seconds over a WINDOW_SEC window of closed-loop load.
+
+    Each worker first runs one unmeasured rollout: the first rollouts of a server import
+    what the workflow uses (Strands and its dependencies take seconds of CPU), a one-off
+    cost that would otherwise land on the few rollouts of a slow load's window.
+    """
     latencies: list[float] = []
     failures = 0
     counter = 0
+    measuring = False
     async with RolloutClient(url=url) as client:
         await wait_ready(client)
+
+        async def rollout() -> None:
+            nonlocal failures, counter
+            counter += 1
+            started = time.perf_counter()
+            # No grader in these rollouts: grade=false (the reference fails a rollout
+            # asked to be graded without one).
+            handle = await client.run_rollout(
+                PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
+            )
+            result = await handle
+            if not measuring:
+                return
+            if result.status == "success":
+                latencies.append((time.perf_counter() - started) * 1000)
+            else:
+                failures += 1
+
+        async with asyncio.timeout(WARMUP_TIMEOUT_SEC):
+            await asyncio.gather(*(rollout() for _ in range(concurrency)))
+        measuring = True
         deadline = time.perf_counter() + WINDOW_SEC
 
         async def worker() -> None:
-            nonlocal failures, counter
             while time.perf_counter() < deadline:
-                counter += 1
-                started = time.perf_counter()
-                # No grader in these rollouts: grade=false (the reference fails a rollout
-                # asked to be graded without one).
-                handle = await client.run_rollout(
-                    PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
-                )
-                result = await handle
-                if result.status == "success":
-                    latencies.append((time.perf_counter() - started) * 1000)
-                else:
-                    failures += 1
+                await rollout()
 
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_sec(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    return len(latencies) / elapsed, latencies, failures, cpu
+        server_cpu = _cpu_sec(pid) - server_cpu
+    return len(latencies) / elapsed, latencies, failures, cpu, server_cpu
 
 
 def _cpu_sec(pid: int) -> float:
@@ -299,10 +318,8 @@ async def main() -> None:
                 for repeat in range(REPEATS):
                     for side in (ours, theirs) if repeat % 2 == 0 else (theirs, ours):
                         with _server(side, kind, root, documented) as (pid, url):
-                            cpu = _cpu_sec(pid)
-                            load = await _load(url, chat_url, concurrency)
-                            cpu = _cpu_sec(pid) - cpu
-                        per_sec, latencies, failures, client_cpu = load
+                            load = await _load(url, chat_url, concurrency, pid)
+                        per_sec, latencies, failures, client_cpu, cpu = load
                         done = max(len(latencies), 1)
                         side.add(f"{name}: rollouts/s", per_sec)
                         side.add(f"{name}: server CPU per rollout (ms)", cpu * 1000 / done)
