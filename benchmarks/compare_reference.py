@@ -307,7 +307,9 @@ async def main() -> None:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("OSMOSIS_", "_OSMOSIS_"))}
     base_env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     ours = Side("ours", sys.executable, dict(base_env))
-    theirs = Side("theirs", str(ref_python), dict(base_env))
+    # A PYTHONPATH naming this checkout's src would shadow the reference's own package.
+    theirs_env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"}
+    theirs = Side("theirs", str(ref_python), theirs_env)
     root = tempfile.mkdtemp(prefix="osmosis-compare-")
     try:
         with contextlib.ExitStack() as stubs:
