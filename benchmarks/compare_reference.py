@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _server_process import wait_ready
 from osmosis_ai._serving import bind_socket
+from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.rollout.client import RolloutClient
 
 HERE = Path(__file__).resolve().parent
@@ -171,13 +172,16 @@ async def _load(
             started = time.perf_counter()
             # No grader in these rollouts: grade=false (the reference fails a rollout
             # asked to be graded without one).
-            handle = await client.run_rollout(
-                PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
-            )
-            result = await handle
+            try:
+                handle = await client.run_rollout(
+                    PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
+                )
+                status = (await handle).status
+            except RolloutProtocolError:  # e.g. a kept-alive connection the server closed
+                status = "unanswered"
             if not measuring:
                 return
-            if result.status == "success":
+            if status == "success":
                 latencies.append((time.perf_counter() - started) * 1000)
             else:
                 failures += 1
