@@ -176,12 +176,12 @@ async def _load(
                 handle = await client.run_rollout(
                     PROMPT, chat_url, f"b{counter}-{started}", llm_api_key="bench", grade=False
                 )
-                status = (await handle).status
+                succeeded = (await handle).status == "success"
             except RolloutProtocolError:  # e.g. a kept-alive connection the server closed
-                status = "unanswered"
+                succeeded = False
             if not measuring:
                 return
-            if status == "success":
+            if succeeded:
                 latencies.append((time.perf_counter() - started) * 1000)
             else:
                 failures += 1
