@@ -38,10 +38,6 @@ def _with_header_deadline(protocol_class: type[Any], seconds: float) -> type[Any
     Both uvicorn protocols (h11, httptools) set ``self.cycle`` once a request's headers are
     parsed, and mark it ``response_complete`` when answered; between the two the app owns
     the connection, otherwise the connection is waiting for headers.
-
-    A request only notes when its header wait began; one timer per connection checks that
-    when it fires and re-arms for the time left, so a busy keep-alive connection costs a
-    timer every ``seconds``, not one per request.
     """
     if getattr(protocol_class, "header_timeout_sec", None) is not None:
         return protocol_class  # already bounded
@@ -49,19 +45,18 @@ def _with_header_deadline(protocol_class: type[Any], seconds: float) -> type[Any
     class HeaderDeadline(protocol_class):  # type: ignore[misc]
         header_timeout_sec = seconds
         _header_timer: asyncio.TimerHandle | None = None
-        _header_wait_began: float | None = None
-        """Loop time the current wait for headers began; ``None`` while the app has them."""
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
-            self._begin_header_wait()
+            self._arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
-            if self._header_wait_began is None and self._awaiting_headers():
-                self._begin_header_wait()  # the first bytes of a keep-alive request
+            if self._header_timer is None and self._awaiting_headers():
+                self._arm_header_timer()  # the first bytes of a keep-alive request
             super().data_received(data)
-            if self._header_wait_began is not None and not self._awaiting_headers():
-                self._header_wait_began = None
+            if self._header_timer is not None and not self._awaiting_headers():
+                self._header_timer.cancel()
+                self._header_timer = None
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._header_timer is not None:
@@ -73,21 +68,12 @@ def _with_header_deadline(protocol_class: type[Any], seconds: float) -> type[Any
             cycle = getattr(self, "cycle", None)
             return cycle is None or bool(cycle.response_complete)
 
-        def _begin_header_wait(self) -> None:
-            self._header_wait_began = self.loop.time()
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(seconds, self._header_deadline_passed)
+        def _arm_header_timer(self) -> None:
+            self._header_timer = self.loop.call_later(seconds, self._header_deadline_passed)
 
         def _header_deadline_passed(self) -> None:
             self._header_timer = None
-            began = self._header_wait_began
-            if began is None or not self._awaiting_headers():
-                self._header_wait_began = None
-                return  # the headers arrived; the next request's first bytes re-arm
-            left = began + seconds - self.loop.time()
-            if left > 0:  # this wait began after the timer was armed
-                self._header_timer = self.loop.call_later(left, self._header_deadline_passed)
-            elif not self.transport.is_closing():
+            if self._awaiting_headers() and not self.transport.is_closing():
                 self.transport.close()
 
     HeaderDeadline.__name__ = f"HeaderDeadline{protocol_class.__name__}"
