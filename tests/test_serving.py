@@ -80,8 +80,9 @@ async def test_a_failed_startup_is_a_runtime_error_and_frees_the_port() -> None:
 
 @pytest.mark.slow
 async def test_a_slow_header_on_a_busy_connection_gets_the_whole_bound() -> None:
-    # The connection's one timer was armed by an earlier request; a later request's header
-    # wait still gets the full bound from its own first bytes, then the connection is closed.
+    # A request that starts well into a kept-alive connection's life gets the full bound
+    # from its own first bytes (not from the connection's or an earlier request's), then
+    # the connection is closed.
     async with ChatStub() as stub, Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
         host, port = gateway.base_url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
