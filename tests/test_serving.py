@@ -76,3 +76,30 @@ async def test_a_failed_startup_is_a_runtime_error_and_frees_the_port() -> None:
         async with running_server(_failing_startup_app, port=port):
             pytest.fail("the block must not run when the app's startup failed")
     socket.create_server(("127.0.0.1", port)).close()  # the server's socket was closed
+
+
+@pytest.mark.slow
+async def test_a_slow_header_on_a_busy_connection_gets_the_whole_bound() -> None:
+    # A request that starts well into a kept-alive connection's life gets the full bound
+    # from its own first bytes (not from the connection's or an earlier request's), then
+    # the connection is closed.
+    async with ChatStub() as stub, Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
+        host, port = gateway.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            async with asyncio.timeout(10):
+                head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+                await reader.readexactly(int(head.split("content-length:")[1].split("\r\n")[0]))
+            await asyncio.sleep(HEADER_TIMEOUT_SEC * 0.6)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x")
+            await writer.drain()
+            started = time.monotonic()
+            async with asyncio.timeout(HEADER_TIMEOUT_SEC + 10):
+                while await reader.read(65536):  # until EOF: the server closed the connection
+                    pass
+            elapsed = time.monotonic() - started
+            assert HEADER_TIMEOUT_SEC - 1 <= elapsed <= HEADER_TIMEOUT_SEC + 5
+        finally:
+            writer.close()
