@@ -312,11 +312,12 @@ def _same_weights(first: Path, second: Path) -> bool:
 async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    # Six ~470-token sequences in one micro-batch: the update's fp32 logits alone take
-    # 6 x 470 x 49152 x 4 bytes (~550 MB); generation keeps only the last position's logits.
+    # Six 400-token completions in one micro-batch: the update's fp32 logprobs over the
+    # vocabulary at the policy's positions take 6 x 400 x 49152 x 4 bytes (~470 MB), twice
+    # (logits and log-softmax); generation keeps only the last position's logits.
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
-    config.write_text(config.read_text().replace("token_budget = 2048", "token_budget = 8192"))
-    _write_rows(tmp_path / "ws", prompt=" word" * 450)
+    text = config.read_text().replace("token_budget = 2048", "token_budget = 8192")
+    config.write_text(text.replace("max_tokens = 8", "max_tokens = 400"))
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
     process = await _start(config)
     async with asyncio.timeout(120):
