@@ -33,7 +33,7 @@ class Chat(AgentWorkflow):
         if kind == "leak":
             raise RuntimeError(f"upstream refused key {rollout.api_key}")
         messages = list(ctx.prompt)
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=120) as http:
             for turn in range(int(meta.get("turns", 2))):
                 reply = await http.post(
                     f"{rollout.chat_completions_url}/chat/completions",
@@ -47,12 +47,17 @@ class Chat(AgentWorkflow):
 
 
 class Judge(Grader):
-    """1.0 when the first answer echoes the label, else 0.0; removes ``kind == remove``."""
+    """``metadata["reward"]`` when given, else 1.0 when the first answer echoes the label
+    (0.0 otherwise); removes ``kind == remove``."""
 
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
-        if (ctx.metadata or {}).get("kind") == "remove":
+        meta = ctx.metadata or {}
+        if meta.get("kind") == "remove":
             ctx.sample.remove_sample = True
+            return
+        if "reward" in meta:
+            ctx.set_reward(float(meta["reward"]))
             return
         answers = [m for m in ctx.sample.messages if m.get("role") == "assistant"]
         ctx.set_reward(1.0 if answers and (ctx.label or "") in answers[0]["content"] else 0.0)
