@@ -60,6 +60,7 @@ __all__ = [
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
     "Previews",
     "RolloutServerApp",
+    "backend_from_spec",
     "create_rollout_server",
 ]
 
@@ -411,25 +412,38 @@ def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str
 
 def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
     spec = os.environ.get(BACKEND_ENV, "")
-    kind, option = parse_backend_spec(spec)
-    if kind == "local":
-        return backend
     if not isinstance(backend, LocalBackend):
-        logger.warning(
-            "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
-        )
+        if parse_backend_spec(spec)[0] != "local":
+            logger.warning(
+                "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
+            )
+        return backend
+    return backend_from_spec(spec, backend)
+
+
+def backend_from_spec(
+    spec: str, backend: LocalBackend, *, label: str = BACKEND_ENV
+) -> ExecutionBackend:
+    """The backend ``spec`` names (local, process[:sandbox], ray[:ADDRESS]), running the
+    workflow, grader, configs and artifact root of ``backend``.
+
+    Raises:
+        ConfigError: ``spec`` names no known backend.
+    """
+    kind, option = parse_backend_spec(spec, label=label)
+    if kind == "local":
         return backend
     if kind == "process":
         from osmosis_ai.rollout.backend.process import ProcessBackend
 
         where = "child processes inside bubblewrap" if option else "child processes"
-        logger.info("%s=%s: rollouts run in %s", BACKEND_ENV, spec, where)
+        logger.info("%s=%s: rollouts run in %s", label, spec, where)
         return ProcessBackend(
             backend.spec, artifact_root=backend.artifact_root, sandbox=option == "sandbox"
         )
     from osmosis_ai.rollout.backend.ray import RayBackend
 
-    logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
+    logger.info("%s=%s: rollouts run on Ray executor actors", label, spec)
     return RayBackend(backend.spec, artifact_root=backend.artifact_root, address=option or None)
 
 
