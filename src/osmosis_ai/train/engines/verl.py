@@ -53,7 +53,7 @@ SETTINGS = frozenset(
     {
         "workflow", "grader", "workflow_config", "grader_config", "backend", "server_url",
         "server_api_key", "agent_timeout_sec", "grader_timeout_sec", "max_in_flight",
-        "rollout_deadline_sec",
+        "rollout_deadline_sec", "gateway_host",
         "tool_parser",  # VerlServerPolicy's
     }
 )  # fmt: skip
