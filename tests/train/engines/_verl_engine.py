@@ -51,6 +51,7 @@ class LlamaTokenServer:
         self._served: list[Served] = []
         self._grammar: str | None = None
         self._grammar_calls = 0
+        self._failure: str | None = None
 
     async def generate(
         self,
@@ -62,6 +63,11 @@ class LlamaTokenServer:
         **kwargs: Any,
     ) -> TokenOutput:
         """Generate from ``prompt_ids`` as ``vLLMHttpServer.generate`` does."""
+        failure, self._failure = self._failure, None
+        if failure == "raise":
+            raise RuntimeError("the engine ran out of KV cache")
+        if failure == "abort":  # vLLM's answer to a generation cut by a weight update
+            return TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted")
         max_tokens = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
         body: dict[str, Any] = {
             "prompt": list(prompt_ids),
@@ -98,6 +104,10 @@ class LlamaTokenServer:
     def constrain(self, grammar: str, calls: int = 1) -> None:
         """Generate the next ``calls`` answers under a GBNF grammar (llama.cpp's own sampler)."""
         self._grammar, self._grammar_calls = grammar, calls
+
+    def fail_next(self, how: str) -> None:
+        """Make the next generation raise (``"raise"``) or be aborted (``"abort"``)."""
+        self._failure = how
 
     def served(self) -> list[Served]:
         """Every generation so far, in order."""

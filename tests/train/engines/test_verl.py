@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -31,9 +32,16 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway import Gateway
+from osmosis_ai.gateway.request import parse_chat_request
 from osmosis_ai.train.engines.verl import (
     OsmosisAgentLoop,
     close_shared_rollouts,
+)
+from osmosis_ai.train.engines.verl_policy import (
+    VerlServerPolicy,
+    sampling_params_for,
+    template_messages,
 )
 from tests.train.engines._verl_engine import Served, VerlEngine, start_engine
 
@@ -239,14 +247,20 @@ async def test_failed_timed_out_and_removed_rollouts_train_nothing(
 async def test_the_response_is_cut_to_verls_response_length(
     engine: VerlEngine, tokenizer: Any
 ) -> None:
-    entry = _entry("FollowUp")
-    full = await _loop(engine, tokenizer, entry).run(dict(SAMPLING), **_row())
-    short = await _loop(engine, tokenizer, entry, response_length=10).run(dict(SAMPLING), **_row())
-    # The same greedy conversation, cut to 10 response tokens with the cut counted.
-    assert len(full.response_ids) > 10
-    assert short.response_ids == full.response_ids[:10]
-    assert short.response_mask == full.response_mask[:10]
-    assert short.extra_fields["osmosis_truncated_tokens"] == len(full.response_ids) - 10
+    loop = _loop(engine, tokenizer, _entry("FollowUp"), response_length=10)
+    output = await loop.run(dict(SAMPLING), **_row())
+    served = await _served(engine, output)
+    # Each call is capped at the response length (as verl's vLLM server caps it), and the
+    # one sequence is cut to it, with the cut counted.
+    assert all(s.sampling_params["max_tokens"] == 10 for s in served)
+    sequence = served[-1].prompt_ids + served[-1].token_ids
+    assert output.prompt_ids == served[0].prompt_ids
+    assert output.prompt_ids + output.response_ids == sequence[: len(output.prompt_ids) + 10]
+    first = min(10, len(served[0].token_ids))
+    assert output.response_mask[:first] == [1] * first
+    cut = len(sequence) - len(output.prompt_ids) - 10
+    assert cut > 0
+    assert output.extra_fields["osmosis_truncated_tokens"] == cut
 
 
 async def test_rollouts_run_on_ray_actors(engine: VerlEngine, tokenizer: Any) -> None:
@@ -279,3 +293,46 @@ async def test_the_loop_is_registered_and_bad_settings_are_named(
         await _loop(engine, tokenizer, _entry("FollowUp")).run(
             dict(SAMPLING), **{**_row(), "raw_prompt": "What is 22 + 6?"}
         )
+
+
+async def test_engine_errors_become_the_gateways_error_answers(
+    engine: VerlEngine, tokenizer: Any
+) -> None:
+    policy = VerlServerPolicy(engine.client, tokenizer)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+            url = gateway.chat_completions_url("errors") + "/chat/completions"
+            body = {"messages": PROMPT, "max_tokens": 4}
+            await engine.server.fail_next.remote("raise")
+            failed = await http.post(url, json=body)
+            await engine.server.fail_next.remote("abort")
+            aborted = await http.post(url, json=body)
+            answered = await http.post(url, json=body)
+    assert failed.status_code == 502
+    assert "verl inference server failed" in failed.json()["error"]["message"]
+    assert "out of KV cache" in failed.json()["error"]["message"]
+    assert aborted.status_code == 503
+    assert "aborted" in aborted.json()["error"]["message"]
+    assert answered.status_code == 200
+    assert answered.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_sampling_and_messages_are_mapped_for_verl() -> None:
+    request = parse_chat_request(
+        {"messages": PROMPT, "temperature": 1.3, "top_p": 0.5, "max_completion_tokens": 500}
+    )
+    trainer = {"temperature": 0.7, "top_k": -1}
+    assert sampling_params_for(request, trainer, max_tokens=64) == {
+        "temperature": 0.7,
+        "top_k": -1,
+        "top_p": 0.5,
+        "max_tokens": 64,
+        "logprobs": True,
+    }
+    assert sampling_params_for(request, None, max_tokens=1024)["temperature"] == 1.3
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    bad = {"id": "d", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+    converted = template_messages([{"role": "assistant", "tool_calls": [call, bad]}])
+    assert converted[0]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    assert converted[0]["tool_calls"][1] == bad
