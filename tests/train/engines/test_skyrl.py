@@ -63,7 +63,7 @@ def _on(engine: Gateway, tokenizer: Any, tmp_path: Path, **options: Any) -> Osmo
     return _generator(url, engine.token, tokenizer, tmp_path, **options)
 
 
-def _input(rows: list[tuple[str, list[dict[str, Any]]]]) -> GeneratorInput:
+def _input(rows: list[tuple[str, dict[str, Any]]]) -> GeneratorInput:
     """One trajectory per ``(instance id, extra_info)``; repetitions numbered per instance."""
     seen: Counter[str] = Counter()
     ids = []
@@ -146,8 +146,8 @@ async def test_failed_timed_out_and_removed_rollouts_carry_no_made_up_reward(
     tokenizer: Any, tmp_path: Path
 ) -> None:
     # The engine here is ChatStub (token ids out, instantly): the deadlines then only
-    # catch the rollouts meant to time out, however busy the machine is.
-    rows = [
+    # catch the rollouts meant to time out, even on a busy machine.
+    rows: list[tuple[str, dict[str, Any]]] = [
         ("ok", {"turns": 1, "reward": 1.0}),
         ("ok", {"kind": "raise"}),  # dropped: its group has a trainable rollout
         ("slow", {"kind": "sleep"}),
@@ -203,4 +203,4 @@ async def test_tasks_take_label_metadata_and_a_path_safe_id() -> None:
     assert task.rollout_id == "b3-0-inst_1_x_0" == rollout_id(batch["trajectory_ids"][0], 3, 0)
     assert task.group_id == "inst/1 x" and task.label == "x" and task.metadata == {"reward": 1}
     with pytest.raises(ConfigError, match="GeneratorInput.trajectory_ids"):
-        task_for({**batch, "trajectory_ids": None}, 0, batch=1)  # type: ignore[typeddict-item]
+        task_for({**batch, "trajectory_ids": None}, 0, batch=1)
