@@ -22,6 +22,7 @@ pytest.importorskip("verl.experimental.agent_loop.agent_loop")
 
 import hydra
 import ray
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
@@ -280,10 +281,14 @@ async def test_the_loop_is_registered_and_bad_settings_are_named(
     assert _agent_loop_registry["osmosis"]["_target_"] == (
         "osmosis_ai.train.engines.verl.OsmosisAgentLoop"
     )
-    with pytest.raises(ConfigError, match=r"unknown osmosis agent loop setting.*'workflw'"):
+    # hydra wraps what the constructor raises; verl's worker shows that message.
+    with pytest.raises(
+        InstantiationException, match=r"unknown osmosis agent loop setting.*'workflw'"
+    ) as bad:
         _loop(engine, tokenizer, OmegaConf.create({**_entry("FollowUp"), "workflw": "x"}))
+    assert isinstance(bad.value.__cause__, ConfigError)
     without = OmegaConf.create({"_target_": _entry("FollowUp")["_target_"]})
-    with pytest.raises(ConfigError, match=r"needs 'workflow'.*\+osmosis.workflow"):
+    with pytest.raises(InstantiationException, match=r"needs 'workflow'.*\+osmosis.workflow"):
         _loop(engine, tokenizer, without)
     with pytest.raises(ConfigError, match=r"tool_parser 'nope'.*hermes"):
         await _loop(engine, tokenizer, _entry("FollowUp", tool_parser="nope")).run(

@@ -126,8 +126,8 @@ class OsmosisAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is untyped
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
         """Run the row's rollout; one ``AgentLoopOutput`` for its trajectory."""
+        task = engine_task(kwargs)  # a bad row fails before anything starts
         shared = await self._shared()
-        task = engine_task(kwargs)
         started = time.time()
         with shared.policy.rollout_sampling(task.rollout_id, sampling_params):
             (rollout,) = await shared.rollouts.run([task])
