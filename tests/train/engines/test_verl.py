@@ -281,15 +281,18 @@ async def test_the_loop_is_registered_and_bad_settings_are_named(
     assert _agent_loop_registry["osmosis"]["_target_"] == (
         "osmosis_ai.train.engines.verl.OsmosisAgentLoop"
     )
-    # hydra wraps what the constructor raises; verl's worker shows that message.
-    with pytest.raises(
-        InstantiationException, match=r"unknown osmosis agent loop setting.*'workflw'"
-    ) as bad:
-        _loop(engine, tokenizer, OmegaConf.create({**_entry("FollowUp"), "workflw": "x"}))
-    assert isinstance(bad.value.__cause__, ConfigError)
-    without = OmegaConf.create({"_target_": _entry("FollowUp")["_target_"]})
-    with pytest.raises(InstantiationException, match=r"needs 'workflow'.*\+osmosis.workflow"):
-        _loop(engine, tokenizer, without)
+
+    # hydra wraps what the constructor raises (verl's worker shows that message).
+    def refused(entry: Any) -> str:
+        with pytest.raises(InstantiationException) as raised:
+            _loop(engine, tokenizer, entry)
+        assert isinstance(raised.value.__cause__, ConfigError)
+        return str(raised.value.__cause__)
+
+    typo = refused(OmegaConf.create({**_entry("FollowUp"), "workflw": "x"}))
+    assert re.search(r"unknown osmosis agent loop setting.*'workflw'.*workflow", typo)
+    missing = refused(OmegaConf.create({"_target_": _entry("FollowUp")["_target_"]}))
+    assert re.search(r"needs 'workflow'.*\+osmosis\.workflow", missing)
     with pytest.raises(ConfigError, match=r"tool_parser 'nope'.*hermes"):
         await _loop(engine, tokenizer, _entry("FollowUp", tool_parser="nope")).run(
             dict(SAMPLING), **_row()
@@ -323,7 +326,7 @@ async def test_engine_errors_become_the_gateways_error_answers(
     assert answered.json()["choices"][0]["finish_reason"] == "length"
 
 
-def test_sampling_and_messages_are_mapped_for_verl() -> None:
+async def test_sampling_and_messages_are_mapped_for_verl() -> None:
     request = parse_chat_request(
         {"messages": PROMPT, "temperature": 1.3, "top_p": 0.5, "max_completion_tokens": 500}
     )
