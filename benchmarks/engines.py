@@ -106,35 +106,33 @@ def _batch(rows: list[dict[str, Any]], prompts: list[list[dict[str, Any]]]) -> A
     }
 
 
-async def _baseline(stub: ChatStub, calls: int) -> float:
+async def _overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
+    """Median ms per rollout of (LocalBackend directly, OsmosisGenerator), run alternately so
+    that both see the same load on a shared machine."""
     backend = LocalBackend(workflow=Calls, grader=Done)
-    durations = []
-    for index in range(ROLLOUTS):
-        rollout_id = f"base-{calls}-{index}"
-        context = RolloutContext(chat_completions_url=stub.base_url, rollout_id=rollout_id)
-        started = time.perf_counter()
-        with context:
-            outcome = await backend.execute(
-                ExecutionRequest(id=rollout_id, prompt=PROMPT, label="4", metadata={"calls": calls})
-            )
-        durations.append(time.perf_counter() - started)
-        assert outcome.result.ok, outcome.result.err_message
-    return _median_ms(durations)
-
-
-async def _skyrl_adapter(stub: ChatStub, calls: int, tokenizer: Any) -> float:
     generator = OsmosisGenerator(Calls, grader=Done, base_url=stub.base_url, tokenizer=tokenizer)
-    durations = []
+    base: list[float] = []
+    adapted: list[float] = []
     try:
-        for _ in range(ROLLOUTS):
+        for index in range(ROLLOUTS):
+            rollout_id = f"base-{calls}-{index}"
+            context = RolloutContext(chat_completions_url=stub.base_url, rollout_id=rollout_id)
+            request = ExecutionRequest(
+                id=rollout_id, prompt=PROMPT, label="4", metadata={"calls": calls}
+            )
+            started = time.perf_counter()
+            with context:
+                outcome = await backend.execute(request)
+            base.append(time.perf_counter() - started)
+            assert outcome.result.ok, outcome.result.err_message
             batch = _batch([{"label": "4", "extra_info": {"calls": calls}}], [PROMPT])
             started = time.perf_counter()
             output = await generator.generate(batch)
-            durations.append(time.perf_counter() - started)
+            adapted.append(time.perf_counter() - started)
             assert len(output["response_ids"]) == calls  # one step-wise row per call
     finally:
         await generator.aclose()
-    return _median_ms(durations)
+    return _median_ms(base), _median_ms(adapted)
 
 
 async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
@@ -180,8 +178,7 @@ async def skyrl_figures(tokenizer: Any) -> None:
     overheads: dict[int, float] = {}
     async with ChatStub() as stub:
         for calls in (1, 5):
-            base = await _baseline(stub, calls)
-            adapted = await _skyrl_adapter(stub, calls, tokenizer)
+            base, adapted = await _overhead(stub, calls, tokenizer)
             overheads[calls] = adapted - base
             figures.append(
                 Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")

@@ -172,6 +172,10 @@ def test_bad_arguments_name_the_field_and_the_fix() -> None:
         AgentRollouts(None, policy=policy)
     with pytest.raises(ConfigError, match="backend 'gpu'"):
         AgentRollouts(Chat, policy=policy, backend="gpu")
+    with pytest.raises(ConfigError, match="drift must be 'fork' or 'realign'"):
+        AgentRollouts(Chat, policy=policy, drift="merge")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_in_flight must be at least 1"):
+        AgentRollouts(Chat, policy=policy, max_in_flight=0)
     with pytest.raises(ConfigError, match="EngineTask.rollout_id"):
         EngineTask("a/b", group_id="g", prompt=PROMPT)
     with pytest.raises(ConfigError, match="prompt must be a list of message objects"):

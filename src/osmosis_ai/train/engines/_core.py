@@ -161,6 +161,8 @@ class AgentRollouts:
                 "AgentRollouts needs a workflow (run here) or server_url (a rollout server "
                 "that has one), not both and not neither"
             )
+        if drift not in ("fork", "realign"):
+            raise ConfigError(f"drift must be 'fork' or 'realign', not {drift!r}")
         if max_in_flight < 1:
             raise ConfigError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if rollout_deadline_sec <= 0:
