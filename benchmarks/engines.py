@@ -106,33 +106,44 @@ def _batch(rows: list[dict[str, Any]], prompts: list[list[dict[str, Any]]]) -> A
     }
 
 
-async def _overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
-    """Median ms per rollout of (LocalBackend directly, OsmosisGenerator), run alternately so
-    that both see the same load on a shared machine."""
+async def _overhead(
+    stub: ChatStub, calls: int, adapted_rollout: Callable[[int], Awaitable[None]]
+) -> tuple[float, float]:
+    """Median ms per rollout of (LocalBackend directly, ``adapted_rollout(index)``: the same
+    workflow through an adapter), run alternately so that both see the same load on a
+    shared machine."""
     backend = LocalBackend(workflow=Calls, grader=Done)
-    generator = OsmosisGenerator(Calls, grader=Done, base_url=stub.base_url, tokenizer=tokenizer)
     base: list[float] = []
     adapted: list[float] = []
+    for index in range(ROLLOUTS):
+        rollout_id = f"base-{calls}-{index}"
+        context = RolloutContext(chat_completions_url=stub.base_url, rollout_id=rollout_id)
+        request = ExecutionRequest(
+            id=rollout_id, prompt=PROMPT, label="4", metadata={"calls": calls}
+        )
+        started = time.perf_counter()
+        with context:
+            outcome = await backend.execute(request)
+        base.append(time.perf_counter() - started)
+        assert outcome.result.ok, outcome.result.err_message
+        started = time.perf_counter()
+        await adapted_rollout(index)
+        adapted.append(time.perf_counter() - started)
+    return _median_ms(base), _median_ms(adapted)
+
+
+async def _skyrl_overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
+    generator = OsmosisGenerator(Calls, grader=Done, base_url=stub.base_url, tokenizer=tokenizer)
+
+    async def rollout(index: int) -> None:
+        batch = _batch([{"label": "4", "extra_info": {"calls": calls}}], [PROMPT])
+        output = await generator.generate(batch)
+        assert len(output["response_ids"]) == calls  # one step-wise row per call
+
     try:
-        for index in range(ROLLOUTS):
-            rollout_id = f"base-{calls}-{index}"
-            context = RolloutContext(chat_completions_url=stub.base_url, rollout_id=rollout_id)
-            request = ExecutionRequest(
-                id=rollout_id, prompt=PROMPT, label="4", metadata={"calls": calls}
-            )
-            started = time.perf_counter()
-            with context:
-                outcome = await backend.execute(request)
-            base.append(time.perf_counter() - started)
-            assert outcome.result.ok, outcome.result.err_message
-            batch = _batch([{"label": "4", "extra_info": {"calls": calls}}], [PROMPT])
-            started = time.perf_counter()
-            output = await generator.generate(batch)
-            adapted.append(time.perf_counter() - started)
-            assert len(output["response_ids"]) == calls  # one step-wise row per call
+        return await _overhead(stub, calls, rollout)
     finally:
         await generator.aclose()
-    return _median_ms(base), _median_ms(adapted)
 
 
 async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
@@ -178,7 +189,7 @@ async def skyrl_figures(tokenizer: Any) -> None:
     overheads: dict[int, float] = {}
     async with ChatStub() as stub:
         for calls in (1, 5):
-            base, adapted = await _overhead(stub, calls, tokenizer)
+            base, adapted = await _skyrl_overhead(stub, calls, tokenizer)
             overheads[calls] = adapted - base
             figures.append(
                 Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")
@@ -234,22 +245,21 @@ def _verl_loop(entry: dict[str, Any], server: Any, tokenizer: Any) -> Any:
     )
 
 
-async def _verl_adapter(calls: int, tokenizer: Any) -> float:
+async def _verl_overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
     server = _InstantServer()
     entry = {"workflow": f"{__name__}:Calls", "grader": f"{__name__}:Done"}
-    durations = []
-    for index in range(ROLLOUTS):
+
+    async def rollout(index: int) -> None:
         row = {
             "raw_prompt": PROMPT,
             "reward_model": {"ground_truth": "4"},
             "extra_info": {"calls": calls},
             "uid": f"b{index}",
         }
-        started = time.perf_counter()
         output = await _verl_loop(entry, server, tokenizer).run({"temperature": 1.0}, **row)
-        durations.append(time.perf_counter() - started)
         assert output.extra_fields["osmosis_status"] == "success", output.extra_fields
-    return _median_ms(durations)
+
+    return await _overhead(stub, calls, rollout)
 
 
 async def _verl_drift(tokenizer: Any) -> dict[str, float]:
@@ -298,8 +308,7 @@ async def verl_figures(tokenizer: Any) -> None:
     overheads: dict[int, float] = {}
     async with ChatStub() as stub:
         for calls in (1, 5):
-            base = await _baseline(stub, calls)
-            adapted = await _verl_adapter(calls, tokenizer)
+            base, adapted = await _verl_overhead(stub, calls, tokenizer)
             overheads[calls] = adapted - base
             figures.append(
                 Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")
