@@ -36,6 +36,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("apache-tvm-ffi", "tvm_ffi"),
     ),
     "skyrl": (("skyrl", "skyrl"),),
+    "verl": (("verl", "verl"),),
 }
 
 
