@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _proc import cpu_seconds, rss_mb
 from _server_process import wait_ready
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.errors import RolloutProtocolError
@@ -195,23 +196,11 @@ async def _load(
             while time.perf_counter() < deadline:
                 await rollout()
 
-        started, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_sec(pid)
+        started, cpu, server_cpu = time.perf_counter(), time.process_time(), cpu_seconds(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-        server_cpu = _cpu_sec(pid) - server_cpu
+        server_cpu = cpu_seconds(pid) - server_cpu
     return len(latencies) / elapsed, latencies, failures, cpu, server_cpu
-
-
-def _cpu_sec(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
@@ -219,7 +208,7 @@ async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
         async with RolloutClient(url=url) as client:
             await wait_ready(client)
             await asyncio.sleep(1.0)
-            before = _rss_mb(pid)
+            before = rss_mb(pid)
             for start in range(0, IDLE_ROLLOUTS, 200):
                 await asyncio.gather(
                     *(
@@ -234,7 +223,7 @@ async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
                     )
                 )
             await asyncio.sleep(2.0)
-            after = _rss_mb(pid)
+            after = rss_mb(pid)
     return (after - before) * 1000 / IDLE_ROLLOUTS
 
 

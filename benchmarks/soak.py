@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 
+from _proc import cpu_seconds, rss_mb
 from _server_process import rollout_server
 from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
 
@@ -47,18 +48,6 @@ class Slice:
     rss_mb: float
     fds: int
     retention: dict[str, Any]
-
-
-def _cpu_sec(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def _disk_bytes(root: Path) -> tuple[int, int]:
@@ -167,8 +156,8 @@ async def _soak(
                 Slice(
                     done=run.done,
                     wall_sec=time.perf_counter(),
-                    cpu_sec=_cpu_sec(pid),
-                    rss_mb=_rss_mb(pid),
+                    cpu_sec=cpu_seconds(pid),
+                    rss_mb=rss_mb(pid),
                     fds=len(os.listdir(f"/proc/{pid}/fd")),
                     retention=health.get("retention", {}),
                 )
