@@ -183,21 +183,32 @@ async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
     }
 
 
-async def skyrl_figures(tokenizer: Any) -> None:
-    """The SkyRL adapter's table."""
+async def _overhead_figures(
+    adapter: str,
+    measure: Callable[[ChatStub, int, Any], Awaitable[tuple[float, float]]],
+    tokenizer: Any,
+) -> list[Figure]:
+    """Per-rollout times of the same workflow on ``LocalBackend`` directly and through
+    ``adapter`` with 1 and 5 calls, and the overhead split into per rollout and per call."""
     figures: list[Figure] = []
     overheads: dict[int, float] = {}
     async with ChatStub() as stub:
         for calls in (1, 5):
-            base, adapted = await _skyrl_overhead(stub, calls, tokenizer)
+            base, adapted = await measure(stub, calls, tokenizer)
             overheads[calls] = adapted - base
             figures.append(
                 Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")
             )
-            figures.append(Figure(f"OsmosisGenerator, {calls} call(s), per rollout", adapted, "ms"))
+            figures.append(Figure(f"{adapter}, {calls} call(s), per rollout", adapted, "ms"))
     per_call = (overheads[5] - overheads[1]) / 4
     figures.append(Figure("adapter overhead per rollout", overheads[1] - per_call, "ms", 2.0))
     figures.append(Figure("adapter overhead per LLM call", per_call, "ms", 0.5))
+    return figures
+
+
+async def skyrl_figures(tokenizer: Any) -> None:
+    """The SkyRL adapter's table."""
+    figures = await _overhead_figures("OsmosisGenerator", _skyrl_overhead, tokenizer)
     drift = await _skyrl_drift(tokenizer)
     figures += [
         Figure("calculator via SkyRL: model calls", drift["calls"], "calls"),
@@ -304,21 +315,7 @@ async def _verl_drift(tokenizer: Any) -> dict[str, float]:
 
 async def verl_figures(tokenizer: Any) -> None:
     """The verl adapter's table."""
-    figures: list[Figure] = []
-    overheads: dict[int, float] = {}
-    async with ChatStub() as stub:
-        for calls in (1, 5):
-            base, adapted = await _verl_overhead(stub, calls, tokenizer)
-            overheads[calls] = adapted - base
-            figures.append(
-                Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")
-            )
-            figures.append(
-                Figure(f"OsmosisAgentLoop.run, {calls} call(s), per rollout", adapted, "ms")
-            )
-    per_call = (overheads[5] - overheads[1]) / 4
-    figures.append(Figure("adapter overhead per rollout", overheads[1] - per_call, "ms", 2.0))
-    figures.append(Figure("adapter overhead per LLM call", per_call, "ms", 0.5))
+    figures = await _overhead_figures("OsmosisAgentLoop.run", _verl_overhead, tokenizer)
     try:
         drift = await _verl_drift(tokenizer)
     finally:
