@@ -3,9 +3,8 @@
 
 Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
 ``--minutes`` sets the training budget). Needs the ``train`` extra. torch's two threads
-work in lock step, so any other busy process stretches every forward pass; on a shared
-machine, ``chrt -r 10 python benchmarks/train.py`` (root) keeps other processes off the
-cores while it runs.
+work in lock step, so any other busy process stretches every forward pass: the overhead
+figure is only meaningful on an idle machine.
 
 1. `TorchPolicy` behind a real gateway over HTTP: completion tokens/s of 8 concurrent calls
    (and of one), and the recorded logprobs against a teacher-forced pass of the same weights
