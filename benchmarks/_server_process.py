@@ -40,9 +40,13 @@ def rollout_server(
             process.kill()
 
 
+#: A server starting on a machine busy with other work can take a minute to import.
+READY_TIMEOUT_SEC = 180.0
+
+
 async def wait_ready(client: RolloutClient) -> None:
-    """Return once the server answers ``/health`` (within 60 s)."""
-    async with asyncio.timeout(60):
+    """Return once the server answers ``/health`` (within `READY_TIMEOUT_SEC`)."""
+    async with asyncio.timeout(READY_TIMEOUT_SEC):
         while True:
             try:
                 await client.health()

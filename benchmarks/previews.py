@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _proc import cpu_seconds
 from _report import Figure, print_table
 from _server_process import rollout_server, wait_ready
 from osmosis_ai.rollout.client import RolloutClient
@@ -34,16 +34,10 @@ REPEATS = 3
 PROMPT = [{"role": "user", "content": "tell me a story"}]
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 async def _workload(url: str, pid: int) -> dict[str, Any]:
     async with RolloutClient(url=url, max_connections=512) as client:
         await wait_ready(client)
-        cpu_before, wall_before = _cpu_seconds(pid), time.monotonic()
+        cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
 
         async def one(index: int) -> float:
             started = time.monotonic()
@@ -56,7 +50,7 @@ async def _workload(url: str, pid: int) -> dict[str, Any]:
 
         latencies = await asyncio.gather(*(one(index) for index in range(ROLLOUTS)))
         wall = time.monotonic() - wall_before
-        cpu = _cpu_seconds(pid) - cpu_before
+        cpu = cpu_seconds(pid) - cpu_before
         previews = (await client.health()).get("previews") or {}
     return {
         "latency": statistics.mean(latencies),

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 
+from _proc import rss_mb
 from _report import Figure, print_table
 from _server_process import rollout_server, wait_ready
 from osmosis_ai.rollout.client import RolloutClient
@@ -29,13 +30,6 @@ PROMPT = [{"role": "user", "content": "hi"}]
 THROUGHPUT_ROLLOUTS = 20_000
 CONCURRENCY = 256
 IDLE_STEPS = (0, 2_000, 4_000, 6_000, 8_000, 10_000)
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 async def _throughput(url: str) -> tuple[float, list[float], int]:
@@ -95,7 +89,7 @@ async def _idle_memory(url: str, pid: int, *, polled: bool) -> list[tuple[int, f
             await asyncio.sleep(2)  # let every first long poll arrive and settle
             health = await client.health()
             assert health["lifecycle"]["active_rollouts"] == target
-            points.append((target, _rss_mb(pid)))
+            points.append((target, rss_mb(pid)))
         for handle in handles:
             handle._task.cancel()
     return points

@@ -16,7 +16,8 @@ from osmosis_ai.testing import ChatStub
 _ISOLATED_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 
 # Harbor needs Python 3.12+: its tests run in their own environment (`make test-harbor`).
-collect_ignore = ["rollout/backend/harbor"] if sys.version_info < (3, 12) else []
+# SkyRL and verl likewise (`make test-engines`, .venv-engines).
+collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info < (3, 12) else []
 
 
 def pytest_configure(config: pytest.Config) -> None:

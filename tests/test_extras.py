@@ -14,7 +14,7 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
     "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
-    "viewer", "train", "all", "dev",
+    "viewer", "train", "skyrl", "verl", "all", "dev",
 }  # fmt: skip
 
 
@@ -41,8 +41,10 @@ def test_all_extra_covers_every_feature_extra() -> None:
     (combined,) = extras["all"]
     included = set(combined.split("[", 1)[1].rstrip("]").split(","))
     # harbor needs Python 3.12 and is installed on its own; train pins the local CPU torch
-    # build, which a plain `[all]` install elsewhere would fetch as the multi-GB CUDA one.
-    assert included == set(EXTRA_DISTRIBUTIONS) - {"harbor", "train"}
+    # build, which a plain `[all]` install elsewhere would fetch as the multi-GB CUDA one;
+    # skyrl needs Python 3.12 and a GPU install of SkyRL, verl a GPU training stack: both
+    # are installed on the training cluster.
+    assert included == set(EXTRA_DISTRIBUTIONS) - {"harbor", "train", "skyrl", "verl"}
 
 
 def test_missing_optional_module_names_the_extra_to_install() -> None:

@@ -571,3 +571,12 @@ def test_text_and_structured_paths_hide_the_same_values(tree, secrets, indent):
         assert (marker in by_text) == (marker in by_structure), (marker, by_text, by_structure)
     for secret in secrets:
         assert secret not in by_text and secret not in by_structure
+
+
+def test_redactor_with_secrets_it_already_scrubs_is_itself():
+    redactor = Redactor(("k3y",))
+    assert redactor.with_secrets("k3y", "") is redactor
+    wider = redactor.with_secrets("k3y", "s3cret")
+    assert wider is not redactor and wider.secrets == ("s3cret", "k3y")
+    with pytest.raises(TypeError):
+        redactor.with_secrets(None)  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from osmosis_ai._serving import HEADER_TIMEOUT_SEC, running_server
+from osmosis_ai._serving import HEADER_TIMEOUT_SEC, bind_socket, running_server
 from osmosis_ai.gateway import Gateway
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
 from osmosis_ai.testing import ChatStub
@@ -76,3 +76,49 @@ async def test_a_failed_startup_is_a_runtime_error_and_frees_the_port() -> None:
         async with running_server(_failing_startup_app, port=port):
             pytest.fail("the block must not run when the app's startup failed")
     socket.create_server(("127.0.0.1", port)).close()  # the server's socket was closed
+
+
+@pytest.mark.slow
+async def test_a_slow_header_on_a_busy_connection_gets_the_whole_bound() -> None:
+    # A request that starts well into a kept-alive connection's life gets the full bound
+    # from its own first bytes (not from the connection's or an earlier request's), then
+    # the connection is closed.
+    async with ChatStub() as stub, Gateway(OpenAICompatiblePolicy(stub.base_url)) as gateway:
+        host, port = gateway.base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            async with asyncio.timeout(10):
+                head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+                await reader.readexactly(int(head.split("content-length:")[1].split("\r\n")[0]))
+            await asyncio.sleep(HEADER_TIMEOUT_SEC * 0.6)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x")
+            await writer.drain()
+            started = time.monotonic()
+            async with asyncio.timeout(HEADER_TIMEOUT_SEC + 10):
+                while await reader.read(65536):  # until EOF: the server closed the connection
+                    pass
+            elapsed = time.monotonic() - started
+            assert HEADER_TIMEOUT_SEC - 1 <= elapsed <= HEADER_TIMEOUT_SEC + 5
+        finally:
+            writer.close()
+
+
+async def test_connections_accepted_on_a_bound_socket_send_without_nagles_delay() -> None:
+    # With Nagle's algorithm on, an answer written as headers then body waits for the
+    # client's delayed ACK: 40 ms per request on a kept-alive connection.
+    accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=bind_socket())
+    async with server:
+        host, port = server.sockets[0].getsockname()[:2]
+        _, writer = await asyncio.open_connection(host, port)
+        async with asyncio.timeout(10):
+            assert await accepted != 0
+        writer.close()

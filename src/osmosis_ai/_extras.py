@@ -35,6 +35,8 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("accelerate", "accelerate"),
         ("apache-tvm-ffi", "tvm_ffi"),
     ),
+    "skyrl": (("skyrl", "skyrl"),),
+    "verl": (("verl", "verl"),),
 }
 
 

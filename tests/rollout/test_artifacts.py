@@ -10,7 +10,11 @@ import pytest
 
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.rollout import _artifacts
-from osmosis_ai.rollout._artifacts import artifacts_dir_path, create_artifacts_dir
+from osmosis_ai.rollout._artifacts import (
+    artifacts_dir_path,
+    create_artifacts_dir,
+    remove_if_empty,
+)
 
 
 async def test_directory_is_created_under_a_missing_root(tmp_path: Path) -> None:
@@ -78,3 +82,16 @@ async def test_a_file_in_the_way_gives_none_without_retrying(tmp_path: Path) -> 
 def test_paths_refuse_ids_that_leave_the_root(tmp_path: Path) -> None:
     with pytest.raises(InvalidIdError):
         artifacts_dir_path(tmp_path, "../escape")
+
+
+async def test_an_empty_directory_is_removed_and_a_written_one_kept(tmp_path: Path) -> None:
+    empty = await create_artifacts_dir(tmp_path, "empty")
+    written = await create_artifacts_dir(tmp_path, "written")
+    assert empty is not None and written is not None
+    (written / "trace.log").write_text("kept")
+    await remove_if_empty(empty)
+    await remove_if_empty(written)
+    await remove_if_empty(None)  # no directory was provisioned: nothing to do
+    await remove_if_empty(empty)  # already gone: no error
+    assert not empty.exists() and empty.parent.is_dir()
+    assert (written / "trace.log").read_text() == "kept"

@@ -314,3 +314,52 @@ async def test_interleaved_conversations_each_keep_their_own_sequence() -> None:
     assert [s.token_ids for s in sequences] == [(1, 2, 3, 4, 5), (7, 8, 9, 10, 11)]
     assert [s.loss_mask for s in sequences] == [(0, 0, 1, 0, 1)] * 2
     assert (stats.merges, stats.new_contexts, stats.drift) == (2, 1, 0)
+
+
+async def test_one_sequence_realigns_every_call_of_the_tool_conversation(
+    conversations: dict[str, list[CallRecord]],
+) -> None:
+    calls = conversations["tool"]
+    (sequence,), stats = _build(calls, drift="realign", one_sequence=True)
+    # The new context (another system prompt) and the drift are both realigned: the one
+    # sequence is the last call's prompt and completion, nothing re-tokenised.
+    assert (stats.merges, stats.drift, stats.new_contexts) == (0, 2, 0)
+    last_prompt, last_completion, last_logprobs = _tokens(calls[-1])
+    assert list(sequence.token_ids) == last_prompt + last_completion
+    assert list(sequence.loss_mask[len(last_prompt) :]) == [1] * len(last_completion)
+    assert list(sequence.behaviour_logprobs[len(last_prompt) :]) == last_logprobs
+    total = sum(len(_tokens(call)[1]) for call in calls)
+    assert stats.realign_dropped_tokens > 0
+    assert sequence.policy_tokens == total - stats.realign_dropped_tokens
+    # Every kept policy token is one a call generated, with that call's logprob.
+    offsets = {}
+    for call in calls:
+        prompt, completion, logprobs = _tokens(call)
+        for position, (token, logprob) in enumerate(zip(completion, logprobs, strict=True)):
+            offsets[len(prompt) + position] = (token, logprob)
+    for position, flag in enumerate(sequence.loss_mask):
+        if flag:
+            assert (sequence.token_ids[position], sequence.behaviour_logprobs[position]) == (
+                offsets[position]
+            )
+
+
+async def test_one_sequence_cuts_earlier_conversations_and_counts_the_drop() -> None:
+    interleaved = [
+        _record(0, [1, 2], [3], [-0.1]),
+        _record(1, [7, 8], [9], [-0.2]),
+        _record(2, [7, 8, 9, 10], [11], [-0.4]),
+    ]
+    (sequence,), stats = _build(interleaved, drift="realign", one_sequence=True)
+    assert sequence.token_ids == (7, 8, 9, 10, 11)
+    assert sequence.loss_mask == (0, 0, 1, 0, 1)
+    assert (stats.merges, stats.drift, stats.realign_dropped_tokens) == (1, 1, 1)
+    retried = [_record(0, [1, 2], [3], [-0.1]), _record(1, [1, 2], [4], [-0.2])]
+    (sequence,), stats = _build(retried, drift="realign", one_sequence=True)
+    assert (sequence.token_ids, sequence.behaviour_logprobs) == ((1, 2, 4), (0.0, 0.0, -0.2))
+    assert (stats.drift, stats.new_contexts, stats.realign_dropped_tokens) == (1, 0, 1)
+
+
+async def test_one_sequence_needs_the_realign_policy() -> None:
+    with pytest.raises(ConfigError, match="one_sequence=True .* pass drift='realign'"):
+        _build([], one_sequence=True)

@@ -218,7 +218,9 @@ async def test_training_rollout_artifacts_are_served_as_downloads(
     workspace_runs: Path, tmp_path: Path
 ) -> None:
     run_dir = _copy(workspace_runs, tmp_path)
+    # A rollout that wrote no artifact keeps no artifacts/ folder: this one writes one.
     artifacts = run_dir / "rollouts" / "step-0001-row-0-0" / "artifacts"
+    artifacts.mkdir(exist_ok=True)
     (artifacts / "notes.txt").write_text("<script>no</script>")
     shutil.copy(artifacts / "notes.txt", tmp_path / "outside.txt")
     (artifacts / "escape").symlink_to(tmp_path)

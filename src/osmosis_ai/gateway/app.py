@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -180,6 +180,7 @@ async def chat_completions(request: Request) -> Response:
     _authorize(request, state)
     rollout_id = _rollout_id(request)
     chat = parse_chat_request(await _read_json(request), sampling=state.sampling)
+    chat = replace(chat, rollout_id=rollout_id)
     call = _Call(state, rollout_id, chat)
     if chat.stream:
         return await _stream(state, chat, call)

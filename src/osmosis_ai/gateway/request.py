@@ -68,6 +68,10 @@ class ChatRequest:
     want_token_ids: bool
     """Whether the caller asked for token ids (``return_token_ids``, as vLLM names it)."""
 
+    rollout_id: str | None = None
+    """The rollout the call belongs to (from the per-rollout URL), for policies that route
+    a rollout's calls to one engine server (sticky sessions)."""
+
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The conversation."""

@@ -13,7 +13,11 @@ few sequences as the token ids allow:
   longest common prefix, appends the rest of the new prompt as context (mask 0) and drops the
   cut policy tokens from training (counted).
 - **new context**: the prompt diverges before the last completion (rewritten history, another
-  conversation): always a separate sequence.
+  conversation): a separate sequence, unless ``one_sequence=True``.
+- **one sequence** (``one_sequence=True``, with ``drift="realign"``): engines that train one
+  sequence per trajectory (verl) get every call chained into one: a call that would start a
+  new sequence is realigned like drift, so policy tokens of earlier calls that its prompt no
+  longer holds are dropped from training (counted in ``realign_dropped_tokens``).
 
 Nothing is ever re-tokenised: every token comes from a record.
 """
@@ -173,20 +177,29 @@ class _Building:
 
 
 def build_sequences(
-    rollouts: Iterable[RolloutRecords], *, drift: DriftPolicy = "fork"
+    rollouts: Iterable[RolloutRecords],
+    *,
+    drift: DriftPolicy = "fork",
+    one_sequence: bool = False,
 ) -> tuple[list[TrainingSequence], SequenceStats]:
     """Turn finished rollouts into training sequences, counting what was merged or left out.
 
     Args:
         rollouts: Finished rollouts with their call records.
         drift: What to do when re-tokenisation breaks a prefix (see the module docstring).
+        one_sequence: At most one sequence per rollout: calls that do not chain are
+            realigned into it (needs ``drift="realign"``); each such call counts as drift.
 
     Raises:
-        ConfigError: An unknown ``drift`` policy, or a call record in JSON form whose fields
-            have the wrong type.
+        ConfigError: An unknown ``drift`` policy, ``one_sequence`` with ``drift="fork"``, or
+            a call record in JSON form whose fields have the wrong type.
     """
     if drift not in ("fork", "realign"):
         raise ConfigError(f"drift must be 'fork' or 'realign', not {drift!r}")
+    if one_sequence and drift != "realign":
+        raise ConfigError(
+            "one_sequence=True realigns every call into one sequence; pass drift='realign'"
+        )
     stats = SequenceStats()
     sequences: list[TrainingSequence] = []
     groups: dict[str, int] = {}
@@ -194,7 +207,7 @@ def build_sequences(
         stats.rollouts += 1
         group = rollout.group_id
         groups.setdefault(group, 0)
-        built = _rollout_sequences(rollout, drift, stats)
+        built = _rollout_sequences(rollout, drift, stats, one_sequence=one_sequence)
         if isinstance(built, Exclusion):
             stats.excluded[built.value] += 1
             continue
@@ -210,7 +223,7 @@ def build_sequences(
 
 
 def _rollout_sequences(
-    rollout: RolloutRecords, drift: DriftPolicy, stats: SequenceStats
+    rollout: RolloutRecords, drift: DriftPolicy, stats: SequenceStats, *, one_sequence: bool
 ) -> list[TrainingSequence] | Exclusion:
     result = rollout.result
     if result.status is not RolloutStatus.SUCCESS:
@@ -231,7 +244,7 @@ def _rollout_sequences(
             calls.append(tokens)
     if not calls:
         return Exclusion.NO_CALLS
-    chained = _chain(calls, drift, stats)
+    chained = _chain(calls, drift, stats, one_sequence=one_sequence)
     if not any(1 in building.mask for building in chained):
         return Exclusion.NO_POLICY_TOKENS
     reward = float(result.sample.reward)
@@ -249,7 +262,9 @@ def _rollout_sequences(
     ]
 
 
-def _chain(calls: list[_CallTokens], drift: DriftPolicy, stats: SequenceStats) -> list[_Building]:
+def _chain(
+    calls: list[_CallTokens], drift: DriftPolicy, stats: SequenceStats, *, one_sequence: bool
+) -> list[_Building]:
     chained: list[_Building] = []
     for call in calls:
         # The sequence this call most plausibly continues: the longest shared prefix (the
@@ -263,7 +278,9 @@ def _chain(calls: list[_CallTokens], drift: DriftPolicy, stats: SequenceStats) -
         if best is not None and shared == len(best.tokens):
             stats.merges += 1
             best.append(call.prompt[shared:], policy=None)
-        elif best is not None and best.last_completion_start <= shared < len(call.prompt):
+        elif best is not None and (
+            one_sequence or best.last_completion_start <= shared < len(call.prompt)
+        ):
             stats.drift += 1
             if drift == "realign":
                 stats.realign_dropped_tokens += sum(best.mask[shared:])

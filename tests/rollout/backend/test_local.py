@@ -591,16 +591,41 @@ async def test_run_grader_still_grades_a_sample_given_directly() -> None:
 # -- artifacts ----------------------------------------------------------------------------
 
 
-async def test_artifacts_dir_is_created_per_rollout(artifact_root: Path) -> None:
+async def test_artifacts_dir_is_created_per_rollout_and_removed_when_left_empty(
+    artifact_root: Path,
+) -> None:
     dirs: list[Path | None] = []
+    existed: list[bool] = []
 
     class Spy(AgentWorkflow):
         async def run(self, ctx: AgentWorkflowContext) -> None:
             dirs.append(ctx.artifacts_dir)
+            existed.append(ctx.artifacts_dir is not None and ctx.artifacts_dir.is_dir())
 
     await LocalBackend(workflow=Spy).execute(request("art-1"))
     assert dirs == [artifact_root / "art-1" / "artifacts"]
-    assert dirs[0] is not None and dirs[0].is_dir()
+    assert existed == [True]
+    assert not (artifact_root / "art-1" / "artifacts").exists()
+
+
+async def test_artifacts_written_by_the_workflow_and_the_grader_stay(artifact_root: Path) -> None:
+    class Writes(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
+            if ctx.artifacts_dir:
+                log_file = ctx.artifacts_dir / "run.log"
+                await asyncio.to_thread(log_file.write_text, "started\n")
+            return [{"role": "assistant", "content": "42"}]
+
+    class GraderWrites(ExactMatch):
+        async def grade(self, ctx: GraderContext) -> None:
+            assert ctx.artifacts_dir is not None
+            await asyncio.to_thread((ctx.artifacts_dir / "grade.log").write_text, "graded\n")
+            await super().grade(ctx)
+
+    await LocalBackend(workflow=Writes).execute(request("wrote"))
+    await LocalBackend(workflow=Answer, grader=GraderWrites).execute(request("graded"))
+    assert (artifact_root / "wrote" / "artifacts" / "run.log").read_text() == "started\n"
+    assert (artifact_root / "graded" / "artifacts" / "grade.log").read_text() == "graded\n"
 
 
 async def test_unavailable_artifact_root_gives_none_and_the_rollout_succeeds(

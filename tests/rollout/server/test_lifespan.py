@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
@@ -104,3 +105,15 @@ async def test_failing_user_shutdown_fails_the_shutdown_after_the_backend_shut_d
     ]
     assert events[-2:] == ["backend shutdown", "user exit"]
     assert "rollout server shutdown failed" in caplog.text
+
+
+async def test_startup_objects_are_frozen_out_of_collections_while_serving(
+    serve: ServeFactory,
+) -> None:
+    assert gc.get_freeze_count() == 0
+    async with serve() as server:
+        frozen = gc.get_freeze_count()
+        assert (await server.http.get("/health")).status_code == 200
+    # Modules, classes and the app itself: far more than a handful of objects.
+    assert frozen > 10_000
+    assert gc.get_freeze_count() == 0  # given back at shutdown

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import string
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -54,6 +57,30 @@ async def test_status_progresses_queued_running_grading_success(serve: ServeFact
         final = await handle
     assert seen == [RolloutStatus.RUNNING, RolloutStatus.GRADING]
     assert final.status is RolloutStatus.SUCCESS
+
+
+async def test_the_lease_answer_echoes_the_id_and_the_server_timeouts(
+    serve: ServeFactory,
+) -> None:
+    rollout_id = 'r "quoted" é ✓'
+    async with serve(result_wait_timeout_sec=7, polling_lease_timeout_sec=12.5) as server:
+        answer = await server.admit(rollout_id)
+        assert answer.status_code == 202
+        lease = json.loads(answer.content)
+        assert lease == {
+            "rollout_id": rollout_id,
+            "status": "queued",
+            "polling_lease_token": lease["polling_lease_token"],
+            "result_wait_timeout_sec": 7.0,
+            "polling_lease_timeout_sec": 12.5,
+        }
+        token = lease["polling_lease_token"]
+        assert token and set(token) <= set(string.ascii_letters + string.digits + "-_")
+        result = await server.http.get(
+            f"/rollout/{quote(rollout_id)}/result",
+            headers={POLLING_LEASE_HEADER: token},
+        )
+        assert result.status_code == 200 and result.json()["rollout_id"] == rollout_id
 
 
 async def test_duplicate_rollout_id_is_409_while_retained(serve: ServeFactory) -> None:

@@ -58,6 +58,15 @@ async def test_trajectory_exists_when_the_result_is_published(
     assert [step["source"] for step in trajectory["steps"]] == ["user", "agent"]
 
 
+async def test_a_rollout_without_artifacts_leaves_only_its_trajectory(
+    serve: ServeFactory, artifact_root: Path
+) -> None:
+    async with serve() as server:
+        result = await (await server.client.run_rollout(PROMPT, CHAT_URL, "bare", label="42"))
+    assert result.status is RolloutStatus.SUCCESS
+    assert sorted(p.name for p in (artifact_root / "bare").iterdir()) == ["trajectory.json"]
+
+
 class NumpyMetrics(ExactMatch):
     """Grades like ExactMatch and reports its scores the way NumPy code produces them."""
 

@@ -93,6 +93,9 @@ class OpenAICompatiblePolicy(Policy):
         timeout_sec: Connect timeout, and the longest wait for the next byte of an answer.
         token_data: Ask for logprobs and token ids on every call.
         max_connections: Size of the connection pool.
+        session_header: Send each call's rollout id in this header (e.g. ``X-Session-ID``),
+            so an upstream that routes by session (SkyRL's inference proxy) keeps a
+            rollout's calls on one engine and reuses its prefix cache.
 
     Raises:
         ConfigError: ``base_url`` carries credentials and ``api_key`` is given too.
@@ -109,6 +112,7 @@ class OpenAICompatiblePolicy(Policy):
         timeout_sec: float = 600.0,
         token_data: bool = False,
         max_connections: int = 512,
+        session_header: str | None = None,
     ) -> None:
         userinfo = split_userinfo(base_url)[1]
         if userinfo is not None and api_key:
@@ -124,6 +128,7 @@ class OpenAICompatiblePolicy(Policy):
         self.timeout_sec = timeout_sec
         self.token_data = token_data
         self.max_connections = max_connections
+        self.session_header = session_header
         self._session: Any = None
         self._aiohttp: Any = None
 
@@ -174,8 +179,14 @@ class OpenAICompatiblePolicy(Policy):
     def _post(self, request: ChatRequest) -> Any:
         if self._session is None:
             raise PolicyError("the policy is not started", status_code=503)
+        headers = {}
+        if self.session_header and request.rollout_id:
+            headers[self.session_header] = request.rollout_id
         return self._session.post(
-            f"{self.base_url}/chat/completions", json=self._body(request), allow_redirects=False
+            f"{self.base_url}/chat/completions",
+            json=self._body(request),
+            headers=headers,
+            allow_redirects=False,
         )
 
     async def complete(self, request: ChatRequest) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._artifacts import create_artifacts_dir
+from osmosis_ai.rollout._artifacts import create_artifacts_dir, remove_if_empty
 from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
 from osmosis_ai.rollout.backend._phases import run_grader_phase, run_workflow_phase
@@ -26,7 +26,8 @@ class LocalBackend(ExecutionBackend):
     """Runs each rollout's workflow and grader in-process, concurrently, on the event loop.
 
     Each rollout gets a fresh workflow (and grader) instance with a private deep copy of its
-    config, an artifacts directory under the artifact root, and deadlines: the agent
+    config, an artifacts directory under the artifact root (removed after ``execute()`` when
+    the rollout left it empty), and deadlines: the agent
     deadline counts from submission (time spent waiting for a slot is included, because
     the controller's clock started then), the grader deadline from the start of grading.
     A deadline is reported as ``timeout`` even when user code blocked the event loop or
@@ -109,12 +110,19 @@ class LocalBackend(ExecutionBackend):
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         """Run the workflow, then the grader when one exists and ``request.grade`` is true."""
         workflow, artifacts_dir = await self._workflow_phase(request, time.monotonic())
-        if not workflow.ok or not request.grade or self.spec.grader is None:
-            return ExecutionOutcome(workflow=workflow)
-        grader = await run_grader_phase(
-            self.spec, request, workflow.sample, artifacts_dir=artifacts_dir, slots=self._graders
-        )
-        return ExecutionOutcome(workflow=workflow, grader=grader)
+        try:
+            if not workflow.ok or not request.grade or self.spec.grader is None:
+                return ExecutionOutcome(workflow=workflow)
+            grader = await run_grader_phase(
+                self.spec,
+                request,
+                workflow.sample,
+                artifacts_dir=artifacts_dir,
+                slots=self._graders,
+            )
+            return ExecutionOutcome(workflow=workflow, grader=grader)
+        finally:
+            await remove_if_empty(artifacts_dir)
 
     # -- phases, also usable one at a time from a custom harness ---------------------------
 

@@ -21,6 +21,7 @@ __all__ = [
     "Receive",
     "Scope",
     "Send",
+    "encode_json",
     "json_answer",
 ]
 
@@ -50,9 +51,18 @@ class Answer:
         await send({"type": "http.response.body", "body": self.body})
 
 
+# Built once: ``json.dumps`` with options builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_json(data: Any) -> bytes:
+    """``data`` as compact UTF-8 JSON, the encoding of every answer the server builds."""
+    return _ENCODER.encode(data).encode()
+
+
 def json_answer(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
     """A JSON answer."""
-    body = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    body = encode_json(data)
     encoded = [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
     return Answer(body, status, encoded)
 

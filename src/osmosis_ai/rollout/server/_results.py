@@ -28,13 +28,18 @@ def _valid_text(value: str | None) -> str | None:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
+# Built once: ``json.dumps`` with options builds a new encoder on every call.
+_UTF8 = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def _dumps(data: dict[str, Any]) -> bytes:
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = _UTF8.encode(data)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         # Messages holding lone surrogates: escape them rather than fail the result.
-        return json.dumps(data, allow_nan=False, separators=(",", ":")).encode("ascii")
+        return _ASCII.encode(data).encode("ascii")
 
 
 def _wire_sample(sample: RolloutSample, status: RolloutStatus) -> dict[str, Any]:

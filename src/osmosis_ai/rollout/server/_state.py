@@ -60,6 +60,7 @@ class ServerState:
             # Live executions, including ones still unwinding after their result was published.
             "active_rollouts": len(self.tasks),
         }
+        payload["retention"] = self.registry.retention()
         payload["event_loop"] = self.monitor.health()
         if self.preview_hub is not None:
             payload["previews"] = self.preview_hub.health()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 import math
@@ -38,6 +39,7 @@ from osmosis_ai.rollout.server._http import (
     Receive,
     Scope,
     Send,
+    encode_json,
     json_answer,
 )
 from osmosis_ai.rollout.server._previews import PreviewHub
@@ -55,11 +57,14 @@ from osmosis_ai.rollout.types import (
 )
 
 __all__ = [
+    "DEFAULT_DELIVERED_RESULT_GRACE_SEC",
+    "DEFAULT_MAX_RETAINED_RESULTS",
     "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
     "DEFAULT_RESULT_RETENTION_SEC",
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
     "Previews",
     "RolloutServerApp",
+    "backend_from_spec",
     "create_rollout_server",
 ]
 
@@ -69,6 +74,12 @@ DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
 DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
 DEFAULT_DRAIN_TIMEOUT_SEC = 10.0
+#: Restarted by every delivery, so it only needs to outlast the client's longest wait
+#: between two retries of a lost answer (8 s), with room for a slow, loaded host.
+DEFAULT_DELIVERED_RESULT_GRACE_SEC = 15.0
+#: Results and tombstones remembered at most: over a minute of ids at 650 rollouts/s, and
+#: 10-20 MB of RSS (a tombstone cost 180-390 bytes of RSS in benchmarks/soak.py).
+DEFAULT_MAX_RETAINED_RESULTS = 50_000
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 #: ``local`` (default), ``ray``, ``ray:ADDRESS``, ``process`` or ``process:sandbox``: run a
 #: `LocalBackend`'s rollouts on Ray or in child processes instead (``osmosis eval run
@@ -131,15 +142,30 @@ async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
     entry.task = task
     state.tasks.add(task)
     task.add_done_callback(partial(_task_ended, state, entry))
-    return json_answer(
-        {
-            "rollout_id": entry.rollout_id,
-            "status": RolloutStatus.QUEUED.value,
-            "polling_lease_token": token,
-            "result_wait_timeout_sec": state.result_wait_timeout_sec,
-            "polling_lease_timeout_sec": state.registry.lease_timeout_sec,
-        },
+    return Answer(
+        _lease_body(
+            entry.rollout_id,
+            token,
+            state.result_wait_timeout_sec,
+            state.registry.lease_timeout_sec,
+        ),
         202,
+    )
+
+
+def _lease_body(rollout_id: str, token: str, wait_sec: float, lease_sec: float) -> bytes:
+    """The 202 body of an admission, filled into a template: every admission sends one,
+    and a general encoder costs several times more. The token is URL-safe base64 and the
+    timeouts finite numbers (validated at creation), written as JSON writes a float."""
+    return (
+        b'{"rollout_id":%b,"status":"queued","polling_lease_token":"%b",'
+        b'"result_wait_timeout_sec":%b,"polling_lease_timeout_sec":%b}'
+        % (
+            encode_json(rollout_id),
+            token.encode(),
+            repr(float(wait_sec)).encode(),
+            repr(float(lease_sec)).encode(),
+        )
     )
 
 
@@ -190,10 +216,27 @@ def _leased_entry(state: ServerState, request: HttpRequest, rollout_id: str) -> 
         )
     entry = state.registry.get(rollout_id)
     if entry is None:
-        return json_answer({"detail": "unknown rollout_id"}, 404)
+        return _forgotten(state, rollout_id)
     if not entry.holds_lease(token):
         return json_answer({"detail": "invalid polling lease"}, 403)
     return entry
+
+
+def _forgotten(state: ServerState, rollout_id: str) -> Answer:
+    """404 for an id the server does not know; 410 with the status for a freed result."""
+    status = state.registry.tombstone(rollout_id)
+    if status is None:
+        return json_answer({"detail": "unknown rollout_id"}, 404)
+    grace = state.registry.grace_sec
+    return json_answer(
+        {
+            "detail": f"rollout finished ({status.value}) and its result was freed "
+            f"{grace:g}s after it was last sent to the lease holder; a lost answer must be "
+            "polled again within delivered_result_grace_sec",
+            "status": status.value,
+        },
+        410,
+    )
 
 
 async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str) -> Answer:
@@ -209,8 +252,7 @@ async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str)
             if entry.progress.status == entry.reported:
                 await entry.progress.wait_for_change(state.result_wait_timeout_sec)
     if entry.result_body is not None:
-        entry.delivered = True
-        return Answer(entry.result_body)
+        return Answer(entry.deliver())
     entry.reported = entry.progress.status
     return Answer(encode_status(entry.rollout_id, entry.reported))
 
@@ -257,7 +299,7 @@ async def health(state: ServerState, request: HttpRequest) -> Answer:
 
 
 async def _sweep(state: ServerState, interval_sec: float) -> None:
-    """Expire leases and drop results past retention, forever."""
+    """Expire leases, free results past their grace or retention, forever."""
     while True:
         await asyncio.sleep(interval_sec)
         try:
@@ -269,6 +311,18 @@ async def _sweep(state: ServerState, interval_sec: float) -> None:
             logger.exception("rollout server sweep failed")
 
 
+def _freeze_startup_objects() -> None:
+    """Keep what exists at startup out of every later garbage collection.
+
+    Modules, classes and the user's resources are a hundred thousand objects or more that
+    live as long as the server; without this every full collection walks them all again
+    (full collections took 8 % of the server's CPU in a soak before retention was bounded;
+    see benchmarks/README.md).
+    """
+    gc.collect()  # garbage frozen now would never be freed
+    gc.freeze()
+
+
 @asynccontextmanager
 async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
     """The server's lifetime, inside the user's lifespan so their resources outlive draining."""
@@ -276,6 +330,7 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
     user = state.user_lifespan(app) if state.user_lifespan else contextlib.nullcontext()
     async with user:
         await state.backend.start()
+        _freeze_startup_objects()
         drainer = Drainer(state)
         drainer.install()
         state.monitor.start()
@@ -292,6 +347,7 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
                 await asyncio.gather(sweeper, return_exceptions=True)
                 await state.monitor.stop()
                 drainer.uninstall()
+                gc.unfreeze()
                 if state.http_session is not None:
                     await state.http_session.close()
 
@@ -411,25 +467,38 @@ def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str
 
 def _backend_from_env(backend: ExecutionBackend) -> ExecutionBackend:
     spec = os.environ.get(BACKEND_ENV, "")
-    kind, option = parse_backend_spec(spec)
-    if kind == "local":
-        return backend
     if not isinstance(backend, LocalBackend):
-        logger.warning(
-            "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
-        )
+        if parse_backend_spec(spec)[0] != "local":
+            logger.warning(
+                "%s=%s ignored: the server's backend is not a LocalBackend", BACKEND_ENV, spec
+            )
+        return backend
+    return backend_from_spec(spec, backend)
+
+
+def backend_from_spec(
+    spec: str, backend: LocalBackend, *, label: str = BACKEND_ENV
+) -> ExecutionBackend:
+    """The backend ``spec`` names (local, process[:sandbox], ray[:ADDRESS]), running the
+    workflow, grader, configs and artifact root of ``backend``.
+
+    Raises:
+        ConfigError: ``spec`` names no known backend.
+    """
+    kind, option = parse_backend_spec(spec, label=label)
+    if kind == "local":
         return backend
     if kind == "process":
         from osmosis_ai.rollout.backend.process import ProcessBackend
 
         where = "child processes inside bubblewrap" if option else "child processes"
-        logger.info("%s=%s: rollouts run in %s", BACKEND_ENV, spec, where)
+        logger.info("%s=%s: rollouts run in %s", label, spec, where)
         return ProcessBackend(
             backend.spec, artifact_root=backend.artifact_root, sandbox=option == "sandbox"
         )
     from osmosis_ai.rollout.backend.ray import RayBackend
 
-    logger.info("%s=%s: rollouts run on Ray executor actors", BACKEND_ENV, spec)
+    logger.info("%s=%s: rollouts run on Ray executor actors", label, spec)
     return RayBackend(backend.spec, artifact_root=backend.artifact_root, address=option or None)
 
 
@@ -441,6 +510,8 @@ def create_rollout_server(
     result_wait_timeout_sec: float = DEFAULT_RESULT_WAIT_TIMEOUT_SEC,
     polling_lease_timeout_sec: float = DEFAULT_POLLING_LEASE_TIMEOUT_SEC,
     result_retention_sec: float = DEFAULT_RESULT_RETENTION_SEC,
+    delivered_result_grace_sec: float = DEFAULT_DELIVERED_RESULT_GRACE_SEC,
+    max_retained_results: int = DEFAULT_MAX_RETAINED_RESULTS,
     api_key: str | None = None,
     drain_timeout_sec: float = DEFAULT_DRAIN_TIMEOUT_SEC,
     artifact_root: Path | str | None = None,
@@ -477,7 +548,13 @@ def create_rollout_server(
         configure_logging: Set up INFO logging when the root logger has no handler.
         result_wait_timeout_sec: Longest a result poll waits.
         polling_lease_timeout_sec: Lease duration; must exceed the wait timeout.
-        result_retention_sec: How long final results stay available.
+        result_retention_sec: How long a final result nobody collected stays available,
+            and how long a collected one's id stays reserved (409 on reuse).
+        delivered_result_grace_sec: How long a final result stays whole after it was last
+            sent to its lease holder, for a retried poll (each delivery restarts it); then
+            it is freed and a late poll gets 410 with the terminal status.
+        max_retained_results: The most finished rollouts remembered (results held and
+            tombstones of freed ones); past it the oldest tombstones go first.
         api_key: When set, every route requires ``Authorization: Bearer <api_key>``.
         drain_timeout_sec: Grace given to in-flight rollouts at shutdown.
         artifact_root: Root of per-rollout files; defaults to
@@ -500,8 +577,10 @@ def create_rollout_server(
 
     Raises:
         ValueError: A timeout is not a positive finite number, the lease does not outlive
-            the wait, ``api_key`` is blank, or ``previews`` is not a choice.
-        TypeError: ``secrets`` is a single ``str`` or holds a non-string.
+            the wait, ``api_key`` is blank, ``max_retained_results`` is below 1, or
+            ``previews`` is not a choice.
+        TypeError: ``secrets`` is a single ``str`` or holds a non-string, or
+            ``max_retained_results`` is not an int.
         ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend.
     """
     preview_choice = _preview_choice(previews)
@@ -512,6 +591,12 @@ def create_rollout_server(
         raise ValueError("polling_lease_timeout_sec must exceed result_wait_timeout_sec")
     if not math.isfinite(result_retention_sec) or result_retention_sec < 0:
         raise ValueError("result_retention_sec must be a finite number of seconds >= 0")
+    if not math.isfinite(delivered_result_grace_sec) or delivered_result_grace_sec < 0:
+        raise ValueError("delivered_result_grace_sec must be a finite number of seconds >= 0")
+    if isinstance(max_retained_results, bool) or not isinstance(max_retained_results, int):
+        raise TypeError(f"max_retained_results must be an int, got {max_retained_results!r}")
+    if max_retained_results < 1:
+        raise ValueError(f"max_retained_results must be at least 1, got {max_retained_results}")
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be a non-empty string, or None for no authentication")
     if configure_logging and not logging.getLogger().handlers:
@@ -522,7 +607,10 @@ def create_rollout_server(
     state = ServerState(
         backend=backend,
         registry=Registry(
-            lease_timeout_sec=polling_lease_timeout_sec, retention_sec=result_retention_sec
+            lease_timeout_sec=polling_lease_timeout_sec,
+            retention_sec=result_retention_sec,
+            max_retained=max_retained_results,
+            grace_sec=delivered_result_grace_sec,
         ),
         monitor=LoopMonitor(block_threshold_sec=block_threshold_sec),
         result_wait_timeout_sec=result_wait_timeout_sec,

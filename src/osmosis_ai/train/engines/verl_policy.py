@@ -1,0 +1,274 @@
+"""A gateway policy that generates through verl's inference servers, token-in/token-out.
+
+verl's agent loops call ``server_manager.generate(request_id, prompt_ids=..., sampling_params=...)``
+(an ``LLMServerClient``): the prompt is token ids, the answer is the sampled ids and their
+logprobs. This policy turns a chat-completions request into that call (the tokenizer's chat
+template, with the tools) and the answer back into a ``chat.completion`` (verl's tool parser),
+carrying the exact ids and logprobs, which the gateway records for training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
+from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
+from osmosis_ai.gateway.request import ChatRequest
+
+__all__ = ["VerlServerPolicy", "sampling_params_for", "template_messages"]
+
+FEATURE = "The verl adapter"
+#: Sampling fields the trainer sets for a rollout; a request cannot change them (verl
+#: recomputes the behaviour logprobs at the rollout's temperature).
+_TRAINER_OWNED = ("temperature", "top_p", "top_k")
+
+
+def sampling_params_for(
+    request: ChatRequest, trainer: Mapping[str, Any] | None, *, max_tokens: int
+) -> dict[str, Any]:
+    """verl ``sampling_params`` for ``request``.
+
+    The trainer's parameters for the rollout (``trainer``) are the base and win for
+    temperature, top_p and top_k; the request's own values apply when no trainer
+    parameters are bound. The completion cap is the request's ``max_tokens`` (or
+    ``max_completion_tokens``), at most ``max_tokens``; ``logprobs`` is always on.
+    """
+    params: dict[str, Any] = dict(trainer or {})
+    for field in _TRAINER_OWNED:
+        value = request.body.get(field)
+        if value is not None and field not in params:
+            params[field] = value
+    params["max_tokens"] = min(requested_max_tokens(request, max_tokens), max_tokens)
+    params["logprobs"] = True  # the sampled token's logprob: the call record needs it
+    return params
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as Hugging Face chat templates take them.
+
+    Templates render a tool call's ``arguments`` as an object (``| tojson``); OpenAI sends
+    a JSON string, so valid JSON objects are decoded. Everything else is kept as sent.
+    """
+    converted: list[dict[str, Any]] = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not calls:
+            converted.append(message)
+            continue
+        converted.append({**message, "tool_calls": [_decoded_call(call) for call in calls]})
+    return converted
+
+
+def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments)
+        except ValueError:
+            return call
+        if isinstance(decoded, dict):
+            return {**call, "function": {**function, "arguments": decoded}}
+    return call
+
+
+class VerlServerPolicy(Policy):
+    """Answers chat completions with verl's ``LLMServerClient`` (the agent loop's server manager).
+
+    Each call renders the messages and tools with the tokenizer's chat template, generates
+    with ``request_id`` = the rollout id (verl routes a rollout's turns to one server, for
+    its prefix cache), and parses tool calls with verl's parser registry. The answer carries
+    the prompt ids, the completion ids and their logprobs exactly as the server returned them.
+
+    Args:
+        server_manager: verl's ``LLMServerClient`` (``AgentLoopBase.server_manager``).
+        tokenizer: The trained model's Hugging Face tokenizer.
+        tool_parser: A name in verl's ``ToolParser`` registry (``hermes`` for Qwen-style
+            ``<tool_call>`` JSON).
+        model: The model name reported in answers.
+        max_tokens: Completion cap per call (verl's ``rollout.response_length``).
+        chat_template_kwargs: Extra ``apply_chat_template`` arguments (verl's
+            ``data.apply_chat_template_kwargs``, e.g. ``enable_thinking``).
+
+    Raises:
+        ConfigError: ``tool_parser`` is not registered (the message lists the names).
+    """
+
+    kind = "verl"
+
+    def __init__(
+        self,
+        server_manager: Any,
+        tokenizer: Any,
+        *,
+        tool_parser: str = "hermes",
+        model: str = "verl",
+        max_tokens: int = 1_024,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        parsers = import_optional(
+            "verl.experimental.agent_loop.tool_parser", extra="verl", feature=FEATURE
+        )
+        try:
+            self._parser = parsers.ToolParser.get_tool_parser(tool_parser, tokenizer)
+        except ValueError:
+            known = ", ".join(sorted(parsers.ToolParser._registry))
+            raise ConfigError(
+                f"tool_parser {tool_parser!r} is not in verl's tool parser registry; use one "
+                f"of: {known}"
+            ) from None
+        schemas = import_optional("verl.tools.schemas", extra="verl", feature=FEATURE)
+        self._tool_schema = schemas.OpenAIFunctionToolSchema
+        self._server = server_manager
+        self._tokenizer = tokenizer
+        self._model = model
+        self.max_tokens = max_tokens
+        self._template_kwargs = dict(chat_template_kwargs or {})
+        self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        self._sampling: dict[str, dict[str, Any]] = {}
+
+    @property
+    def model(self) -> str:
+        """The model name reported in answers."""
+        return self._model
+
+    @contextlib.contextmanager
+    def rollout_sampling(
+        self, rollout_id: str, sampling_params: Mapping[str, Any]
+    ) -> Iterator[None]:
+        """Generate the calls of ``rollout_id`` with the trainer's ``sampling_params``."""
+        self._sampling[rollout_id] = dict(sampling_params)
+        try:
+            yield
+        finally:
+            self._sampling.pop(rollout_id, None)
+
+    async def complete(self, request: ChatRequest) -> dict[str, Any]:
+        """One ``chat.completion`` generated by verl's servers, with ids and logprobs."""
+        rollout_id = request.rollout_id or f"call-{uuid.uuid4().hex}"
+        sampling = sampling_params_for(
+            request, self._sampling.get(rollout_id), max_tokens=self.max_tokens
+        )
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, request)
+        try:
+            output = await self._server.generate(
+                rollout_id, prompt_ids=prompt_ids, sampling_params=sampling
+            )
+        except Exception as exc:
+            raise PolicyError(
+                f"the verl inference server failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if output.stop_reason == "aborted":
+            raise PolicyError(
+                "the verl inference server aborted the generation (weights were being "
+                "updated); retry the call",
+                status_code=503,
+            )
+        token_ids = [int(token) for token in output.token_ids]
+        logprobs = [float(value) for value in output.log_probs or ()]
+        if len(logprobs) != len(token_ids):
+            raise PolicyError(
+                f"the verl inference server returned {len(logprobs)} logprobs for "
+                f"{len(token_ids)} tokens; the policy needs one logprob per token (it asks "
+                "for them with sampling_params['logprobs'])"
+            )
+        message, finish_reason = await self._message(request, token_ids, sampling["max_tokens"])
+        return self._response(prompt_ids, token_ids, logprobs, message, finish_reason)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """The whole answer as chunks (verl's servers answer a turn at once)."""
+        for chunk in chunks_of(await self.complete(request)):
+            yield chunk
+
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        return self.prompt_ids(request.messages, request.tools)
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        """The chat template's token ids for ``messages`` and ``tools`` (blocking: CPU work).
+
+        Raises:
+            ChatRequestError: The template refuses the conversation.
+        """
+        try:
+            ids = self._tokenizer.apply_chat_template(
+                template_messages(messages),
+                tools=tools or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **self._template_kwargs,
+            )
+        except Exception as exc:  # a template that refuses the conversation (roles, order)
+            raise ChatRequestError(
+                f"the model's chat template rejected the messages: {type(exc).__name__}: {exc}",
+                param="messages",
+            ) from exc
+        return [int(token) for token in ids]
+
+    async def _message(
+        self, request: ChatRequest, token_ids: list[int], max_tokens: int
+    ) -> tuple[dict[str, Any], str]:
+        ended = bool(token_ids) and token_ids[-1] in self._special_ids
+        text_ids = list(token_ids)
+        while text_ids and text_ids[-1] in self._special_ids:  # end-of-turn tokens: no text
+            text_ids.pop()
+        finish = "stop" if ended or len(token_ids) < max_tokens else "length"
+        if not request.tools or request.body.get("tool_choice") == "none":
+            text = await asyncio.to_thread(self._tokenizer.decode, text_ids)
+            return {"role": "assistant", "content": text}, finish
+        schemas = [self._tool_schema.model_validate(tool) for tool in request.tools]
+        content, calls = await self._parser.extract_tool_calls(text_ids, schemas)
+        message: dict[str, Any] = {"role": "assistant", "content": content.strip() or None}
+        if calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.tool_call_id or f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in calls
+            ]
+            finish = "tool_calls"
+        return message, finish
+
+    def _response(
+        self,
+        prompt_ids: list[int],
+        token_ids: list[int],
+        logprobs: list[float],
+        message: dict[str, Any],
+        finish_reason: str,
+    ) -> dict[str, Any]:
+        pieces = self._tokenizer.batch_decode([[token] for token in token_ids])
+        entries = [
+            {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
+            for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
+        ]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self._model,
+            "prompt_token_ids": prompt_ids,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": finish_reason,
+                    "token_ids": token_ids,
+                    "logprobs": {"content": entries},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(token_ids),
+                "total_tokens": len(prompt_ids) + len(token_ids),
+            },
+        }
