@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Settings Ray reads when it is first imported (so before any test module is).
+    """Settings Ray reads when it is first imported (so before any test module is), and
+    the Ctrl-C the CLI tests send.
 
     A local Ray instance then binds 127.0.0.1 (Ray otherwise picks this machine's network
     address, and tests stay on loopback), and token authentication is off: child processes
@@ -29,6 +31,11 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # A shell without job control starts background commands with SIGINT ignored, and
+    # children inherit that: the CLI would then never see the Ctrl-C the tests send it. A
+    # handler (unlike "ignore") is reset to the default in a child, as from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -75,9 +75,12 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
             # (``osmosis eval run``) that this rollout's trajectory is missing.
             result = dataclasses.replace(result, err_message=unsaved)
     finally:
-        state.registry.finish(entry, result)
-        if entry.preview is not None and state.preview_hub is not None:
-            await state.preview_hub.finish(entry.preview)
+        try:
+            if entry.preview is not None and state.preview_hub is not None:
+                # Before the result: whoever reads the result finds the final preview.
+                await state.preview_hub.finish(entry.preview, result.status.value)
+        finally:
+            state.registry.finish(entry, result)
 
 
 def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -> None:

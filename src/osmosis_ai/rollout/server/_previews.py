@@ -7,15 +7,17 @@ out before it is ever looked at) it asks the rollout's sample source for a snaps
 the source's ``preview_revision()`` says nothing changed. Conversion, clipping, redaction,
 encoding and the file write run on a worker thread. Each new snapshot or status change is
 stamped, kept for ``GET /rollout/{id}/preview`` and, with a preview root, written to
-``<root>/<rollout_id>/preview.json``. When a rollout ends its source is looked at once more
-(unless the rollout opted out), so the last preview, stamped with the terminal status, shows
-the finished conversation. Nothing here can fail or delay a rollout: every error is logged
-at debug level and skipped.
+``<root>/<rollout_id>/preview.json``. When a rollout ends, the server asks for its last
+preview before it publishes the result: the source is looked at once more (unless the
+rollout opted out) in a tick run at once, so whoever reads the result finds the finished
+conversation stamped with the terminal status. Nothing here can fail a rollout, or delay its
+result by more than one tick: every error is logged at debug level and skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -44,6 +46,7 @@ logger = logging.getLogger(__name__)
 _SOURCE_TIMEOUT_SEC = 1.0
 _FINISH_TIMEOUT_SEC = 5.0
 _UNSEEN = object()
+_TERMINAL_VALUES = frozenset(status.value for status in TERMINAL_STATUSES)
 
 
 class RolloutPreview:
@@ -64,6 +67,9 @@ class RolloutPreview:
         self.progress = progress
         self.due = due
         self.finished = asyncio.Event()
+        # Set by `PreviewHub.finish` before the result is published (the rollout's progress
+        # turns terminal only with the result, so pollers never see one without the other).
+        self.ending_status: str | None = None
         self._directory = None if directory is None else directory / rollout_id
         # Kept past ``context``, which is dropped when the rollout ends.
         self._redactor = context.redactor
@@ -186,6 +192,7 @@ class PreviewHub:
         self._tick_sec = min(0.5, interval_sec / 4)
         self._rollouts: dict[str, RolloutPreview] = {}
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
         self._publications = 0
         self._cpu_sec = 0.0
 
@@ -218,8 +225,13 @@ class PreviewHub:
             self._task = asyncio.create_task(self._serve(), name="osmosis previews")
         return preview
 
-    async def finish(self, preview: RolloutPreview) -> None:
-        """Wait (briefly) until the rollout's terminal status has been published."""
+    async def finish(self, preview: RolloutPreview, status: str) -> None:
+        """Publish the rollout's last preview, stamped ``status``, and wait (briefly) for it.
+
+        A tick runs at once rather than at its time, so the result is not held back.
+        """
+        preview.ending_status = status
+        self._wake.set()
         try:
             async with asyncio.timeout(_FINISH_TIMEOUT_SEC):
                 await preview.finished.wait()
@@ -230,7 +242,10 @@ class PreviewHub:
     async def _serve(self) -> None:
         try:
             while self._rollouts:
-                await asyncio.sleep(self._tick_sec)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._tick_sec):
+                        await self._wake.wait()
+                self._wake.clear()
                 await self._tick()
         except Exception:  # previews are best effort: never let this task die noisily
             logger.debug("preview task failed", exc_info=True)
@@ -250,8 +265,8 @@ class PreviewHub:
         looking: list[RolloutPreview] = []
         ended: list[RolloutPreview] = []
         for preview in list(self._rollouts.values()):
-            status = preview.progress.status
-            terminal = status in TERMINAL_STATUSES
+            status = preview.ending_status or preview.progress.status.value
+            terminal = status in _TERMINAL_VALUES
             if terminal:
                 ended.append(preview)
             if terminal or now >= preview.due:
@@ -259,12 +274,12 @@ class PreviewHub:
                 if preview.needs_look():
                     looking.append(preview)
                     continue
-            if terminal or preview.stale(status.value):
-                work.append((preview, None, status.value))
+            if terminal or preview.stale(status):
+                work.append((preview, None, status))
         self._cpu_sec += time.thread_time() - started
         samples = await asyncio.gather(*(self._timed_look(preview) for preview in looking))
         for preview, sample in zip(looking, samples, strict=True):
-            work.append((preview, sample, preview.progress.status.value))
+            work.append((preview, sample, preview.ending_status or preview.progress.status.value))
         if work:
             published, cpu_sec = await asyncio.to_thread(_publish_all, work)
             self._cpu_sec += cpu_sec
