@@ -68,7 +68,7 @@ train-demo: install-train
 test: install-dev install-harbor install-engines debian-packages check test-harbor test-engines
 
 debian-packages:
-	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap
+	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap strace=strace
 
 ## The Harbor tests, in the Python 3.12 environment (the main run leaves them out).
 test-harbor: install-harbor debian-packages

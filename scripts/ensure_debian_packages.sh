@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the Debian packages the tests use are installed: `chromium` (the viewer's
-# browser tests; Playwright drives it, nothing ever downloads a browser) and `bubblewrap`
-# (ProcessBackend's sandbox and the Harbor tests' environment).
+# browser tests; Playwright drives it, nothing ever downloads a browser), `bubblewrap`
+# (ProcessBackend's sandbox and the Harbor tests' environment) and `strace` (a test counts
+# the rollout server's fsync calls).
 # Usage: ensure_debian_packages.sh COMMAND=PACKAGE ...   (e.g. chromium=chromium bwrap=bubblewrap)
 set -euo pipefail
 missing=()

@@ -43,17 +43,20 @@ class Workspace:
             f"[evaluation]\nagent_workflow_timeout_s = 30\ngrader_timeout_s = 10\n{evaluation}\n"
         )
 
-    async def start(self, *args: str) -> asyncio.subprocess.Process:
-        """``osmosis eval run <config> *args`` as a child process, output piped."""
+    async def start(self, *args: str, wrapper: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
+        """``osmosis eval run <config> *args`` as a child process (under ``wrapper``, a
+        command such as ``strace ...``), output piped."""
         return await asyncio.create_subprocess_exec(
-            OSMOSIS, "eval", "run", str(self.config), *args,
+            *wrapper, OSMOSIS, "eval", "run", str(self.config), *args,
             cwd=self.root,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
 
-    async def run(self, *args: str, limit_sec: float = 120) -> tuple[int, str]:
-        process = await self.start(*args)
+    async def run(
+        self, *args: str, limit_sec: float = 120, wrapper: tuple[str, ...] = ()
+    ) -> tuple[int, str]:
+        process = await self.start(*args, wrapper=wrapper)
         async with asyncio.timeout(limit_sec):
             out, _ = await process.communicate()
         assert process.returncode is not None

@@ -372,3 +372,18 @@ async def test_ray_backend_produces_the_same_layout(workspace: Workspace, ray_cl
 async def test_unknown_backend_is_refused(workspace: Workspace) -> None:
     code, out = await workspace.run("--backend", "kubernetes")
     assert code == 2 and "--backend 'kubernetes'" in out
+
+
+async def test_the_rollout_server_fsyncs_each_trajectory_the_journal_counts(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    # A journaled item promises its trajectory.json: the runner's server must flush it.
+    workspace.write_rows(rows(2))
+    workspace.write_config()
+    log = tmp_path / "fsyncs.log"
+    trace = ("strace", "-f", "-qq", "-y", "-e", "trace=fsync", "-o", str(log))
+    code, out = await workspace.run("--name", "d", wrapper=trace)
+    assert code == 0, out
+    flushed = [line for line in log.read_text().splitlines() if "trajectory.json" in line]
+    # strace names the fd's file (-y): the temporary file, before its rename.
+    assert len(flushed) == 2 and all(".tmp>" in line for line in flushed), flushed

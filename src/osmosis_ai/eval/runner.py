@@ -31,6 +31,7 @@ from osmosis_ai.eval.projections import write_projections
 from osmosis_ai.eval.run_dir import PREVIEWS_DIR, open_run_dir, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
+from osmosis_ai.rollout._storage import DURABLE_FILES_ENV
 from osmosis_ai.rollout.client import RolloutHandle
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV
 from osmosis_ai.rollout.status import RolloutStatus
@@ -364,6 +365,8 @@ def _server(
             # Live previews of in-flight rollouts, for `osmosis view`.
             PREVIEW_ROOT_ENV: str((run_dir / PREVIEWS_DIR).resolve()),
             BACKEND_ENV: options.backend,
+            # An item counts as done once its trajectory is stored: it must outlive a crash.
+            DURABLE_FILES_ENV: "1",
         },
         artifact_root=run_dir / "rollout_trials",
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),

@@ -6,21 +6,41 @@ import os
 import secrets
 from pathlib import Path
 
+from osmosis_ai.errors import ConfigError
+
 __all__ = [
     "ARTIFACT_ROOT_ENV",
+    "DURABLE_FILES_ENV",
     "atomic_write_bytes",
     "default_artifact_root",
+    "durable_files_from_env",
     "fsync_directory",
 ]
 
 #: Environment variable naming the root of per-rollout directories (set by hosts).
 ARTIFACT_ROOT_ENV = "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"
+#: Set to ``1`` by hosts whose records promise per-rollout files that survive a machine
+#: crash (``osmosis eval run``): the rollout server then fsyncs them (see
+#: `durable_files_from_env`).
+DURABLE_FILES_ENV = "_OSMOSIS_ROLLOUT_DURABLE_FILES"
 
 
 def default_artifact_root() -> Path:
     """``$_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`` when set and non-empty, else ``~/.osmosis``."""
     configured = os.environ.get(ARTIFACT_ROOT_ENV, "").strip()
     return Path(configured).expanduser() if configured else Path.home() / ".osmosis"
+
+
+def durable_files_from_env() -> bool:
+    """Whether ``$_OSMOSIS_ROLLOUT_DURABLE_FILES`` asks for fsynced per-rollout files.
+
+    Raises:
+        ConfigError: The variable is set to something other than ``0`` or ``1``.
+    """
+    value = os.environ.get(DURABLE_FILES_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{DURABLE_FILES_ENV} must be 0 or 1 (or unset), got {value!r}")
+    return value == "1"
 
 
 def fsync_directory(directory: Path) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from osmosis_ai._serving import running_server
+from osmosis_ai._serving import bind_socket, running_server
 from osmosis_ai.rollout import LocalBackend
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
@@ -19,6 +23,46 @@ from tests.rollout.server.workflows import Answer, ExactMatch
 
 PROMPT = [{"role": "user", "content": "What is 6*7?"}]
 CHAT_URL = "http://127.0.0.1:9/v1/rollouts/unused"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+async def start_server_process(
+    *,
+    drain_timeout_sec: float = 10.0,
+    wrapper: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> tuple[asyncio.subprocess.Process, str]:
+    """``serve_main`` (a user-style entry point) as a child process, once it answers.
+
+    Args:
+        wrapper: A command the interpreter runs under (e.g. ``strace ...``).
+        env: Variables added to the child's environment.
+    """
+    probe = bind_socket()
+    port = probe.getsockname()[1]
+    probe.close()
+    process = await asyncio.create_subprocess_exec(
+        *wrapper,
+        sys.executable,
+        "-m",
+        "tests.rollout.server.serve_main",
+        str(port),
+        str(drain_timeout_sec),
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            **(env or {}),
+        },
+    )
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http, asyncio.timeout(60):
+        while True:
+            try:
+                if (await http.get(f"{url}/health")).status_code == 200:
+                    return process, url
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
 
 
 class Server:

@@ -3,52 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
-from pathlib import Path
 
 import httpx
 
-from osmosis_ai._serving import bind_socket
 from osmosis_ai.rollout import RolloutStatus
 from osmosis_ai.rollout.client import RolloutClient
-from tests.rollout.server.conftest import CHAT_URL, PROMPT
+from tests.rollout.server.conftest import CHAT_URL, PROMPT, start_server_process
 
-ROOT = Path(__file__).resolve().parents[3]
 # uvicorn re-raises the signal it shut down for once it is done, so the exit status of a
 # graceful SIGTERM shutdown is "terminated by SIGTERM".
 _GRACEFUL = (0, -signal.SIGTERM)
 
 
-async def _start_server(drain_timeout_sec: float) -> tuple[asyncio.subprocess.Process, str]:
-    probe = bind_socket()
-    port = probe.getsockname()[1]
-    probe.close()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.rollout.server.serve_main",
-        str(port),
-        str(drain_timeout_sec),
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
-    )
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http, asyncio.timeout(30):
-        while True:
-            try:
-                if (await http.get(f"{url}/health")).status_code == 200:
-                    return process, url
-            except httpx.TransportError:
-                await asyncio.sleep(0.05)
-
-
 async def test_sigterm_with_fifty_rollouts_in_flight_ends_every_one_terminal() -> None:
-    process, url = await _start_server(drain_timeout_sec=1.0)
+    process, url = await start_server_process(drain_timeout_sec=1.0)
     try:
         async with RolloutClient(url=url) as client:
             # Half finish within the drain window, half would take far longer.
@@ -87,7 +56,7 @@ async def test_sigterm_with_fifty_rollouts_in_flight_ends_every_one_terminal() -
 
 
 async def test_sigterm_on_an_idle_server_exits_promptly() -> None:
-    process, _ = await _start_server(drain_timeout_sec=10)
+    process, _ = await start_server_process(drain_timeout_sec=10)
     process.send_signal(signal.SIGTERM)
     async with asyncio.timeout(10):
         assert await process.wait() in _GRACEFUL

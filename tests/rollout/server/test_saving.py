@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy
+import pytest
 
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -18,8 +23,11 @@ from osmosis_ai.rollout import (
     RolloutStatus,
     get_rollout_context,
 )
+from osmosis_ai.rollout._storage import DURABLE_FILES_ENV
+from osmosis_ai.rollout.client import RolloutClient
+from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.testing import ChatStub
-from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory
+from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory, start_server_process
 from tests.rollout.server.workflows import Answer, Behaviours, ExactMatch
 
 
@@ -131,3 +139,46 @@ async def test_gateway_per_call_token_data_lands_in_the_trajectory(
         assert step["metrics"]["completion_token_ids"] == [100, 101, 102, 103]
         assert step["llm_call_count"] == 1
     assert gateway.token not in (artifact_root / "calls" / "trajectory.json").read_text()
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "flushed-by-the-kernel"])
+async def test_files_are_fsynced_exactly_when_the_host_asks_for_durable_files(
+    artifact_root: Path, tmp_path: Path, durable: bool
+) -> None:
+    # strace sees the system calls themselves: nothing in the process could fake them.
+    log = tmp_path / "fsyncs.log"
+    process, url = await start_server_process(
+        wrapper=("strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(log)),
+        env={DURABLE_FILES_ENV: "1" if durable else "0"},
+    )
+    health: dict[str, Any] = {}
+    try:
+        async with RolloutClient(url=url) as client:
+            health = await client.health()
+            for index in range(3):
+                handle = await client.run_rollout(PROMPT, CHAT_URL, f"d{index}", label="42")
+                assert (await handle).status is RolloutStatus.SUCCESS
+    finally:
+        # The child is strace: signal the server itself (its pid is its default instance id).
+        if health:
+            os.kill(int(health["instance_id"]), signal.SIGTERM)
+        else:
+            process.kill()
+        async with asyncio.timeout(30):
+            await process.wait()
+    assert health["files"] == {"durable": durable}
+    assert all((artifact_root / f"d{index}" / "trajectory.json").is_file() for index in range(3))
+    fsyncs = [line for line in log.read_text().splitlines() if "fsync(" in line]
+    # Each trajectory: the file, then its directory after the rename.
+    assert len(fsyncs) == (6 if durable else 0), fsyncs
+
+
+async def test_a_malformed_durable_files_setting_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(DURABLE_FILES_ENV, "yes")
+    with pytest.raises(ConfigError, match="_OSMOSIS_ROLLOUT_DURABLE_FILES must be 0 or 1"):
+        create_rollout_server(backend=LocalBackend(workflow=Answer))
+    # An explicit argument wins over the environment.
+    app = create_rollout_server(backend=LocalBackend(workflow=Answer), durable_files=True)
+    assert app.state.rollout.durable_files is True

@@ -110,6 +110,7 @@ async def _save(
                 artifact_root=state.artifact_root,
                 redactor=entry.redactor,
                 raise_storage_errors=True,
+                durable=state.durable_files,
             )
         except OSError as exc:
             unsaved = f"{TRAJECTORY_FILENAME} not saved: {describe_storage_error(exc)}"
@@ -121,6 +122,7 @@ async def _save(
             diagnostics=diagnostics,
             artifact_root=state.artifact_root,
             redactor=entry.redactor,
+            durable=state.durable_files,
         )
     return unsaved
 

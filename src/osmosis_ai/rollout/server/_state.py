@@ -35,6 +35,8 @@ class ServerState:
     instance_id: str
     process_id: str
     artifact_root: Path | None
+    durable_files: bool
+    """fsync ``trajectory.json``/``diagnostics.json`` before publishing the result."""
     report_provider: ReportProvider | None
     drain_timeout_sec: float
     accepting: bool = True
@@ -61,6 +63,7 @@ class ServerState:
             "active_rollouts": len(self.tasks),
         }
         payload["retention"] = self.registry.retention()
+        payload["files"] = {"durable": self.durable_files}
         payload["event_loop"] = self.monitor.health()
         if self.preview_hub is not None:
             payload["previews"] = self.preview_hub.health()

@@ -24,6 +24,7 @@ from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.redact import Redactor, _normalize_secrets
+from osmosis_ai.rollout._storage import durable_files_from_env
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.server._drain import Drainer
@@ -515,6 +516,7 @@ def create_rollout_server(
     api_key: str | None = None,
     drain_timeout_sec: float = DEFAULT_DRAIN_TIMEOUT_SEC,
     artifact_root: Path | str | None = None,
+    durable_files: bool | None = None,
     report_provider: ReportProvider | None = None,
     block_threshold_sec: float = 0.5,
     previews: Previews | bool | None = "auto",
@@ -559,6 +561,12 @@ def create_rollout_server(
         drain_timeout_sec: Grace given to in-flight rollouts at shutdown.
         artifact_root: Root of per-rollout files; defaults to
             ``$_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`` or ``~/.osmosis``.
+        durable_files: fsync ``trajectory.json`` and ``diagnostics.json`` (and their
+            directory) before publishing the result, so they survive a machine crash, at
+            about 0.2-0.4 ms of CPU per rollout. Either way they are replaced atomically
+            and a process crash loses nothing. ``None`` (default): what
+            ``$_OSMOSIS_ROLLOUT_DURABLE_FILES`` says (``1``: on; ``osmosis eval run`` sets
+            it, its records promise stored files), else off.
         report_provider: Async callable giving per-call metrics for a finished rollout's
             trajectory; by default the URL in ``extra_fields["trajectory_report_url"]``.
         block_threshold_sec: A rollout step holding the event loop longer is logged.
@@ -581,7 +589,8 @@ def create_rollout_server(
             ``previews`` is not a choice.
         TypeError: ``secrets`` is a single ``str`` or holds a non-string, or
             ``max_retained_results`` is not an int.
-        ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend.
+        ConfigError: ``$OSMOSIS_ROLLOUT_BACKEND`` names no known backend, or
+            ``$_OSMOSIS_ROLLOUT_DURABLE_FILES`` is neither ``0`` nor ``1``.
     """
     preview_choice = _preview_choice(previews)
     _positive("result_wait_timeout_sec", result_wait_timeout_sec)
@@ -618,6 +627,7 @@ def create_rollout_server(
         instance_id=os.environ.get(INSTANCE_ID_ENV) or str(os.getpid()),
         process_id=_PROCESS_ID,
         artifact_root=Path(artifact_root).expanduser() if artifact_root else None,
+        durable_files=durable_files_from_env() if durable_files is None else durable_files,
         report_provider=report_provider,
         drain_timeout_sec=drain_timeout_sec,
         user_lifespan=lifespan,

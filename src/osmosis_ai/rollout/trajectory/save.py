@@ -59,11 +59,13 @@ def _describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _write(root: str | os.PathLike[str] | None, rollout_id: str, name: str, data: bytes) -> Path:
+def _write(
+    root: str | os.PathLike[str] | None, rollout_id: str, name: str, data: bytes, durable: bool
+) -> Path:
     directory = (Path(root) if root is not None else default_artifact_root()) / rollout_id
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data, durable=durable)
     return path
 
 
@@ -89,6 +91,7 @@ def _convert_and_write(
     report: TrajectoryReport | None,
     artifact_root: str | os.PathLike[str] | None,
     secrets: tuple[str, ...],
+    durable: bool,
 ) -> Path:
     trajectory = convert_sample_to_trajectory(
         sample,
@@ -99,7 +102,7 @@ def _convert_and_write(
         report=report,
     )
     data = _without_secrets(encode_document(trajectory), secrets)
-    return _write(artifact_root, rollout_id, TRAJECTORY_FILENAME, data)
+    return _write(artifact_root, rollout_id, TRAJECTORY_FILENAME, data, durable)
 
 
 async def save_trajectory(
@@ -113,13 +116,15 @@ async def save_trajectory(
     artifact_root: str | os.PathLike[str] | None = None,
     redactor: Redactor | None = None,
     raise_storage_errors: bool = False,
+    durable: bool = True,
 ) -> Path | None:
     """Write the sample's ATIF document to ``<artifact_root>/<rollout_id>/trajectory.json``.
 
     Conversion, encoding and the atomic write all run in one worker thread. The file is
-    indented JSON with number arrays (token ids, logprobs) on one line, fsynced with its
-    directory. Best-effort: a failure is logged as a warning (without message content) and
-    never raised, except storage failures when ``raise_storage_errors``.
+    indented JSON with number arrays (token ids, logprobs) on one line, replaced atomically
+    (never seen half-written) and, when ``durable``, fsynced with its directory.
+    Best-effort: a failure is logged as a warning (without message content) and never
+    raised, except storage failures when ``raise_storage_errors``.
 
     Args:
         rollout_id: The rollout; must be a single path segment.
@@ -135,6 +140,8 @@ async def save_trajectory(
             altered. ``None``: the running rollout's (`RolloutContext.redactor`), if any.
         raise_storage_errors: Raise an `OSError` of the storage (disk full, read-only,
             permissions) instead of logging it, so the host can report the file as missing.
+        durable: fsync the file and its directory, so that it survives a machine crash;
+            ``False`` leaves the flush to the kernel (a process crash still loses nothing).
 
     Returns:
         The path written, or ``None`` when nothing was written (no sample, no
@@ -161,6 +168,7 @@ async def save_trajectory(
             report,
             artifact_root,
             _rollout_redactor(redactor).secrets,
+            durable,
         )
     except OSError as exc:
         if raise_storage_errors:
@@ -177,11 +185,13 @@ def _encode_and_write(
     diagnostics: Mapping[str, Any],
     artifact_root: str | os.PathLike[str] | None,
     secrets: tuple[str, ...],
+    durable: bool,
 ) -> Path:
     # default=str first, so objects are rendered as text the redaction rules then see.
     plain = json.loads(json.dumps(diagnostics, default=str))
     text = json.dumps(redact_value(plain, secrets=secrets), indent=2, sort_keys=True)
-    return _write(artifact_root, rollout_id, DIAGNOSTICS_FILENAME, (text + "\n").encode("utf-8"))
+    data = (text + "\n").encode("utf-8")
+    return _write(artifact_root, rollout_id, DIAGNOSTICS_FILENAME, data, durable)
 
 
 async def save_diagnostics(
@@ -190,6 +200,7 @@ async def save_diagnostics(
     diagnostics: Mapping[str, Any],
     artifact_root: str | os.PathLike[str] | None = None,
     redactor: Redactor | None = None,
+    durable: bool = True,
 ) -> Path | None:
     """Write backend diagnostics to ``<artifact_root>/<rollout_id>/diagnostics.json``.
 
@@ -204,6 +215,7 @@ async def save_diagnostics(
         artifact_root: Root directory; defaults as for `save_trajectory`.
         redactor: Holds the values that must not appear in the file; ``None``: the running
             rollout's (`RolloutContext.redactor`), if any.
+        durable: As for `save_trajectory`.
 
     Returns:
         The path written, or ``None`` when nothing was written.
@@ -220,6 +232,7 @@ async def save_diagnostics(
             snapshot,
             artifact_root,
             _rollout_redactor(redactor).secrets,
+            durable,
         )
     except Exception as exc:
         logger.warning("diagnostics of rollout %r not saved: %s", rollout_id, _describe(exc))
