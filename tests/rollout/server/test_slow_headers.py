@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from osmosis_ai._serving import HEADER_TIMEOUT_SEC
-from tests.rollout.server.test_drain import _start_server
+from tests.rollout.server.conftest import start_server_process
 from tests.test_serving import seconds_until_closed_after_partial_headers
 
 
 @pytest.mark.slow
 async def test_user_served_rollout_server_closes_a_connection_slow_to_send_headers() -> None:
-    process, url = await _start_server(drain_timeout_sec=1.0)
+    process, url = await start_server_process(drain_timeout_sec=1.0)
     try:
         port = int(url.rsplit(":", 1)[1])
         elapsed = await seconds_until_closed_after_partial_headers(port)
