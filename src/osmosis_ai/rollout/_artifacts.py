@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 
+from osmosis_ai._offload import run_blocking
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 
 __all__ = ["artifacts_dir_path", "create_artifacts_dir", "remove_if_empty"]
@@ -52,15 +53,15 @@ def _provision(root: Path, rollout_id: str) -> Path:
 async def create_artifacts_dir(root: Path, rollout_id: str) -> Path | None:
     """Create ``<root>/<rollout_id>/artifacts/`` and return it, or ``None`` if impossible.
 
-    Runs in a worker thread (the root may be a slow network mount). Transient errors are
-    retried twice, 0.5 s and then 1 s later; permanent ones (read-only, permission, a file
-    in the way) give ``None`` at once. Never raises for filesystem problems: artifacts
-    never change a rollout's outcome.
+    Runs on a worker thread (`run_blocking`): the root may be a slow network mount.
+    Transient errors are retried twice, 0.5 s and then 1 s later; permanent ones (read-only,
+    permission, a file in the way) give ``None`` at once. Never raises for filesystem
+    problems: artifacts never change a rollout's outcome.
     """
     delays = iter(_RETRY_DELAYS_SEC)
     while True:
         try:
-            return await asyncio.to_thread(_provision, root, rollout_id)
+            return await run_blocking(_provision, root, rollout_id)
         except OSError as exc:
             delay = next(delays, None)
             if exc.errno in _PERMANENT_ERRNOS or delay is None:
@@ -81,10 +82,10 @@ def _rmdir(directory: Path) -> None:
 
 
 async def remove_if_empty(directory: Path | None) -> None:
-    """Remove ``directory`` if it is empty, in a worker thread; never raises.
+    """Remove ``directory`` if it is empty, on a worker thread; never raises.
 
     A rollout that wrote no artifacts then leaves no empty folder behind (a directory costs
     an inode and a 4 KiB block on most filesystems, a third of a no-op rollout's files).
     """
     if directory is not None:
-        await asyncio.to_thread(_rmdir, directory)
+        await run_blocking(_rmdir, directory)

@@ -115,12 +115,12 @@ async def test_save_runs_off_the_event_loop(
     writer_threads: list[int] = []
     real_write = atomic_write_bytes
 
-    def gated_write(path: Path, data: bytes) -> None:
+    def gated_write(path: Path, data: bytes, *, durable: bool) -> None:
         writer_threads.append(threading.get_ident())
         writing.set()
         if not release.wait(timeout=10):
             raise TimeoutError("the event loop was blocked during the write")
-        real_write(path, data)
+        real_write(path, data, durable=durable)
 
     monkeypatch.setattr(save_module, "atomic_write_bytes", gated_write)
     task = asyncio.create_task(save_trajectory(rollout_id="r-1", sample=sample()))

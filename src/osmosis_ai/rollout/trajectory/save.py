@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -12,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from osmosis_ai._offload import run_blocking
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.redact import Redactor, redact_value, scrub_secrets
 from osmosis_ai.rollout._storage import atomic_write_bytes, default_artifact_root
@@ -158,7 +158,7 @@ async def save_trajectory(
         return None
     try:
         ensure_single_path_segment(rollout_id, label="rollout_id")
-        return await asyncio.to_thread(
+        return await run_blocking(
             _convert_and_write,
             rollout_id,
             sample,
@@ -226,7 +226,7 @@ async def save_diagnostics(
         ensure_single_path_segment(rollout_id, label="rollout_id")
         # Copied on the loop so that later changes by the caller cannot race the encoding.
         snapshot = dict(diagnostics)
-        return await asyncio.to_thread(
+        return await run_blocking(
             _encode_and_write,
             rollout_id,
             snapshot,
