@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,16 @@ async def test_a_cancelled_caller_stops_waiting_but_its_call_still_runs() -> Non
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert await run_blocking(ran.wait, 5)  # the next call still works, after the slow one ran
+
+
+def test_a_finished_loop_is_not_kept_alive() -> None:
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(run_blocking(_add, 1, 2)) == 3
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
 
 
 def test_loops_in_several_threads_each_get_their_own_results() -> None:

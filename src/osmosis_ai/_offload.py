@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -32,60 +35,37 @@ WORKERS = 4
 #: must not keep a stopped server alive for ever).
 EXIT_WAIT_SEC = 30.0
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
-_Outcome = tuple["asyncio.Future[Any]", bool, Any]
 
+class _Owed:
+    """The results owed to one event loop, handed over in one callback per batch."""
 
-class _Offloader:
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self.lock = threading.Lock()
-        self.idle = threading.Condition(self.lock)
-        self.workers = 0
-        self.unfinished = 0
-        # Results not yet handed to their loop; a loop appears here only while it is owed.
-        self.owed: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Weak: this object is the loop's value in a WeakKeyDictionary.
+        self.loop = weakref.ref(loop)
+        self.outcomes: collections.deque[_Outcome] = collections.deque()
+        self.scheduled = False
 
-    def submit(self, loop: asyncio.AbstractEventLoop, call: Callable[[], T]) -> asyncio.Future[T]:
-        future: asyncio.Future[T] = loop.create_future()
-        with self.lock:
-            self.unfinished += 1
-            start = self.workers < WORKERS
-            if start:
-                self.workers += 1
-        if start:
-            threading.Thread(target=self._work, name="osmosis-file-io", daemon=True).start()
-        self.jobs.put((loop, future, call))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            loop, future, call = self.jobs.get()
+    def add(self, outcome: _Outcome) -> None:
+        """On a worker: queue ``outcome``; wake the loop unless a wake-up is pending."""
+        self.outcomes.append(outcome)
+        # Appended before the flag is read, and the loop clears the flag before it drains:
+        # an outcome is always drained by a pending wake-up or by the one scheduled here.
+        if not self.scheduled:
+            self.scheduled = True
+            loop = self.loop()
             try:
-                outcome: _Outcome = (future, True, call())
-            except BaseException as exc:  # handed to the caller, as asyncio.to_thread does
-                outcome = (future, False, exc)
-            with self.lock:
-                owed = self.owed.get(loop)
-                if owed is None:
-                    self.owed[loop] = [outcome]
-                else:
-                    owed.append(outcome)
-            if owed is None:
-                try:
-                    loop.call_soon_threadsafe(self._deliver, loop)
-                except RuntimeError:  # the loop is closed: nobody waits for these
-                    with self.lock:
-                        self.owed.pop(loop, None)
-            with self.lock:
-                self.unfinished -= 1
-                if not self.unfinished:
-                    self.idle.notify_all()
+                if loop is None:
+                    raise RuntimeError("the event loop is gone")
+                loop.call_soon_threadsafe(self.deliver)
+            except RuntimeError:  # the loop is closed: nobody waits for these
+                self.outcomes.clear()
 
-    def _deliver(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self.lock:
-            outcomes = self.owed.pop(loop, [])
-        for future, ok, value in outcomes:
+    def deliver(self) -> None:
+        """On the loop: settle every future owed so far."""
+        self.scheduled = False
+        outcomes = self.outcomes
+        while outcomes:
+            future, ok, value = outcomes.popleft()
             if future.done():  # the caller was cancelled
                 continue
             if ok:
@@ -93,9 +73,55 @@ class _Offloader:
             else:
                 future.set_exception(value)
 
-    def wait_idle(self, timeout: float) -> None:
-        with self.lock:
-            self.idle.wait_for(lambda: not self.unfinished, timeout)
+
+_Outcome = tuple["asyncio.Future[Any]", bool, Any]
+_Job = tuple[_Owed, "asyncio.Future[Any]", Callable[[], Any]]
+
+
+class _Offloader:
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.workers: list[threading.Thread] = []
+        self.owed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Owed] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def submit(self, loop: asyncio.AbstractEventLoop, call: Callable[[], T]) -> asyncio.Future[T]:
+        owed = self.owed.get(loop)
+        if owed is None:
+            owed = self.owed[loop] = _Owed(loop)
+        if len(self.workers) < WORKERS:
+            worker = threading.Thread(target=self._work, name="osmosis-file-io", daemon=True)
+            self.workers.append(worker)
+            worker.start()
+        future: asyncio.Future[T] = loop.create_future()
+        self.jobs.put((owed, future, call))
+        return future
+
+    def _work(self) -> None:
+        # One call per job: nothing of a finished job (its future holds its loop) stays
+        # referenced while the worker waits for the next.
+        while self._run(self.jobs.get()):
+            pass
+
+    @staticmethod
+    def _run(job: _Job | None) -> bool:
+        if job is None:
+            return False
+        owed, future, call = job
+        try:
+            owed.add((future, True, call()))
+        except BaseException as exc:  # handed to the caller, as asyncio.to_thread does
+            owed.add((future, False, exc))
+        return True
+
+    def stop(self, timeout: float) -> None:
+        """Let the workers finish the jobs already queued (within ``timeout``), then end."""
+        deadline = time.monotonic() + timeout
+        for _ in self.workers:
+            self.jobs.put(None)
+        for worker in self.workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
 
 
 _offloader = _Offloader()
@@ -108,7 +134,7 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(lambda: _offloader.wait_idle(EXIT_WAIT_SEC))
+atexit.register(lambda: _offloader.stop(EXIT_WAIT_SEC))
 
 
 async def run_blocking(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

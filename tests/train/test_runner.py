@@ -318,6 +318,7 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
     # vocabulary at the policy's positions take 6 x 400 x 49152 x 4 bytes (~470 MB), twice
     # (logits and log-softmax); generation keeps only the last position's logits.
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    _write_rows(tmp_path / "ws", random_reward=True)  # an update always follows
     text = config.read_text().replace("token_budget = 2048", "token_budget = 8192")
     config.write_text(text.replace("max_tokens = 8", "max_tokens = 400"))
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"

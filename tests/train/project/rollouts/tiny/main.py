@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 from typing import Any
 
 import httpx
@@ -57,6 +58,8 @@ class Length(Grader):
     """Deterministic in the text, so sampled replies of one row get different rewards.
 
     A row's ``reward`` metadata overrides it: every rollout of the row gets that reward.
+    ``random_reward`` metadata draws each rollout's reward instead, so that a step always
+    has groups to learn from (long replies capped at ``max_tokens`` may all be as long).
     """
 
     async def grade(self, ctx: GraderContext) -> None:
@@ -64,6 +67,9 @@ class Length(Grader):
         constant = (ctx.metadata or {}).get("reward")
         if constant is not None:
             ctx.set_reward(float(constant))
+            return
+        if (ctx.metadata or {}).get("random_reward"):
+            ctx.set_reward(random.random())
             return
         answer = ctx.sample.messages[-1].get("content") or ""
         ctx.set_reward((len(answer) % 5) / 4)
