@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from osmosis_ai.rollout import LocalBackend
+from osmosis_ai.rollout import LocalBackend, RolloutStatus
 from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
-from tests.rollout.server.conftest import ServeFactory, Server
+from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory, Server
 from tests.rollout.server.workflows import Answer
 
 TERMINAL = {"success", "failure", "cancelled"}
@@ -73,6 +75,34 @@ async def test_a_delivered_result_is_freed_after_the_grace_then_a_poll_gets_410(
     assert (
         "freed" in late.json()["detail"] and "delivered_result_grace_sec" in late.json()["detail"]
     )
+
+
+async def test_a_retained_result_keeps_neither_its_request_nor_its_task(
+    serve: ServeFactory,
+) -> None:
+    # Each request carries 20 KB; a held result that kept it (or its finished task, whose
+    # coroutine holds it) would keep 200 x 20 KB here.
+    blob = "x" * 20_000
+    async with serve(delivered_result_grace_sec=600) as server:
+        await server.client.run_rollout(PROMPT, CHAT_URL, "warm", label="42")
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for index in range(200):
+                handle = await server.client.run_rollout(
+                    PROMPT, CHAT_URL, f"big{index}", label="42", metadata={"blob": blob}
+                )
+                assert (await handle).status is RolloutStatus.SUCCESS
+            await asyncio.sleep(0.1)  # the last tasks' done callbacks
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert server.state.health()["retention"]["results"] >= 200
+        entry = server.state.registry.get("big0")
+        assert entry is not None and entry.finished and entry.task is None
+    assert held < 200 * 4_000, f"{held / 200:.0f} bytes per retained result"
 
 
 async def test_every_retried_delivery_starts_the_grace_again(serve: ServeFactory) -> None:

@@ -17,6 +17,7 @@ from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
 from osmosis_ai.rollout.trajectory.preview import preview_id_allowed
 from osmosis_ai.rollout.trajectory.save import TRAJECTORY_FILENAME, describe_storage_error
+from osmosis_ai.rollout.types import RolloutInitRequest
 
 __all__ = ["REPORT_URL_FIELD", "cancelled_result", "lease_expired_result", "run_rollout"]
 
@@ -42,9 +43,9 @@ def lease_expired_result(state: ServerState) -> ExecutionResult:
     )
 
 
-async def run_rollout(state: ServerState, entry: Entry) -> None:
-    """Execute ``entry`` on the backend, save its files, then publish its final result."""
-    request = entry.request
+async def run_rollout(state: ServerState, entry: Entry, request: RolloutInitRequest) -> None:
+    """Execute ``entry`` (admitted with ``request``) on the backend, save its files, then
+    publish its final result."""
     if not state.backend.reports_progress:
         entry.progress.set_status(RolloutStatus.RUNNING)
     outcome: ExecutionOutcome | None = None
@@ -69,7 +70,7 @@ async def run_rollout(state: ServerState, entry: Entry) -> None:
         logger.error("rollout %s: %s", entry.rollout_id, message)
         result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
     try:
-        unsaved = await _save(state, entry, outcome, result)
+        unsaved = await _save(state, entry, request, outcome, result)
         if unsaved is not None and result.ok:
             # Status and reward stand; the message tells a controller that keeps files
             # (``osmosis eval run``) that this rollout's trajectory is missing.
@@ -89,14 +90,17 @@ def _start_previews(state: ServerState, entry: Entry, context: RolloutContext) -
 
 
 async def _save(
-    state: ServerState, entry: Entry, outcome: ExecutionOutcome | None, result: ExecutionResult
+    state: ServerState,
+    entry: Entry,
+    request: RolloutInitRequest,
+    outcome: ExecutionOutcome | None,
+    result: ExecutionResult,
 ) -> str | None:
     """Write ``trajectory.json`` and ``diagnostics.json``; never raises.
 
     Returns why the trajectory could not be stored (disk full...), if it could not.
     """
     saved = outcome.result_to_save if outcome is not None else result
-    request = entry.request
     unsaved = None
     if saved.sample is not None:
         try:
@@ -106,7 +110,7 @@ async def _save(
                 request_label=request.label,
                 request_metadata=request.metadata,
                 request_extra_fields=request.extra_fields,
-                report=await _report(state, entry),
+                report=await _report(state, entry, request),
                 artifact_root=state.artifact_root,
                 redactor=entry.redactor,
                 raise_storage_errors=True,
@@ -127,8 +131,9 @@ async def _save(
     return unsaved
 
 
-async def _report(state: ServerState, entry: Entry) -> TrajectoryReport | None:
-    request = entry.request
+async def _report(
+    state: ServerState, entry: Entry, request: RolloutInitRequest
+) -> TrajectoryReport | None:
     try:
         if state.report_provider is not None:
             return await state.report_provider(request)

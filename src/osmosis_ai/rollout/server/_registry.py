@@ -59,7 +59,6 @@ class Entry:
         "progress",
         "redactor",
         "reported",
-        "request",
         "result_body",
         "rollout_id",
         "task",
@@ -69,7 +68,6 @@ class Entry:
         self, request: RolloutInitRequest, lease_digest: bytes, deadline: float, redactor: Redactor
     ) -> None:
         self.rollout_id = request.rollout_id
-        self.request = request
         #: The server's secrets and this rollout's key: nothing of the rollout leaves without it.
         key = request.llm_api_key
         self.redactor = redactor.with_secrets(key) if key else redactor

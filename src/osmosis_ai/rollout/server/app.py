@@ -138,7 +138,7 @@ async def admit_rollout(state: ServerState, request: HttpRequest) -> Answer:
         return json_answer({"detail": "rollout_id is already registered"}, 409)
     entry, token = state.registry.admit(init, state.redactor)
     task = asyncio.get_running_loop().create_task(
-        tracked(run_rollout(state, entry), state.monitor, entry.rollout_id)
+        tracked(run_rollout(state, entry, init), state.monitor, entry.rollout_id)
     )
     entry.task = task
     state.tasks.add(task)
@@ -172,6 +172,9 @@ def _lease_body(rollout_id: str, token: str, wait_sec: float, lease_sec: float) 
 
 def _task_ended(state: ServerState, entry: Entry, task: asyncio.Task[None]) -> None:
     state.tasks.discard(task)
+    # A done task still holds its coroutine, and through it the whole request: a retained
+    # result must not (it would cost kilobytes per result for the retention window).
+    entry.task = None
     if entry.finished:
         return
     # The task ended without publishing: cancelled before it started, or crashed.
