@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -11,6 +10,8 @@ from decimal import Decimal
 from typing import Annotated, Any, TypeGuard
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from osmosis_ai.rollout._copy import deep_copy
 
 __all__ = ["AgentWorkflowOutput", "FiniteNumber", "JSONObject", "RolloutSample"]
 
@@ -41,7 +42,7 @@ FiniteNumber = Annotated[float, BeforeValidator(_require_real)]
 def _copy_messages(data: dict[str, Any]) -> list[JSONObject] | None:
     messages = data.get("messages", [])
     try:
-        copied: list[JSONObject] = copy.deepcopy(messages)
+        copied: list[JSONObject] = deep_copy(messages)
         return copied
     except Exception:  # deepcopy raises whatever the message objects raise
         logger.warning(

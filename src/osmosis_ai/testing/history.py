@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from osmosis_ai.rollout._copy import deep_copy
 from osmosis_ai.rollout.context import SampleSource
 from osmosis_ai.rollout.sample import RolloutSample
 
@@ -30,7 +30,7 @@ class HistorySource(SampleSource):
         self._revision = revision
 
     async def get_sample(self) -> RolloutSample:
-        return RolloutSample(messages=copy.deepcopy(self.messages))
+        return RolloutSample(messages=deep_copy(self.messages))
 
     def preview_revision(self) -> int | None:
         return len(self.messages) if self._revision else None
@@ -39,5 +39,5 @@ class HistorySource(SampleSource):
         self.preview_calls += 1
         if max_messages <= 0:
             return None
-        recent = copy.deepcopy(self.messages[-max_messages:])
+        recent = deep_copy(self.messages[-max_messages:])
         return RolloutSample(messages=recent, trajectory_messages=recent)

@@ -23,7 +23,6 @@ Requires the ``openai-agents`` extra.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import uuid
@@ -31,6 +30,7 @@ from collections.abc import AsyncIterator, Hashable, Iterable
 from typing import Any, Generic
 
 from osmosis_ai._extras import import_optional
+from osmosis_ai.rollout._copy import deep_copy
 
 import_optional("agents", extra="openai-agents", feature="The OpenAI Agents integration")
 
@@ -194,7 +194,7 @@ class SessionSampleSource(SampleSource):
         self._session = session
 
     async def get_sample(self) -> RolloutSample:
-        items = copy.deepcopy(await self._session.get_items())
+        items = deep_copy(await self._session.get_items())
         return RolloutSample(messages=items, trajectory_messages=_chat_messages(items))
 
     def preview_revision(self) -> Hashable | None:
@@ -207,7 +207,7 @@ class SessionSampleSource(SampleSource):
         if max_messages <= 0:
             return None
         window = await self._session.get_items(limit=max_messages + 1)
-        recent = copy.deepcopy(window[-max_messages:])
+        recent = deep_copy(window[-max_messages:])
         # Turns need the whole history, which only our own session exposes cheaply.
         session = self._session
         turn = _model_turns(session.items) if isinstance(session, OsmosisMemorySession) else None

@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from osmosis_ai._extras import import_optional
+from osmosis_ai.rollout._copy import deep_copy
 
 import_optional("strands", extra="strands", feature="The Strands integration")
 import_optional("openai", extra="strands", feature="The Strands integration")
@@ -169,7 +170,7 @@ class StrandsAgentSampleSource(SampleSource):
         self._agent = agent
 
     async def get_sample(self) -> RolloutSample:
-        messages = copy.deepcopy(self._agent.messages)
+        messages = deep_copy(self._agent.messages)
         return RolloutSample(
             messages=list(messages),
             trajectory_messages=_chat_messages(messages, self._agent.system_prompt),
@@ -185,7 +186,7 @@ class StrandsAgentSampleSource(SampleSource):
             return None
         history = self._agent.messages
         trimmed = getattr(self._agent.conversation_manager, "removed_message_count", 0) > 0
-        recent = copy.deepcopy(history[-max_messages:])
+        recent = deep_copy(history[-max_messages:])
         truncated = trimmed or len(history) > max_messages
         system_prompt = None if truncated else self._agent.system_prompt
         return preview_sample(
@@ -293,7 +294,7 @@ def _content_blocks(content: object, where: str) -> list[ContentBlock]:
         if isinstance(part, Mapping) and part.get("type") == "text":
             blocks.append({"text": str(part.get("text", ""))})
         elif isinstance(part, Mapping) and "type" not in part:
-            blocks.append(copy.deepcopy(dict(part)))  # type: ignore[arg-type]
+            blocks.append(deep_copy(dict(part)))  # type: ignore[arg-type]
         else:
             kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
             raise ConfigError(
