@@ -28,7 +28,7 @@ def _mutable_parts(value: Any) -> list[Any]:
 
 
 def test_a_history_is_copied_whole_and_shares_nothing_mutable() -> None:
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
         {
             "role": "assistant",
@@ -51,7 +51,7 @@ class Block:
 
 
 def test_other_objects_are_deep_copied_the_standard_way() -> None:
-    history = [{"role": "assistant", "content": (["a"], Block(["b"]))}]
+    history: list[dict[str, Any]] = [{"role": "assistant", "content": (["a"], Block(["b"]))}]
     copied = deep_copy(history)
     content = copied[0]["content"]
     assert content == (["a"], Block(["b"]))
