@@ -179,8 +179,10 @@ class VerlServerPolicy(Policy):
                 f"{len(token_ids)} tokens; the policy needs one logprob per token (it asks "
                 "for them with sampling_params['logprobs'])"
             )
-        message, finish_reason = await self._message(request, token_ids, sampling["max_tokens"])
-        return self._response(prompt_ids, token_ids, logprobs, message, finish_reason)
+        message, finish_reason, pieces = await self._message(
+            request, token_ids, sampling["max_tokens"]
+        )
+        return self._response(prompt_ids, token_ids, logprobs, pieces, message, finish_reason)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """The whole answer as chunks (verl's servers answer a turn at once)."""
@@ -212,17 +214,27 @@ class VerlServerPolicy(Policy):
             ) from exc
         return [int(token) for token in ids]
 
+    def _decoded(self, text_ids: list[int] | None, token_ids: list[int]) -> tuple[str, list[str]]:
+        """The text of ``text_ids`` (empty for None) and each token's piece (blocking: CPU
+        work, done in one worker-thread hop per call)."""
+        text = "" if text_ids is None else self._tokenizer.decode(text_ids)
+        return text, self._tokenizer.batch_decode([[token] for token in token_ids])
+
     async def _message(
         self, request: ChatRequest, token_ids: list[int], max_tokens: int
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[dict[str, Any], str, list[str]]:
         ended = bool(token_ids) and token_ids[-1] in self._special_ids
         text_ids = list(token_ids)
         while text_ids and text_ids[-1] in self._special_ids:  # end-of-turn tokens: no text
             text_ids.pop()
         finish = "stop" if ended or len(token_ids) < max_tokens else "length"
-        if not request.tools or request.body.get("tool_choice") == "none":
-            text = await asyncio.to_thread(self._tokenizer.decode, text_ids)
-            return {"role": "assistant", "content": text}, finish
+        plain = not request.tools or request.body.get("tool_choice") == "none"
+        # With tools, verl's parser decodes the text itself.
+        text, pieces = await asyncio.to_thread(
+            self._decoded, text_ids if plain else None, token_ids
+        )
+        if plain:
+            return {"role": "assistant", "content": text}, finish, pieces
         schemas = [self._tool_schema.model_validate(tool) for tool in request.tools]
         content, calls = await self._parser.extract_tool_calls(text_ids, schemas)
         message: dict[str, Any] = {"role": "assistant", "content": content.strip() or None}
@@ -236,17 +248,17 @@ class VerlServerPolicy(Policy):
                 for call in calls
             ]
             finish = "tool_calls"
-        return message, finish
+        return message, finish, pieces
 
     def _response(
         self,
         prompt_ids: list[int],
         token_ids: list[int],
         logprobs: list[float],
+        pieces: list[str],
         message: dict[str, Any],
         finish_reason: str,
     ) -> dict[str, Any]:
-        pieces = self._tokenizer.batch_decode([[token] for token in token_ids])
         entries = [
             {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
             for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
