@@ -214,24 +214,31 @@ class VerlServerPolicy(Policy):
             ) from exc
         return [int(token) for token in ids]
 
-    def _decoded(self, text_ids: list[int] | None, token_ids: list[int]) -> tuple[str, list[str]]:
-        """The text of ``text_ids`` (empty for None) and each token's piece (blocking: CPU
-        work, done in one worker-thread hop per call)."""
+    def _decoded(
+        self, text_ids: list[int] | None, piece_ids: list[int] | None
+    ) -> tuple[str, list[str] | None]:
+        """The text of ``text_ids`` ("" for None) and one piece per id of ``piece_ids`` (None
+        for None). Blocking CPU work, done in one worker-thread hop per call."""
         text = "" if text_ids is None else self._tokenizer.decode(text_ids)
-        return text, self._tokenizer.batch_decode([[token] for token in token_ids])
+        if piece_ids is None:
+            return text, None
+        return text, self._tokenizer.batch_decode([[token] for token in piece_ids])
 
     async def _message(
         self, request: ChatRequest, token_ids: list[int], max_tokens: int
-    ) -> tuple[dict[str, Any], str, list[str]]:
+    ) -> tuple[dict[str, Any], str, list[str] | None]:
         ended = bool(token_ids) and token_ids[-1] in self._special_ids
         text_ids = list(token_ids)
         while text_ids and text_ids[-1] in self._special_ids:  # end-of-turn tokens: no text
             text_ids.pop()
         finish = "stop" if ended or len(token_ids) < max_tokens else "length"
         plain = not request.tools or request.body.get("tool_choice") == "none"
-        # With tools, verl's parser decodes the text itself.
+        # With tools, verl's parser decodes the text itself. Each token's piece (a few us per
+        # token) is only shown to a caller that asked for logprobs.
         text, pieces = await asyncio.to_thread(
-            self._decoded, text_ids if plain else None, token_ids
+            self._decoded,
+            text_ids if plain else None,
+            token_ids if request.want_logprobs else None,
         )
         if plain:
             return {"role": "assistant", "content": text}, finish, pieces
@@ -255,14 +262,21 @@ class VerlServerPolicy(Policy):
         prompt_ids: list[int],
         token_ids: list[int],
         logprobs: list[float],
-        pieces: list[str],
+        pieces: list[str] | None,
         message: dict[str, Any],
         finish_reason: str,
     ) -> dict[str, Any]:
-        entries = [
-            {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
-            for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
-        ]
+        entries: list[dict[str, Any]]
+        if pieces is None:  # the caller did not ask: the entries only feed the call record
+            entries = [
+                {"id": token, "logprob": logprob}
+                for token, logprob in zip(token_ids, logprobs, strict=True)
+            ]
+        else:
+            entries = [
+                {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
+                for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
+            ]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
