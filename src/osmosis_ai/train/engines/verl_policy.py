@@ -21,6 +21,7 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
 from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
 from osmosis_ai.gateway.request import ChatRequest
+from osmosis_ai.train.engines._prompt_tokens import PieceTokenizer
 
 __all__ = ["VerlServerPolicy", "sampling_params_for", "template_messages"]
 
@@ -86,6 +87,8 @@ class VerlServerPolicy(Policy):
     with ``request_id`` = the rollout id (verl routes a rollout's turns to one server, for
     its prefix cache), and parses tool calls with verl's parser registry. The answer carries
     the prompt ids, the completion ids and their logprobs exactly as the server returned them.
+    The rendered prompt is tokenised piece by piece between added tokens, each piece once
+    (``PieceTokenizer``), where that gives the tokenizer's own ids.
 
     Args:
         server_manager: verl's ``LLMServerClient`` (``AgentLoopBase.server_manager``).
@@ -132,6 +135,7 @@ class VerlServerPolicy(Policy):
         self.max_tokens = max_tokens
         self._template_kwargs = dict(chat_template_kwargs or {})
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        self._pieces = PieceTokenizer.of(tokenizer)
         self._sampling: dict[str, dict[str, Any]] = {}
 
     @property
@@ -199,12 +203,11 @@ class VerlServerPolicy(Policy):
             ChatRequestError: The template refuses the conversation.
         """
         try:
-            ids = self._tokenizer.apply_chat_template(
+            text = self._tokenizer.apply_chat_template(
                 template_messages(messages),
                 tools=tools or None,
                 add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
+                tokenize=False,
                 **self._template_kwargs,
             )
         except Exception as exc:  # a template that refuses the conversation (roles, order)
@@ -212,6 +215,10 @@ class VerlServerPolicy(Policy):
                 f"the model's chat template rejected the messages: {type(exc).__name__}: {exc}",
                 param="messages",
             ) from exc
+        if self._pieces is not None:  # only the text the tokenizer has not seen is encoded
+            return self._pieces.encode(text)
+        # What apply_chat_template(tokenize=True) does with the text it renders.
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
         return [int(token) for token in ids]
 
     def _decoded(
