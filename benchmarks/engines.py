@@ -2,13 +2,16 @@
 
 Run in the engines environment (Python 3.12, SkyRL and verl installed)::
 
-    PYTHONPATH=src .venv-engines/bin/python benchmarks/engines.py
+    nice -n 19 env PYTHONPATH=src .venv-engines/bin/python benchmarks/engines.py
 
 SkyRL overhead: one workflow making ``k`` chat calls to an instant OpenAI-compatible upstream
 (``ChatStub``, token ids included), run (a) on ``LocalBackend`` directly with the upstream as
 its endpoint, and (b) through ``OsmosisGenerator.generate`` (one trajectory per batch: gateway,
 call records, sequences, step-wise rows). Sequential medians for k = 1 and k = 5; the
-per-call cost is the slope, the per-rollout cost the rest. Drift: the calculator example
+per-call cost is the slope, the per-rollout cost the rest. Both wall time and the process's
+CPU time are measured; the overheads judged against the targets are CPU time, which other
+jobs on a shared machine do not inflate (everything measured, stub included, runs in this
+process, and an instant upstream leaves nothing to wait for). Drift: the calculator example
 through the SkyRL path on the embedded model (llama.cpp returns token ids and logprobs), and
 what SkyRL's ``merge_stepwise_output`` makes of the rows.
 
@@ -25,12 +28,13 @@ llama.cpp token-in/token-out (the verl tests' server, in process).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +105,30 @@ def _median_ms(durations: list[float]) -> float:
     return statistics.median(durations[WARMUP:]) * 1000
 
 
+#: Wall time (what a rollout takes) and the process's CPU time over all its threads (the
+#: work itself: everything here, stub included, runs in this process). On a machine shared
+#: with other jobs wall time also counts their turns on the cores; the overheads are
+#: computed from CPU time.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "CPU": time.process_time}
+
+
+class _Durations:
+    """Durations of one kind of run, on every clock."""
+
+    def __init__(self) -> None:
+        self.by_clock: dict[str, list[float]] = {clock: [] for clock in CLOCKS}
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        started = {clock: read() for clock, read in CLOCKS.items()}
+        yield
+        for clock, read in CLOCKS.items():
+            self.by_clock[clock].append(read() - started[clock])
+
+    def median_ms(self, clock: str) -> float:
+        return _median_ms(self.by_clock[clock])
+
+
 def _batch(rows: list[dict[str, Any]], prompts: list[list[dict[str, Any]]]) -> Any:
     return {
         "prompts": prompts,
@@ -116,31 +144,30 @@ def _batch(rows: list[dict[str, Any]], prompts: list[list[dict[str, Any]]]) -> A
 
 async def _overhead(
     stub: ChatStub, calls: int, adapted_rollout: Callable[[int], Awaitable[None]]
-) -> tuple[float, float]:
-    """Median ms per rollout of (LocalBackend directly, ``adapted_rollout(index)``: the same
+) -> tuple[_Durations, _Durations]:
+    """Per-rollout durations of (LocalBackend directly, ``adapted_rollout(index)``: the same
     workflow through an adapter), run alternately so that both see the same load on a
     shared machine."""
     backend = LocalBackend(workflow=Calls, grader=Done)
-    base: list[float] = []
-    adapted: list[float] = []
+    base = _Durations()
+    adapted = _Durations()
     for index in range(ROLLOUTS):
         rollout_id = f"base-{calls}-{index}"
         context = RolloutContext(chat_completions_url=stub.base_url, rollout_id=rollout_id)
         request = ExecutionRequest(
             id=rollout_id, prompt=PROMPT, label="4", metadata={"calls": calls}
         )
-        started = time.perf_counter()
-        with context:
+        with base.timed(), context:
             outcome = await backend.execute(request)
-        base.append(time.perf_counter() - started)
         assert outcome.result.ok, outcome.result.err_message
-        started = time.perf_counter()
-        await adapted_rollout(index)
-        adapted.append(time.perf_counter() - started)
-    return _median_ms(base), _median_ms(adapted)
+        with adapted.timed():
+            await adapted_rollout(index)
+    return base, adapted
 
 
-async def _skyrl_overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
+async def _skyrl_overhead(
+    stub: ChatStub, calls: int, tokenizer: Any
+) -> tuple[_Durations, _Durations]:
     generator = OsmosisGenerator(Calls, grader=Done, base_url=stub.base_url, tokenizer=tokenizer)
 
     async def rollout(index: int) -> None:
@@ -193,34 +220,49 @@ async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
 
 async def _overhead_figures(
     adapter: str,
-    measure: Callable[[ChatStub, int, Any], Awaitable[tuple[float, float]]],
+    measure: Callable[[ChatStub, int, Any], Awaitable[tuple[_Durations, _Durations]]],
     tokenizer: Any,
-    engine_own: Figure | None = None,
+    engine_own: _Durations | None = None,
 ) -> list[Figure]:
-    """Per-rollout times of the same workflow on ``LocalBackend`` directly and through
-    ``adapter`` with 1 and 5 calls, and the overhead split into per rollout and per call.
+    """Per-rollout times (wall and CPU) of the same workflow on ``LocalBackend`` directly and
+    through ``adapter`` with 1 and 5 calls, and the overhead split into per rollout and per
+    call: from CPU time (the targets), and from wall time for reference.
 
     ``engine_own``: what the engine itself spends per rollout on any agent loop (inside the
     adapter's figures); the per-rollout overhead is given with and without it.
     """
     figures: list[Figure] = []
-    overheads: dict[int, float] = {}
+    overheads: dict[tuple[str, int], float] = {}
     async with ChatStub() as stub:
         for calls in (1, 5):
             base, adapted = await measure(stub, calls, tokenizer)
-            overheads[calls] = adapted - base
+            for clock in CLOCKS:
+                overheads[clock, calls] = adapted.median_ms(clock) - base.median_ms(clock)
+            for name, durations in (("LocalBackend directly", base), (adapter, adapted)):
+                wall, cpu = durations.median_ms("wall"), durations.median_ms("CPU")
+                figures.append(Figure(f"{name}, {calls} call(s), per rollout, wall", wall, "ms"))
+                figures.append(Figure(f"{name}, {calls} call(s), per rollout, CPU", cpu, "ms"))
+    for clock in CLOCKS:
+        per_call = (overheads[clock, 5] - overheads[clock, 1]) / 4
+        per_rollout = overheads[clock, 1] - per_call
+        target = clock == "CPU"
+        if engine_own is not None:
+            own = engine_own.median_ms(clock)
             figures.append(
-                Figure(f"LocalBackend directly, {calls} call(s), per rollout", base, "ms")
+                Figure(f"overhead per rollout with {ENGINE_OWN}, {clock}", per_rollout, "ms")
             )
-            figures.append(Figure(f"{adapter}, {calls} call(s), per rollout", adapted, "ms"))
-    per_call = (overheads[5] - overheads[1]) / 4
-    per_rollout = overheads[1] - per_call
-    if engine_own is not None:
-        figures.append(Figure(f"overhead per rollout, with {engine_own.name}", per_rollout, "ms"))
-        figures.append(engine_own)
-        per_rollout -= engine_own.value
-    figures.append(Figure("adapter overhead per rollout", per_rollout, "ms", 2.0))
-    figures.append(Figure("adapter overhead per LLM call", per_call, "ms", 0.5))
+            figures.append(Figure(f"{ENGINE_OWN}, {clock}", own, "ms"))
+            per_rollout -= own
+        figures.append(
+            Figure(
+                f"adapter overhead per rollout, {clock}", per_rollout, "ms", 2.0 if target else None
+            )
+        )
+        figures.append(
+            Figure(
+                f"adapter overhead per LLM call, {clock}", per_call, "ms", 0.5 if target else None
+            )
+        )
     return figures
 
 
@@ -282,7 +324,9 @@ class _VerlWorker:
         )
 
 
-async def _verl_overhead(stub: ChatStub, calls: int, tokenizer: Any) -> tuple[float, float]:
+async def _verl_overhead(
+    stub: ChatStub, calls: int, tokenizer: Any
+) -> tuple[_Durations, _Durations]:
     worker = _VerlWorker(
         {"workflow": f"{__name__}:Calls", "grader": f"{__name__}:Done"},
         _InstantServer(),
@@ -345,25 +389,22 @@ async def _verl_drift(tokenizer: Any) -> dict[str, float]:
     }
 
 
-def _verl_instantiate(tokenizer: Any) -> Figure:
+#: What verl's worker spends per sample on any agent loop, ours included.
+ENGINE_OWN = "verl's own per-sample hydra.instantiate"
+
+
+def _verl_instantiate(tokenizer: Any) -> _Durations:
     """verl's own cost per sample for any agent loop: its worker builds the loop with
     ``hydra.utils.instantiate`` (merging the entry with the worker's arguments). Measured on
-    verl's own ``SingleTurnAgentLoop``; median ms."""
+    verl's own ``SingleTurnAgentLoop``."""
     worker = _VerlWorker({}, _InstantServer(), tokenizer)
-    worker.entry = OmegaConf.create(
-        [
-            {
-                "name": "single_turn",
-                "_target_": f"{SingleTurnAgentLoop.__module__}.SingleTurnAgentLoop",
-            }
-        ]
-    )[0]
-    durations = []
+    target = f"{SingleTurnAgentLoop.__module__}.SingleTurnAgentLoop"
+    worker.entry = OmegaConf.create([{"name": "single_turn", "_target_": target}])[0]
+    durations = _Durations()
     for _ in range(ROLLOUTS):
-        started = time.perf_counter()
-        worker.loop()
-        durations.append(time.perf_counter() - started)
-    return Figure("verl's own per-sample hydra.instantiate", _median_ms(durations), "ms")
+        with durations.timed():
+            worker.loop()
+    return durations
 
 
 async def verl_figures(tokenizer: Any) -> None:
