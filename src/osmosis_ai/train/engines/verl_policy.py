@@ -29,6 +29,8 @@ FEATURE = "The verl adapter"
 #: Sampling fields the trainer sets for a rollout; a request cannot change them (verl
 #: recomputes the behaviour logprobs at the rollout's temperature).
 _TRAINER_OWNED = ("temperature", "top_p", "top_k")
+#: Completions up to this many tokens are decoded on the event loop (see ``_message``).
+_INLINE_DECODE_TOKENS = 128
 
 
 def sampling_params_for(
@@ -225,7 +227,7 @@ class VerlServerPolicy(Policy):
         self, text_ids: list[int] | None, piece_ids: list[int] | None
     ) -> tuple[str, list[str] | None]:
         """The text of ``text_ids`` ("" for None) and one piece per id of ``piece_ids`` (None
-        for None). Blocking CPU work, done in one worker-thread hop per call."""
+        for None). Blocking CPU work: in a worker thread unless it is short."""
         text = "" if text_ids is None else self._tokenizer.decode(text_ids)
         if piece_ids is None:
             return text, None
@@ -242,11 +244,13 @@ class VerlServerPolicy(Policy):
         plain = not request.tools or request.body.get("tool_choice") == "none"
         # With tools, verl's parser decodes the text itself. Each token's piece (a few us per
         # token) is only shown to a caller that asked for logprobs.
-        text, pieces = await asyncio.to_thread(
-            self._decoded,
-            text_ids if plain else None,
-            token_ids if request.want_logprobs else None,
-        )
+        text_to_decode = text_ids if plain else None
+        pieces_to_decode = token_ids if request.want_logprobs else None
+        if pieces_to_decode is None and len(text_to_decode or ()) <= _INLINE_DECODE_TOKENS:
+            # At most ~30 us of decoding: less than a worker-thread hop costs (~50 us).
+            text, pieces = self._decoded(text_to_decode, None)
+        else:
+            text, pieces = await asyncio.to_thread(self._decoded, text_to_decode, pieces_to_decode)
         if plain:
             return {"role": "assistant", "content": text}, finish, pieces
         schemas = [self._tool_schema.model_validate(tool) for tool in request.tools]
