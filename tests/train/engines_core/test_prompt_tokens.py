@@ -48,6 +48,17 @@ def test_pieces_give_the_tokenizers_own_ids(tokenizer: Any) -> None:
         assert pieces.encode(text) == _own_ids(tokenizer, text), text
 
 
+def test_the_piece_cache_stays_within_its_bound(tokenizer: Any) -> None:
+    bounded = PieceTokenizer.of(tokenizer)
+    assert bounded is not None
+    bounded.max_cached_chars = 200
+    texts = [f"<|im_start|>user\nmessage {i} {'x' * i}<|im_end|>\n" for i in range(60)]
+    texts.append("<|im_start|>" + "long " * 100)  # longer than the whole cache: not kept
+    for text in texts * 2:
+        assert bounded.encode(text) == _own_ids(tokenizer, text)
+        assert 0 < bounded.cached_chars <= 200
+
+
 def test_tokenizers_where_pieces_could_differ_are_not_offered_one(tokenizer_dir: Path) -> None:
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

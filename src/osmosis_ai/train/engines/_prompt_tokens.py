@@ -10,15 +10,17 @@ tokenizers where that holds exactly (see ``PieceTokenizer.of``).
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 __all__ = ["PieceTokenizer"]
 
-#: Pieces whose ids are kept (least recently used dropped first): a piece is about one
-#: message, so this covers the conversations of many concurrent rollouts.
-MAX_CACHED_PIECES = 16_384
+#: Characters of pieces whose ids are kept (least recently used dropped first; about 10
+#: bytes per character with the ids): a piece is about one message, so this holds the
+#: conversations of many concurrent rollouts in some 40 MB.
+MAX_CACHED_CHARS = 4_000_000
 #: Pre-tokenizers that treat the first piece of an input apart (Metaspace's
 #: ``prepend_scheme="first"``): encoding pieces one by one would differ.
 _POSITIONAL_PRE_TOKENIZERS = ("Metaspace",)
@@ -27,20 +29,25 @@ _POSITIONAL_PRE_TOKENIZERS = ("Metaspace",)
 class PieceTokenizer:
     """Encodes text as ``tokenizer(text, add_special_tokens=False)`` does, piece by piece.
 
-    Thread-safe (the piece cache is an ``lru_cache``). Build it with ``PieceTokenizer.of``.
+    Thread-safe (prompts are encoded in worker threads). Build it with ``PieceTokenizer.of``.
     """
 
     def __init__(self, backend: Any, added: dict[str, int]) -> None:
+        self._backend = backend
         self._added = added
         # Longest first: a regex alternation takes the first alternative that matches where
         # the tokenizer takes the longest added token.
         alternation = "|".join(re.escape(token) for token in sorted(added, key=len, reverse=True))
         self._split = re.compile(f"({alternation})")
+        self.max_cached_chars = MAX_CACHED_CHARS
+        self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._cached_chars = 0
+        self._lock = threading.Lock()
 
-        def encode_piece(piece: str) -> tuple[int, ...]:
-            return tuple(backend.encode(piece, add_special_tokens=False).ids)
-
-        self._piece = functools.lru_cache(maxsize=MAX_CACHED_PIECES)(encode_piece)
+    @property
+    def cached_chars(self) -> int:
+        """Characters of the pieces whose ids are cached (at most ``max_cached_chars``)."""
+        return self._cached_chars
 
     @classmethod
     def of(cls, tokenizer: Any) -> PieceTokenizer | None:
@@ -70,4 +77,22 @@ class PieceTokenizer:
                 ids.append(self._added[piece])
             elif piece:
                 ids.extend(self._piece(piece))
+        return ids
+
+    def _piece(self, piece: str) -> tuple[int, ...]:
+        with self._lock:
+            cached = self._cache.get(piece)
+            if cached is not None:
+                self._cache.move_to_end(piece)
+                return cached
+        ids = tuple(self._backend.encode(piece, add_special_tokens=False).ids)
+        if len(piece) > self.max_cached_chars:
+            return ids
+        with self._lock:
+            if piece not in self._cache:
+                self._cache[piece] = ids
+                self._cached_chars += len(piece)
+                while self._cached_chars > self.max_cached_chars:  # ends: the cache shrinks
+                    dropped, _ = self._cache.popitem(last=False)
+                    self._cached_chars -= len(dropped)
         return ids
