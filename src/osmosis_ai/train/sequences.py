@@ -353,7 +353,14 @@ def _call_tokens(
     )
 
 
+_INT_CODES = frozenset("bBhHiIlLqQ")
+_NUMBER_CODES = _INT_CODES | {"f", "d"}
+
+
 def _checked(values: object, *, floats: bool, name: str, rollout_id: str) -> list[Any]:
+    # A CallRecord's arrays hold machine numbers by construction: only JSON lists are walked.
+    if isinstance(values, array) and values.typecode in (_NUMBER_CODES if floats else _INT_CODES):
+        return values.tolist()
     # JSON numbers: an integral logprob is fine, a boolean token id is not.
     allowed = (int, float) if floats else (int,)
     if isinstance(values, list | tuple | array) and all(

@@ -326,6 +326,28 @@ async def test_engine_errors_become_the_gateways_error_answers(
     assert answered.json()["choices"][0]["finish_reason"] == "length"
 
 
+async def test_token_pieces_are_shown_to_a_caller_that_asks_for_logprobs(
+    engine: VerlEngine, tokenizer: Any
+) -> None:
+    policy = VerlServerPolicy(engine.client, tokenizer)
+    async with Gateway(policy) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+            url = gateway.chat_completions_url("pieces") + "/chat/completions"
+            body = {"messages": PROMPT, "max_tokens": 6}
+            asked = (await http.post(url, json={**body, "logprobs": True})).json()
+            plain = (await http.post(url, json=body)).json()
+        asked_record, plain_record = gateway.records.calls("pieces")
+    ids = list(asked_record.completion_token_ids or ())
+    entries = asked["choices"][0]["logprobs"]["content"]
+    assert [entry["token"] for entry in entries] == [tokenizer.decode([i]) for i in ids]
+    assert [entry["logprob"] for entry in entries] == list(asked_record.logprobs or ())
+    assert "logprobs" not in plain["choices"][0]
+    # Unasked, the pieces are skipped but every sampled id keeps its logprob in the record.
+    plain_ids = plain_record.completion_token_ids or ()
+    assert len(plain_record.logprobs or ()) == len(plain_ids) > 0
+
+
 async def test_sampling_and_messages_are_mapped_for_verl() -> None:
     request = parse_chat_request(
         {"messages": PROMPT, "temperature": 1.3, "top_p": 0.5, "max_completion_tokens": 500}

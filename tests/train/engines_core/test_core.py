@@ -117,6 +117,38 @@ async def test_failures_deadlines_and_removed_samples_end_as_results(
     assert metrics["osmosis/reward_mean"] == 1.0 and metrics["osmosis/rewarded"] == 1
 
 
+async def test_one_sequence_realigns_a_rollouts_calls_into_one(
+    stub: ChatStub, tmp_path: Any
+) -> None:
+    # ChatStub's prompt ids restart at 0 on every call: the second call never chains.
+    tasks = _tasks({"a0": {"turns": 2}})
+    async with AgentRollouts(
+        Chat, policy=_policy(stub), grader=Judge, drift="realign", artifact_root=tmp_path
+    ) as rollouts:
+        (forked,) = await rollouts.run(tasks)
+    async with AgentRollouts(
+        Chat,
+        policy=_policy(stub),
+        grader=Judge,
+        drift="realign",
+        one_sequence=True,
+        artifact_root=tmp_path,
+    ) as rollouts:
+        (joined,) = await rollouts.run(tasks)
+    assert len(forked.sequences) == 2 and forked.stats.realign_dropped_tokens == 0
+    (sequence,) = joined.sequences
+    last = joined.calls[-1]
+    # The sequence is the last call's prompt and completion; the first completion, which
+    # that prompt does not hold, is cut and counted.
+    assert list(sequence.token_ids) == [
+        *(last.prompt_token_ids or ()),
+        *(last.completion_token_ids or ()),
+    ]
+    assert joined.stats.drift == 1
+    assert joined.stats.realign_dropped_tokens == len(joined.calls[0].completion_token_ids or ())
+    assert sequence.reward == joined.reward == 1.0
+
+
 async def test_the_rollout_deadline_bounds_a_rollout_without_its_own(
     stub: ChatStub, tmp_path: Any
 ) -> None:
@@ -174,6 +206,8 @@ def test_bad_arguments_name_the_field_and_the_fix() -> None:
         AgentRollouts(Chat, policy=policy, backend="gpu")
     with pytest.raises(ConfigError, match="drift must be 'fork' or 'realign'"):
         AgentRollouts(Chat, policy=policy, drift="merge")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="one_sequence=True .* pass drift='realign'"):
+        AgentRollouts(Chat, policy=policy, one_sequence=True)
     with pytest.raises(ConfigError, match="max_in_flight must be at least 1"):
         AgentRollouts(Chat, policy=policy, max_in_flight=0)
     with pytest.raises(ConfigError, match="EngineTask.rollout_id"):

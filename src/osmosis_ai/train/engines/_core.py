@@ -123,6 +123,8 @@ class AgentRollouts:
         server_url: A rollout server to drive instead of a backend.
         server_api_key: That server's bearer key.
         drift: How sequences treat re-tokenisation drift (``build_sequences``).
+        one_sequence: At most one sequence per rollout, its calls realigned into it
+            (``build_sequences(one_sequence=True)``; needs ``drift="realign"``).
         agent_timeout_sec, grader_timeout_sec: Per-rollout deadlines (None: none).
         artifact_root: Root of per-rollout files of the backend.
         sampling: Sampling fields imposed on every call (``Gateway(sampling=...)``).
@@ -132,7 +134,8 @@ class AgentRollouts:
         rollout_deadline_sec: Hard bound on one rollout, whatever its own deadlines.
 
     Raises:
-        ConfigError: No workflow and no server, both, or an unknown backend name.
+        ConfigError: No workflow and no server, both, an unknown backend name, or
+            ``one_sequence`` without ``drift="realign"``.
     """
 
     def __init__(
@@ -147,6 +150,7 @@ class AgentRollouts:
         server_url: str | None = None,
         server_api_key: str | None = None,
         drift: DriftPolicy = "fork",
+        one_sequence: bool = False,
         agent_timeout_sec: float | None = None,
         grader_timeout_sec: float | None = None,
         artifact_root: Path | str | None = None,
@@ -163,11 +167,16 @@ class AgentRollouts:
             )
         if drift not in ("fork", "realign"):
             raise ConfigError(f"drift must be 'fork' or 'realign', not {drift!r}")
+        if one_sequence and drift != "realign":
+            raise ConfigError(
+                "one_sequence=True realigns every call into one sequence; pass drift='realign'"
+            )
         if max_in_flight < 1:
             raise ConfigError(f"max_in_flight must be at least 1, got {max_in_flight}")
         if rollout_deadline_sec <= 0:
             raise ConfigError(f"rollout_deadline_sec must be positive, got {rollout_deadline_sec}")
         self.drift = drift
+        self.one_sequence = one_sequence
         self.agent_timeout_sec = agent_timeout_sec
         self.grader_timeout_sec = grader_timeout_sec
         self.rollout_deadline_sec = rollout_deadline_sec
@@ -265,7 +274,9 @@ class AgentRollouts:
             records.release(task.rollout_id)
         seconds = time.monotonic() - started
         sequences, stats = build_sequences(
-            [RolloutRecords(result=result, group_id=task.group_id, calls=calls)], drift=self.drift
+            [RolloutRecords(result=result, group_id=task.group_id, calls=calls)],
+            drift=self.drift,
+            one_sequence=self.one_sequence,
         )
         excluded = Exclusion(next(iter(stats.excluded))) if stats.excluded else None
         # The wire form carries a reward only for a kept, successful sample.

@@ -5,7 +5,7 @@ YAML). verl instantiates it once per sample; the first ``run`` of a worker start
 ``AgentRollouts`` (a gateway whose policy, ``VerlServerPolicy``, generates through the
 worker's ``server_manager``, and the backend the workflow runs on). Each ``run`` executes
 one rollout and returns one ``AgentLoopOutput``: the rollout's calls realigned into one
-token sequence (``build_sequences(one_sequence=True)``), the Grader's reward as
+token sequence (``AgentRollouts(one_sequence=True)``), the Grader's reward as
 ``reward_score`` (so verl's own reward loop is skipped).
 
 A rollout that fails, times out or is removed (``remove_sample``) still gives verl its one
@@ -30,11 +30,6 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.train.engines._core import AgentRollouts, EngineRollout, EngineTask
 from osmosis_ai.train.engines.verl_policy import FEATURE, VerlServerPolicy
-from osmosis_ai.train.sequences import (
-    Exclusion,
-    RolloutRecords,
-    build_sequences,
-)
 
 __all__ = ["SETTINGS", "OsmosisAgentLoop", "close_shared_rollouts", "engine_task", "verl_row"]
 
@@ -65,6 +60,7 @@ _VERL_KWARGS = frozenset({"name", "tools"})
 class _Shared:
     rollouts: AgentRollouts
     policy: VerlServerPolicy
+    pad_id: int
 
 
 # Per worker (event loop), server manager and settings: verl builds the loop per sample.
@@ -139,7 +135,7 @@ class OsmosisAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is untyped
             prompt_length=int(self.rollout_config.prompt_length),
             response_length=int(self.rollout_config.response_length),
             fallback_prompt_ids=fallback,
-            pad_id=_pad_id(self.tokenizer),
+            pad_id=shared.pad_id,
         )
         return AgentLoopOutput(**row, metrics=AgentLoopMetrics(**_timings(rollout, started)))
 
@@ -167,9 +163,11 @@ class OsmosisAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is untyped
             chat_template_kwargs=_plain(self.apply_chat_template_kwargs) or None,
         )
         workflow = settings.pop("workflow", None)
-        rollouts = AgentRollouts(workflow, policy=policy, drift="realign", **settings)
+        rollouts = AgentRollouts(
+            workflow, policy=policy, drift="realign", one_sequence=True, **settings
+        )
         await rollouts.__aenter__()
-        return _Shared(rollouts, policy)
+        return _Shared(rollouts, policy, _pad_id(self.tokenizer))
 
 
 register("osmosis")(OsmosisAgentLoop)
@@ -252,17 +250,13 @@ def verl_row(
 ) -> dict[str, Any]:
     """One rollout as verl's row: the ``AgentLoopOutput`` fields but ``metrics`` (pure).
 
-    The calls are realigned into one sequence; the prompt is everything before its first
-    policy token (left-cut to ``prompt_length``, as verl cuts prompts), the response the
-    rest (cut to ``response_length``). Excluded rollouts keep the first call's prompt (or
-    ``fallback_prompt_ids``) and one masked ``pad_id`` token.
+    ``rollout`` comes from ``AgentRollouts(drift="realign", one_sequence=True)``: its calls
+    realigned into at most one sequence. The prompt is everything before the sequence's
+    first policy token (left-cut to ``prompt_length``, as verl cuts prompts), the response
+    the rest (cut to ``response_length``). Excluded rollouts keep the first call's prompt
+    (or ``fallback_prompt_ids``) and one masked ``pad_id`` token.
     """
-    sequences, stats = build_sequences(
-        [RolloutRecords(rollout.result, rollout.task.group_id, rollout.calls)],
-        drift="realign",
-        one_sequence=True,
-    )
-    excluded = Exclusion(next(iter(stats.excluded))) if stats.excluded else None
+    sequences, stats, excluded = rollout.sequences, rollout.stats, rollout.excluded
     extra: dict[str, Any] = {
         "osmosis_rollout_id": rollout.task.rollout_id,
         "osmosis_status": rollout.result.status.value,

@@ -21,6 +21,7 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
 from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
 from osmosis_ai.gateway.request import ChatRequest
+from osmosis_ai.train.engines._prompt_tokens import PieceTokenizer
 
 __all__ = ["VerlServerPolicy", "sampling_params_for", "template_messages"]
 
@@ -28,6 +29,8 @@ FEATURE = "The verl adapter"
 #: Sampling fields the trainer sets for a rollout; a request cannot change them (verl
 #: recomputes the behaviour logprobs at the rollout's temperature).
 _TRAINER_OWNED = ("temperature", "top_p", "top_k")
+#: Completions up to this many tokens are decoded on the event loop (see ``_message``).
+_INLINE_DECODE_TOKENS = 128
 
 
 def sampling_params_for(
@@ -86,6 +89,8 @@ class VerlServerPolicy(Policy):
     with ``request_id`` = the rollout id (verl routes a rollout's turns to one server, for
     its prefix cache), and parses tool calls with verl's parser registry. The answer carries
     the prompt ids, the completion ids and their logprobs exactly as the server returned them.
+    The rendered prompt is tokenised piece by piece between added tokens, each piece once
+    (``PieceTokenizer``), where that gives the tokenizer's own ids.
 
     Args:
         server_manager: verl's ``LLMServerClient`` (``AgentLoopBase.server_manager``).
@@ -132,6 +137,7 @@ class VerlServerPolicy(Policy):
         self.max_tokens = max_tokens
         self._template_kwargs = dict(chat_template_kwargs or {})
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        self._pieces = PieceTokenizer.of(tokenizer)
         self._sampling: dict[str, dict[str, Any]] = {}
 
     @property
@@ -179,8 +185,10 @@ class VerlServerPolicy(Policy):
                 f"{len(token_ids)} tokens; the policy needs one logprob per token (it asks "
                 "for them with sampling_params['logprobs'])"
             )
-        message, finish_reason = await self._message(request, token_ids, sampling["max_tokens"])
-        return self._response(prompt_ids, token_ids, logprobs, message, finish_reason)
+        message, finish_reason, pieces = await self._message(
+            request, token_ids, sampling["max_tokens"]
+        )
+        return self._response(prompt_ids, token_ids, logprobs, pieces, message, finish_reason)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """The whole answer as chunks (verl's servers answer a turn at once)."""
@@ -197,12 +205,11 @@ class VerlServerPolicy(Policy):
             ChatRequestError: The template refuses the conversation.
         """
         try:
-            ids = self._tokenizer.apply_chat_template(
+            text = self._tokenizer.apply_chat_template(
                 template_messages(messages),
                 tools=tools or None,
                 add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
+                tokenize=False,
                 **self._template_kwargs,
             )
         except Exception as exc:  # a template that refuses the conversation (roles, order)
@@ -210,19 +217,42 @@ class VerlServerPolicy(Policy):
                 f"the model's chat template rejected the messages: {type(exc).__name__}: {exc}",
                 param="messages",
             ) from exc
+        if self._pieces is not None:  # only the text the tokenizer has not seen is encoded
+            return self._pieces.encode(text)
+        # What apply_chat_template(tokenize=True) does with the text it renders.
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
         return [int(token) for token in ids]
+
+    def _decoded(
+        self, text_ids: list[int] | None, piece_ids: list[int] | None
+    ) -> tuple[str, list[str] | None]:
+        """The text of ``text_ids`` ("" for None) and one piece per id of ``piece_ids`` (None
+        for None). Blocking CPU work: in a worker thread unless it is short."""
+        text = "" if text_ids is None else self._tokenizer.decode(text_ids)
+        if piece_ids is None:
+            return text, None
+        return text, self._tokenizer.batch_decode([[token] for token in piece_ids])
 
     async def _message(
         self, request: ChatRequest, token_ids: list[int], max_tokens: int
-    ) -> tuple[dict[str, Any], str]:
+    ) -> tuple[dict[str, Any], str, list[str] | None]:
         ended = bool(token_ids) and token_ids[-1] in self._special_ids
         text_ids = list(token_ids)
         while text_ids and text_ids[-1] in self._special_ids:  # end-of-turn tokens: no text
             text_ids.pop()
         finish = "stop" if ended or len(token_ids) < max_tokens else "length"
-        if not request.tools or request.body.get("tool_choice") == "none":
-            text = await asyncio.to_thread(self._tokenizer.decode, text_ids)
-            return {"role": "assistant", "content": text}, finish
+        plain = not request.tools or request.body.get("tool_choice") == "none"
+        # With tools, verl's parser decodes the text itself. Each token's piece (a few us per
+        # token) is only shown to a caller that asked for logprobs.
+        text_to_decode = text_ids if plain else None
+        pieces_to_decode = token_ids if request.want_logprobs else None
+        if pieces_to_decode is None and len(text_to_decode or ()) <= _INLINE_DECODE_TOKENS:
+            # At most ~30 us of decoding: less than a worker-thread hop costs (~50 us).
+            text, pieces = self._decoded(text_to_decode, None)
+        else:
+            text, pieces = await asyncio.to_thread(self._decoded, text_to_decode, pieces_to_decode)
+        if plain:
+            return {"role": "assistant", "content": text}, finish, pieces
         schemas = [self._tool_schema.model_validate(tool) for tool in request.tools]
         content, calls = await self._parser.extract_tool_calls(text_ids, schemas)
         message: dict[str, Any] = {"role": "assistant", "content": content.strip() or None}
@@ -236,21 +266,28 @@ class VerlServerPolicy(Policy):
                 for call in calls
             ]
             finish = "tool_calls"
-        return message, finish
+        return message, finish, pieces
 
     def _response(
         self,
         prompt_ids: list[int],
         token_ids: list[int],
         logprobs: list[float],
+        pieces: list[str] | None,
         message: dict[str, Any],
         finish_reason: str,
     ) -> dict[str, Any]:
-        pieces = self._tokenizer.batch_decode([[token] for token in token_ids])
-        entries = [
-            {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
-            for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
-        ]
+        entries: list[dict[str, Any]]
+        if pieces is None:  # the caller did not ask: the entries only feed the call record
+            entries = [
+                {"id": token, "logprob": logprob}
+                for token, logprob in zip(token_ids, logprobs, strict=True)
+            ]
+        else:
+            entries = [
+                {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
+                for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
+            ]
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
