@@ -3,9 +3,9 @@
 `asyncio.to_thread` costs, per call, a `concurrent.futures.Future` with its lock, a chain of
 callbacks and one wake-up of the event loop (a write to its self-pipe). A rollout server
 makes three such calls per rollout (creating and removing the artifacts directory, saving
-the trajectory): a fifth of a no-op rollout's CPU. Here a few process-wide threads take jobs
-from one queue, and the results owed to a loop go back in batches: the results that
-complete while the loop is busy share one wake-up.
+the trajectory): about a tenth of a no-op rollout's CPU. Here a few process-wide threads
+take jobs from one queue, and the results owed to a loop go back in batches: the results
+that complete while the loop is busy share one wake-up.
 
 Like `asyncio.to_thread`: a cancelled caller stops waiting but its job still runs, and
 interpreter exit waits (up to `EXIT_WAIT_SEC`) for the jobs already taken. Unlike it, the
