@@ -5,14 +5,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "rss_mb"]
+__all__ = ["cpu_seconds", "kernel_cpu_seconds", "rss_mb"]
+
+
+def _cpu_ticks(pid: int) -> tuple[int, int]:
+    """(user, system) clock ticks the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])  # utime, stime
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(_cpu_ticks(pid)) / os.sysconf("SC_CLK_TCK")
+
+
+def kernel_cpu_seconds(pid: int) -> float:
+    """The system (kernel) part of `cpu_seconds`: system calls, the filesystem, sockets."""
+    return _cpu_ticks(pid)[1] / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:

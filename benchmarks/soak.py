@@ -4,7 +4,9 @@ Run with ``python benchmarks/soak.py`` (``make bench-soak``): 100,000 no-op roll
 concurrent through one server in its own process (uvicorn, as a user's entry point runs
 it), driven by a plain aiohttp protocol load (admission, then long polls under the lease
 until the final result). Per 10,000-rollout slice it prints the server's RSS, its CPU per
-rollout, the throughput, its open file descriptors and what ``/health`` says it retains;
+rollout and the kernel's part of it (mostly the filesystem: per-rollout folders and files,
+whose cost varies with the disk's state), the throughput, its open file descriptors and
+what ``/health`` says it retains;
 then the two targets: RSS at the end within 15 MB of RSS after the first slice, and server
 CPU per rollout in the last slice within 5 % of the first. ``--rollouts N`` runs a shorter
 soak (slices stay 10,000 unless ``--slice`` says otherwise).
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 
-from _proc import cpu_seconds, rss_mb
+from _proc import cpu_seconds, kernel_cpu_seconds, rss_mb
 from _server_process import rollout_server
 from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
 
@@ -45,6 +47,7 @@ class Slice:
     done: int
     wall_sec: float
     cpu_sec: float
+    kernel_sec: float
     rss_mb: float
     fds: int
     retention: dict[str, Any]
@@ -109,7 +112,8 @@ async def _rollout(session: aiohttp.ClientSession, url: str, rollout_id: str) ->
 
 
 _HEADER = (
-    f"{'rollouts':>9} {'RSS MB':>8} {'CPU ms/rollout':>15} {'rollouts/s':>11} {'fds':>5}"
+    f"{'rollouts':>9} {'RSS MB':>8} {'CPU ms/rollout':>15} {'in kernel':>10}"
+    f" {'rollouts/s':>11} {'fds':>5}"
     f" {'results':>8} {'tombstones':>11}"
 )
 
@@ -122,9 +126,10 @@ def _print_row(before: Slice, after: Slice) -> None:
     per_sec = (after.done - before.done) / (after.wall_sec - before.wall_sec)
     retained = after.retention.get("results", "-")
     tombstones = after.retention.get("tombstones", "-")
+    kernel_ms = (after.kernel_sec - before.kernel_sec) * 1000 / (after.done - before.done)
     print(
         f"{after.done:>9,} {after.rss_mb:>8.1f} {_cpu_ms(before, after):>15.3f} "
-        f"{per_sec:>11.0f} {after.fds:>5} {retained!s:>8} {tombstones!s:>11}",
+        f"{kernel_ms:>10.3f} {per_sec:>11.0f} {after.fds:>5} {retained!s:>8} {tombstones!s:>11}",
         flush=True,
     )
 
@@ -157,6 +162,7 @@ async def _soak(
                     done=run.done,
                     wall_sec=time.perf_counter(),
                     cpu_sec=cpu_seconds(pid),
+                    kernel_sec=kernel_cpu_seconds(pid),
                     rss_mb=rss_mb(pid),
                     fds=len(os.listdir(f"/proc/{pid}/fd")),
                     retention=health.get("retention", {}),
