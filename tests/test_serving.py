@@ -41,6 +41,17 @@ async def test_gateway_closes_a_connection_that_never_finishes_its_headers() -> 
             assert (await http.get("/health")).status_code == 200
 
 
+async def _get_health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+    """``GET /health`` on a kept-alive connection; the answer's head, lower-cased (its body
+    is read and dropped)."""
+    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    async with asyncio.timeout(10):
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+        await reader.readexactly(int(head.split("content-length:")[1].split("\r\n")[0]))
+    return head
+
+
 @pytest.mark.slow
 async def test_kept_alive_connections_are_not_cut_by_the_header_bound() -> None:
     # Only header time is bounded: a connection idle between requests past the bound works.
@@ -51,13 +62,7 @@ async def test_kept_alive_connections_are_not_cut_by_the_header_bound() -> None:
             for attempt in range(3):
                 if attempt:
                     await asyncio.sleep(HEADER_TIMEOUT_SEC * 0.6)
-                writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                await writer.drain()
-                async with asyncio.timeout(10):
-                    head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
-                    assert head.startswith("http/1.1 200")
-                    length = int(head.split("content-length:")[1].split("\r\n")[0])
-                    await reader.readexactly(length)
+                assert (await _get_health(reader, writer)).startswith("http/1.1 200")
         finally:
             writer.close()
 
@@ -87,11 +92,7 @@ async def test_a_slow_header_on_a_busy_connection_gets_the_whole_bound() -> None
         host, port = gateway.base_url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            await writer.drain()
-            async with asyncio.timeout(10):
-                head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
-                await reader.readexactly(int(head.split("content-length:")[1].split("\r\n")[0]))
+            await _get_health(reader, writer)
             await asyncio.sleep(HEADER_TIMEOUT_SEC * 0.6)
             writer.write(b"GET /health HTTP/1.1\r\nHost: x")
             await writer.drain()

@@ -9,6 +9,7 @@ actor in front of a llama.cpp server actor (the embedded model, token-in/token-o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -303,20 +304,28 @@ async def test_the_loop_is_registered_and_bad_settings_are_named(
         )
 
 
+@contextlib.asynccontextmanager
+async def _verl_gateway(
+    engine: VerlEngine, tokenizer: Any, rollout_id: str
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient, str]]:
+    """A gateway in front of the engine through `VerlServerPolicy`, an authorised client,
+    and the rollout's chat completions URL."""
+    async with Gateway(VerlServerPolicy(engine.client, tokenizer)) as gateway:
+        headers = {"Authorization": f"Bearer {gateway.token}"}
+        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+            yield gateway, http, gateway.chat_completions_url(rollout_id) + "/chat/completions"
+
+
 async def test_engine_errors_become_the_gateways_error_answers(
     engine: VerlEngine, tokenizer: Any
 ) -> None:
-    policy = VerlServerPolicy(engine.client, tokenizer)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
-            url = gateway.chat_completions_url("errors") + "/chat/completions"
-            body = {"messages": PROMPT, "max_tokens": 4}
-            await engine.server.fail_next.remote("raise")
-            failed = await http.post(url, json=body)
-            await engine.server.fail_next.remote("abort")
-            aborted = await http.post(url, json=body)
-            answered = await http.post(url, json=body)
+    async with _verl_gateway(engine, tokenizer, "errors") as (_, http, url):
+        body = {"messages": PROMPT, "max_tokens": 4}
+        await engine.server.fail_next.remote("raise")
+        failed = await http.post(url, json=body)
+        await engine.server.fail_next.remote("abort")
+        aborted = await http.post(url, json=body)
+        answered = await http.post(url, json=body)
     assert failed.status_code == 502
     assert "verl inference server failed" in failed.json()["error"]["message"]
     assert "out of KV cache" in failed.json()["error"]["message"]
@@ -329,14 +338,10 @@ async def test_engine_errors_become_the_gateways_error_answers(
 async def test_token_pieces_are_shown_to_a_caller_that_asks_for_logprobs(
     engine: VerlEngine, tokenizer: Any
 ) -> None:
-    policy = VerlServerPolicy(engine.client, tokenizer)
-    async with Gateway(policy) as gateway:
-        headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
-            url = gateway.chat_completions_url("pieces") + "/chat/completions"
-            body = {"messages": PROMPT, "max_tokens": 6}
-            asked = (await http.post(url, json={**body, "logprobs": True})).json()
-            plain = (await http.post(url, json=body)).json()
+    async with _verl_gateway(engine, tokenizer, "pieces") as (gateway, http, url):
+        body = {"messages": PROMPT, "max_tokens": 6}
+        asked = (await http.post(url, json={**body, "logprobs": True})).json()
+        plain = (await http.post(url, json=body)).json()
         asked_record, plain_record = gateway.records.calls("pieces")
     ids = list(asked_record.completion_token_ids or ())
     entries = asked["choices"][0]["logprobs"]["content"]
