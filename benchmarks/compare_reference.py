@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _proc import cpu_seconds, rss_mb
+from _proc import cpu_seconds, kernel_cpu_seconds, rss_mb
 from _server_process import wait_ready
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.errors import RolloutProtocolError
@@ -152,9 +152,10 @@ def _server(
 
 async def _load(
     url: str, chat_url: str, concurrency: int, pid: int
-) -> tuple[float, list[float], int, float, float]:
-    """Rollouts/s, latencies (ms), failures, the load generator's own CPU seconds and the
-    server's CPU seconds over a WINDOW_SEC window of closed-loop load.
+) -> tuple[float, list[float], int, float, float, float]:
+    """Rollouts/s, latencies (ms), failures, the load generator's own CPU seconds, the
+    server's CPU seconds and the kernel's part of them, over a WINDOW_SEC window of
+    closed-loop load.
 
     Each worker first runs one unmeasured rollout: the first rollouts of a server import
     what the workflow uses (Strands and its dependencies take seconds of CPU), a one-off
@@ -196,11 +197,13 @@ async def _load(
             while time.perf_counter() < deadline:
                 await rollout()
 
-        started, cpu, server_cpu = time.perf_counter(), time.process_time(), cpu_seconds(pid)
+        started, cpu = time.perf_counter(), time.process_time()
+        server_cpu, server_kernel = cpu_seconds(pid), kernel_cpu_seconds(pid)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         server_cpu = cpu_seconds(pid) - server_cpu
-    return len(latencies) / elapsed, latencies, failures, cpu, server_cpu
+        server_kernel = kernel_cpu_seconds(pid) - server_kernel
+    return len(latencies) / elapsed, latencies, failures, cpu, server_cpu, server_kernel
 
 
 async def _idle_rss_per_1000(side: Side, artifact_root: str) -> float:
@@ -314,10 +317,14 @@ async def main() -> None:
                     for side in (ours, theirs) if repeat % 2 == 0 else (theirs, ours):
                         with _server(side, kind, root, documented) as (pid, url):
                             load = await _load(url, chat_url, concurrency, pid)
-                        per_sec, latencies, failures, client_cpu, cpu = load
+                        per_sec, latencies, failures, client_cpu, cpu, kernel = load
                         done = max(len(latencies), 1)
                         side.add(f"{name}: rollouts/s", per_sec)
                         side.add(f"{name}: server CPU per rollout (ms)", cpu * 1000 / done)
+                        side.add(
+                            f"{name}: server CPU in the kernel per rollout (ms)",
+                            kernel * 1000 / done,
+                        )
                         side.add(f"{name}: client CPU per rollout (ms)", client_cpu * 1000 / done)
                         ordered = sorted(latencies) or [float("nan")]
                         side.add(f"{name}: p50 latency (ms)", ordered[len(ordered) // 2])

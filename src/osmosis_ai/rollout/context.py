@@ -22,6 +22,7 @@ from osmosis_ai.rollout.status import TERMINAL_STATUSES, RolloutStatus
 
 if TYPE_CHECKING:
     from osmosis_ai.redact import Redactor
+    from osmosis_ai.rollout.model_pool import ModelConnectionPool
 
 __all__ = [
     "AgentWorkflowContext",
@@ -208,6 +209,11 @@ class RolloutContext:
     """The one redactor of this rollout: the host's secrets (a server's configured ones, by
     default the process's registered ones) plus ``api_key``, which is always added. Logs,
     previews, trajectories, diagnostics and error messages of the rollout all use it."""
+
+    model_pool: ModelConnectionPool | None = field(default=None, repr=False)
+    """Connections to the model endpoint that the host's rollouts share (a rollout server
+    keeps one pool for all of them); integration clients send through it instead of opening
+    a connection per rollout. ``None``: each client opens and closes its own."""
 
     _tokens: list[contextvars.Token[RolloutContext | None]] = field(
         default_factory=list, init=False, repr=False

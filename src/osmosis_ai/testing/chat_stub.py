@@ -51,7 +51,9 @@ class ChatStub(ServedApp):
     """A scripted OpenAI-compatible server at ``base_url`` (``http://127.0.0.1:<port>/v1``).
 
     Attributes:
-        requests: Every request received, as ``{"body": ..., "headers": ...}``.
+        requests: Every request received, as ``{"body": ..., "headers": ..., "peer": ...}``;
+            ``peer`` is the client's ``"host:port"``, the same for requests that came over
+            one connection.
     """
 
     def __init__(
@@ -102,7 +104,8 @@ class ChatStub(ServedApp):
     async def _handle(self, request: Any) -> Any:
         responses = import_optional("starlette.responses", extra="server", feature="ChatStub")
         body = await request.json()
-        self.requests.append({"body": body, "headers": dict(request.headers)})
+        peer = f"{request.client.host}:{request.client.port}" if request.client else None
+        self.requests.append({"body": body, "headers": dict(request.headers), "peer": peer})
         behaviour = self._next(body)
         if behaviour.delay_sec:
             await asyncio.sleep(behaviour.delay_sec)

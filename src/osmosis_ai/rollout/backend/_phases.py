@@ -170,6 +170,7 @@ def _rollout_context(request: ExecutionRequest) -> RolloutContext:
         chat_completions_url=ambient.chat_completions_url if ambient else "",
         api_key=ambient.api_key if ambient else None,
         rollout_id=request.id,
+        model_pool=ambient.model_pool if ambient else None,
     )
 
 

@@ -55,6 +55,7 @@ async def run_rollout(state: ServerState, entry: Entry, request: RolloutInitRequ
         rollout_id=request.rollout_id,
         progress=entry.progress,
         redactor=entry.redactor,
+        model_pool=state.model_pool,
     )
     _start_previews(state, entry, context)
     try:

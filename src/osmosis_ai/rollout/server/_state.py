@@ -11,6 +11,7 @@ from typing import Any
 
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.backend.base import ExecutionBackend
+from osmosis_ai.rollout.model_pool import ModelConnectionPool
 from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Registry
 from osmosis_ai.rollout.server._watch import LoopMonitor
@@ -46,6 +47,9 @@ class ServerState:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     http_session: Any = None
     """aiohttp session for fetching trajectory reports, opened on first use."""
+    model_pool: ModelConnectionPool = field(default_factory=ModelConnectionPool)
+    """Connections to the model endpoints that all rollouts' integration clients share;
+    closed at shutdown, after the backend."""
     preview_hub: PreviewHub | None = None
     """Publishes live previews; ``None`` when previews are off."""
     redactor: Redactor = Redactor()

@@ -352,6 +352,7 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
                 await state.monitor.stop()
                 drainer.uninstall()
                 gc.unfreeze()
+                await state.model_pool.aclose()
                 if state.http_session is not None:
                     await state.http_session.close()
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import ssl
 from typing import TYPE_CHECKING, Any
 
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
+from osmosis_ai.rollout.model_pool import tls_context
 from osmosis_ai.rollout.sample import RolloutSample
 
 if TYPE_CHECKING:
@@ -42,27 +41,27 @@ def require_rollout_context(placeholder: str) -> RolloutContext:
     return rollout_ctx
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Building one (loading the CA bundle) costs ~20 ms; every client can share it.
-    import httpx
-
-    return httpx.create_ssl_context()
-
-
 def rollout_client(rollout_ctx: RolloutContext) -> openai.AsyncOpenAI:
     """An ``openai.AsyncOpenAI`` for the rollout's endpoint, closed when the rollout ends.
 
-    One client per agent keeps one connection pool for all of the agent's calls (a fresh
-    client per call, as Strands makes by default, costs a TLS context and a connection each),
-    and all clients share one TLS context, so binding an agent costs well under a millisecond.
+    One client per agent serves all of the agent's calls (a fresh client per call, as
+    Strands makes by default, costs a TLS context and a connection each). It sends through
+    the host's `ModelConnectionPool` when the context has one, so rollouts reuse each
+    other's connections; otherwise through a pool of its own. Either way every client
+    shares one TLS context, so binding an agent costs well under a millisecond.
     """
     import openai
 
+    pool = rollout_ctx.model_pool
+    http_client = (
+        openai.DefaultAsyncHttpxClient(transport=pool.transport())
+        if pool is not None
+        else openai.DefaultAsyncHttpxClient(verify=tls_context())
+    )
     client = openai.AsyncOpenAI(
         base_url=rollout_ctx.chat_completions_url,
         api_key=rollout_ctx.api_key or _NO_KEY,
-        http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
+        http_client=http_client,
     )
     rollout_ctx.add_cleanup(client.close)
     return client
