@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
+
 from osmosis_ai._serving import running_server
 from osmosis_ai.rollout import LocalBackend, RolloutContext, RolloutStatus
 from osmosis_ai.rollout.client import RolloutClient
@@ -72,3 +74,23 @@ async def test_closing_the_pool_closes_its_connections(stub: ChatStub) -> None:
     await pool.aclose()
     first, second, third = (request["peer"] for request in stub.requests)
     assert first == second != third
+
+
+async def test_a_client_closed_with_a_response_open_keeps_no_connection(stub: ChatStub) -> None:
+    # A rollout cancelled in the middle of a streamed answer: its connection is busy, so it
+    # is closed with the client rather than lent to the next rollout.
+    pool = ModelConnectionPool()
+    body = {"model": "m", "messages": PROMPT}
+    first = httpx2.AsyncClient(transport=pool.transport())
+    request = first.build_request("POST", f"{stub.base_url}/chat/completions", json=body)
+    response = await first.send(request, stream=True)
+    await first.aclose()
+    assert _connections_to(stub) == 0
+    await response.aclose()
+    second = httpx2.AsyncClient(transport=pool.transport())
+    assert (await second.post(f"{stub.base_url}/chat/completions", json=body)).is_success
+    await second.aclose()
+    assert _connections_to(stub) == 1  # lent again
+    await pool.aclose()
+    assert _connections_to(stub) == 0
+    assert stub.requests[0]["peer"] != stub.requests[1]["peer"]
