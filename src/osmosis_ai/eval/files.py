@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from osmosis_ai._unique import token_hex
 from osmosis_ai.rollout._storage import atomic_write_bytes, fsync_directory
 
 __all__ = ["RESERVED_ARTIFACT_NAMES", "copy_artifacts", "write_json_atomic", "write_jsonl_atomic"]
@@ -22,7 +22,7 @@ _COPY_CHUNK: Final = 1 << 20
 
 
 def _temp_sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(f".{path.name}.{secrets.token_hex(8)}.{suffix}")
+    return path.with_name(f".{path.name}.{token_hex(8)}.{suffix}")
 
 
 def write_json_atomic(path: Path | str, data: Any, *, mode: int = 0o644) -> None:

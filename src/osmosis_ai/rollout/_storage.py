@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
+from osmosis_ai._unique import token_hex
 from osmosis_ai.errors import ConfigError
 
 __all__ = [
@@ -77,7 +77,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True, mode: i
     """
     if path.is_symlink():
         raise OSError(f"refusing to write through symlink {path}")
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    tmp = path.with_name(f".{path.name}.{token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:

@@ -6,11 +6,10 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import itertools
-import secrets
 import time
 from collections.abc import Iterable
 
+from osmosis_ai._unique import token_bytes
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.backend.base import CancelDisposition, ExecutionResult
 from osmosis_ai.rollout.context import RolloutProgress
@@ -27,23 +26,9 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-class _LeaseTokens:
-    """Unguessable lease tokens, cheaply: keyed BLAKE2b of a counter.
-
-    The 32-byte key comes from the OS once per registry; each token is a PRF output for a
-    fresh counter value, so tokens never repeat and cannot be predicted without the key.
-    (``secrets.token_urlsafe`` per admission cost ~0.14 ms of ``getrandom`` on our VMs, a
-    tenth of a no-op rollout's server CPU.)
-    """
-
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
-        self._counter = itertools.count()
-
-    def new(self) -> str:
-        block = next(self._counter).to_bytes(16, "big")
-        digest = hashlib.blake2b(block, key=self._key, digest_size=32).digest()
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+def _lease_token() -> str:
+    # Unguessable without a getrandom call per admission (see osmosis_ai._unique).
+    return base64.urlsafe_b64encode(token_bytes(32)).rstrip(b"=").decode()
 
 
 class Entry:
@@ -129,7 +114,6 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         self._tombstones = Tombstones(retention_sec=retention_sec, max_count=max_retained)
         self._results = 0  # finished entries still held
-        self._tokens = _LeaseTokens()
 
     def __contains__(self, rollout_id: str) -> bool:
         return rollout_id in self._entries or rollout_id in self._tombstones
@@ -147,7 +131,7 @@ class Registry:
 
         ``redactor`` holds the server's configured secrets; the entry's adds the rollout's key.
         """
-        token = self._tokens.new()
+        token = _lease_token()
         deadline = time.monotonic() + self.lease_timeout_sec
         entry = Entry(request, _digest(token), deadline, redactor)
         self._entries[request.rollout_id] = entry

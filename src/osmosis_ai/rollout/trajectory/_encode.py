@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import secrets
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_json, to_jsonable_python
 
+from osmosis_ai._unique import token_hex
 from osmosis_ai.rollout.sample import JSONObject
 from osmosis_ai.rollout.trajectory import atif
 
@@ -131,7 +131,7 @@ def _repaired(value: Any) -> Any:
 
 
 def _render(document: Any) -> bytes:
-    placeholder = f"\ue000{secrets.token_hex(16)}"
+    placeholder = f"\ue000{token_hex()}"
     arrays: _Arrays = []
     text = to_json(_skeleton_value(document, arrays, placeholder), indent=2)
     if not arrays:

@@ -63,9 +63,14 @@ def _write(
     root: str | os.PathLike[str] | None, rollout_id: str, name: str, data: bytes, durable: bool
 ) -> Path:
     directory = (Path(root) if root is not None else default_artifact_root()) / rollout_id
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    atomic_write_bytes(path, data, durable=durable)
+    try:
+        atomic_write_bytes(path, data, durable=durable)
+    except FileNotFoundError:
+        # Made only when missing: a server's rollout made its folder with its artifacts
+        # directory, and checking first costs two system calls per rollout.
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data, durable=durable)
     return path
 
 
