@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import string
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -13,6 +14,7 @@ import pytest
 
 from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.rollout import LocalBackend, RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.server import app as server_app
 from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
 from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory
 from tests.rollout.server.workflows import (
@@ -57,6 +59,32 @@ async def test_status_progresses_queued_running_grading_success(serve: ServeFact
         final = await handle
     assert seen == [RolloutStatus.RUNNING, RolloutStatus.GRADING]
     assert final.status is RolloutStatus.SUCCESS
+
+
+async def test_a_rollout_ending_soon_after_its_start_answers_the_poll_with_its_result(
+    serve: ServeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ample on a loaded machine: the no-op rollout ends well within it.
+    monkeypatch.setattr(server_app, "STATUS_COALESCE_SEC", 5.0)
+    async with serve(LocalBackend(workflow=Answer)) as server:
+        lease = (await server.admit("r1", grade=False)).json()["polling_lease_token"]
+        answer = await server.http.get("/rollout/r1/result", headers={POLLING_LEASE_HEADER: lease})
+    # Not "running" first: one poll instead of two.
+    assert answer.json()["status"] == "success"
+
+
+async def test_news_of_a_start_waits_for_the_end_no_longer_than_the_window(
+    serve: ServeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_app, "STATUS_COALESCE_SEC", 0.3)
+    async with serve(LocalBackend(workflow=Behaviours), drain_timeout_sec=0.1) as server:
+        admitted = await server.admit("r1", grade=False, metadata={"do": "hang"})
+        lease = admitted.json()["polling_lease_token"]
+        started = time.monotonic()
+        answer = await server.http.get("/rollout/r1/result", headers={POLLING_LEASE_HEADER: lease})
+        elapsed = time.monotonic() - started
+    assert answer.json()["status"] == "running"
+    assert 0.3 <= elapsed < 5
 
 
 async def test_the_lease_answer_echoes_the_id_and_the_server_timeouts(

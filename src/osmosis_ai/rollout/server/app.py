@@ -81,6 +81,9 @@ DEFAULT_DELIVERED_RESULT_GRACE_SEC = 15.0
 #: Results and tombstones remembered at most: over a minute of ids at 650 rollouts/s, and
 #: 10-20 MB of RSS (a tombstone cost 180-390 bytes of RSS in benchmarks/soak.py).
 DEFAULT_MAX_RETAINED_RESULTS = 50_000
+#: Longest a poll holds back news of a non-terminal status (``running``, ``grading``) in case
+#: the rollout ends meanwhile: a fast rollout then costs one poll instead of two.
+STATUS_COALESCE_SEC = 0.05
 INSTANCE_ID_ENV = "_OSMOSIS_ROLLOUT_INSTANCE_ID"
 #: ``local`` (default), ``ray``, ``ray:ADDRESS``, ``process`` or ``process:sandbox``: run a
 #: `LocalBackend`'s rollouts on Ray or in child processes instead (``osmosis eval run
@@ -253,8 +256,11 @@ async def poll_result(state: ServerState, request: HttpRequest, rollout_id: str)
             _expire(state, entry)
         else:
             state.registry.renew(entry)
-            if entry.progress.status == entry.reported:
-                await entry.progress.wait_for_change(state.result_wait_timeout_sec)
+            progress = entry.progress
+            if progress.status == entry.reported:
+                await progress.wait_for_change(state.result_wait_timeout_sec)
+            if progress.status != entry.reported and not progress.terminal:
+                await progress.wait_for_change(STATUS_COALESCE_SEC)
     if entry.result_body is not None:
         return Answer(entry.deliver())
     entry.reported = entry.progress.status
