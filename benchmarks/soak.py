@@ -122,11 +122,15 @@ def _cpu_ms(before: Slice, after: Slice) -> float:
     return (after.cpu_sec - before.cpu_sec) * 1000 / (after.done - before.done)
 
 
+def _kernel_ms(before: Slice, after: Slice) -> float:
+    return (after.kernel_sec - before.kernel_sec) * 1000 / (after.done - before.done)
+
+
 def _print_row(before: Slice, after: Slice) -> None:
     per_sec = (after.done - before.done) / (after.wall_sec - before.wall_sec)
     retained = after.retention.get("results", "-")
     tombstones = after.retention.get("tombstones", "-")
-    kernel_ms = (after.kernel_sec - before.kernel_sec) * 1000 / (after.done - before.done)
+    kernel_ms = _kernel_ms(before, after)
     print(
         f"{after.done:>9,} {after.rss_mb:>8.1f} {_cpu_ms(before, after):>15.3f} "
         f"{kernel_ms:>10.3f} {per_sec:>11.0f} {after.fds:>5} {retained!s:>8} {tombstones!s:>11}",
@@ -219,6 +223,10 @@ def _verdicts(run: Run, disk: tuple[int, int]) -> bool:
         f"CPU per rollout, last slice vs first: {cpu_change:+.1%} "
         f"(target <= +{CPU_TARGET:.0%}): {'meets target' if cpu_ok else 'MISSES target'}"
     )
+    # The kernel's part moves with the disk's state; the rest is the server's own code.
+    user_first = _cpu_ms(slices[0], first) - _kernel_ms(slices[0], first)
+    user_last = _cpu_ms(slices[-2], last) - _kernel_ms(slices[-2], last)
+    print(f"  of which outside the kernel: {user_last / user_first - 1:+.1%}")
     return run.failures == 0 and not run.timed_out and rss_ok and cpu_ok
 
 
