@@ -7,8 +7,9 @@ Run in the engines environment (Python 3.12, SkyRL and verl installed)::
 SkyRL overhead: one workflow making ``k`` chat calls to an instant OpenAI-compatible upstream
 (``ChatStub``, token ids included), run (a) on ``LocalBackend`` directly with the upstream as
 its endpoint, and (b) through ``OsmosisGenerator.generate`` (one trajectory per batch: gateway,
-call records, sequences, step-wise rows). Sequential medians for k = 1 and k = 5; the
-per-call cost is the slope, the per-rollout cost the rest. Both wall time and the process's
+call records, sequences, step-wise rows), alternately. For k = 1 and k = 5 the overhead is
+the median over rollouts of (b)'s excess over the (a) run just before it; the per-call cost
+is the slope, the per-rollout cost the rest. Both wall time and the process's
 CPU time are measured; the overheads judged against the targets are CPU time, which other
 jobs on a shared machine do not inflate (everything measured, stub included, runs in this
 process, and an instant upstream leaves nothing to wait for). Drift: the calculator example
@@ -128,6 +129,12 @@ class _Durations:
     def median_ms(self, clock: str) -> float:
         return _median_ms(self.by_clock[clock])
 
+    def median_excess_ms(self, base: _Durations, clock: str) -> float:
+        """Median of this run's excess over ``base``'s run of the same index, which ran right
+        before it: load that comes and goes on a shared machine cancels out of each pair."""
+        pairs = zip(self.by_clock[clock], base.by_clock[clock], strict=True)
+        return _median_ms([mine - theirs for mine, theirs in pairs])
+
 
 def _batch(rows: list[dict[str, Any]], prompts: list[list[dict[str, Any]]]) -> Any:
     return {
@@ -237,7 +244,7 @@ async def _overhead_figures(
         for calls in (1, 5):
             base, adapted = await measure(stub, calls, tokenizer)
             for clock in CLOCKS:
-                overheads[clock, calls] = adapted.median_ms(clock) - base.median_ms(clock)
+                overheads[clock, calls] = adapted.median_excess_ms(base, clock)
             for name, durations in (("LocalBackend directly", base), (adapter, adapted)):
                 wall, cpu = durations.median_ms("wall"), durations.median_ms("CPU")
                 figures.append(Figure(f"{name}, {calls} call(s), per rollout, wall", wall, "ms"))

@@ -130,6 +130,23 @@ async def test_body_nested_past_the_depth_limit_without_recursion_error_is_refus
     assert "deeper than 64 levels" in _error(response)["message"]
 
 
+async def test_a_body_nested_to_the_limit_is_taken_and_one_level_more_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    def nested(levels: int) -> Any:
+        value: Any = "x"
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    # The request object is level 1: metadata at 63 list levels reaches 64, the limit.
+    at_limit = await client.post(CHAT, json=chat(metadata=nested(63)))
+    past_limit = await client.post(CHAT, json=chat(metadata=nested(64)))
+    assert at_limit.status_code == 200
+    assert past_limit.status_code == 422
+    assert "deeper than 64 levels" in _error(past_limit)["message"]
+
+
 @pytest.mark.parametrize("rollout_id", ["..", ".", "a%2Fb", "a%00b", "x" * 300])
 async def test_invalid_rollout_id_in_the_path(client: httpx.AsyncClient, rollout_id: str) -> None:
     response = await client.post(f"/v1/rollouts/{rollout_id}/chat/completions", json=chat())

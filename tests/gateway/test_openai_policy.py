@@ -176,6 +176,37 @@ async def test_unreachable_upstream_becomes_502() -> None:
     assert "unreachable" in response.json()["error"]["message"]
 
 
+async def test_a_cookie_the_upstream_sets_is_not_sent_with_later_calls() -> None:
+    # One pooled session serves every rollout: an upstream cookie must not cross rollouts.
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from osmosis_ai._serving import running_server
+
+    cookies: list[str | None] = []
+
+    async def answer(request: Request) -> JSONResponse:
+        cookies.append(request.headers.get("cookie"))
+        message = {"role": "assistant", "content": "ok"}
+        body = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        response = JSONResponse(body)
+        response.set_cookie("route", "rollout-a")
+        return response
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
+    async with running_server(upstream) as server:
+        # A host name: aiohttp's default jar would keep no cookie for an IP address.
+        policy = OpenAICompatiblePolicy(f"http://localhost:{server.port}/v1", model="m")
+        async with serving(policy) as (_, http):
+            first = await http.post("/v1/rollouts/a/chat/completions", json=chat())
+            second = await http.post("/v1/rollouts/b/chat/completions", json=chat())
+    assert first.status_code == second.status_code == 200
+    assert "set-cookie" not in first.headers
+    assert cookies == [None, None]
+
+
 async def test_secrets_echoed_by_the_upstream_are_redacted(
     client: httpx.AsyncClient, stub: ChatStub, gateway: Gateway
 ) -> None:

@@ -192,12 +192,16 @@ def check_sampling(sampling: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_chat_request(
-    payload: object, *, sampling: Mapping[str, Any] | None = None
+    payload: object,
+    *,
+    sampling: Mapping[str, Any] | None = None,
+    rollout_id: str | None = None,
 ) -> ChatRequest:
     """Validate a decoded request body and return what the policy receives.
 
     ``sampling`` (checked by ``check_sampling``) replaces the request's own values: in
-    training the trainer, not the agent, decides how the policy samples.
+    training the trainer, not the agent, decides how the policy samples. ``rollout_id`` is
+    the rollout the call belongs to (``ChatRequest.rollout_id``).
 
     Raises:
         ChatRequestError: The body is not a chat-completions request, asks for ``n`` other
@@ -248,4 +252,5 @@ def parse_chat_request(
         include_usage=bool(stream_options.get("include_usage")),
         want_logprobs=bool(body.get("logprobs")),
         want_token_ids=bool(body.get("return_token_ids")),
+        rollout_id=rollout_id,
     )

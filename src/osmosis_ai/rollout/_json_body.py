@@ -53,8 +53,9 @@ async def read_json_body(
         if size > MAX_BODY_BYTES:
             raise _too_large(server, None)
         parts.append(chunk)
+    body = b"".join(parts)
     try:
-        value = json.loads(b"".join(parts))
+        value = json.loads(body)
     except UnicodeDecodeError as exc:
         raise BodyError(422, "request body is not UTF-8 JSON") from exc
     except json.JSONDecodeError as exc:
@@ -62,7 +63,10 @@ async def read_json_body(
         raise BodyError(422, f"request body is not valid JSON: {exc.msg} at {where}") from exc
     except RecursionError as exc:
         raise _too_deep(server) from exc
-    if nests_deeper_than(value, MAX_JSON_DEPTH):
+    # Every level opens with a '[' or '{' (in any UTF encoding): a body with no more of them
+    # than the limit cannot nest past it, and counting bytes costs far less than the walk.
+    openers = body.count(b"[") + body.count(b"{")
+    if openers > MAX_JSON_DEPTH and nests_deeper_than(value, MAX_JSON_DEPTH):
         raise _too_deep(server)
     return value
 

@@ -36,6 +36,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway import Gateway
 from osmosis_ai.gateway.request import parse_chat_request
+from osmosis_ai.train.engines import verl_policy
 from osmosis_ai.train.engines.verl import (
     OsmosisAgentLoop,
     close_shared_rollouts,
@@ -351,6 +352,30 @@ async def test_token_pieces_are_shown_to_a_caller_that_asks_for_logprobs(
     # Unasked, the pieces are skipped but every sampled id keeps its logprob in the record.
     plain_ids = plain_record.completion_token_ids or ()
     assert len(plain_record.logprobs or ()) == len(plain_ids) > 0
+
+
+async def test_prompt_ids_are_the_templates_own_whether_encoded_inline_or_in_a_thread(
+    engine: VerlEngine, tokenizer: Any
+) -> None:
+    # Little new text is encoded on the event loop, more in a worker thread: same ids.
+    answered = [*PROMPT, {"role": "assistant", "content": "28"}]
+    many = "Now add these: " + " + ".join(str(number) for number in range(60))
+    conversations = [
+        PROMPT,
+        [*answered, {"role": "user", "content": "And 3 + 3?"}],
+        [*answered, {"role": "user", "content": many}],
+    ]
+    assert len(many) > verl_policy._INLINE_ENCODE_CHARS
+    async with _verl_gateway(engine, tokenizer, "prompts") as (gateway, http, url):
+        for messages in conversations:
+            response = await http.post(url, json={"messages": messages, "max_tokens": 2})
+            assert response.status_code == 200
+        records = gateway.records.calls("prompts")
+    for messages, record in zip(conversations, records, strict=True):
+        own = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        assert list(record.prompt_token_ids or ()) == list(own)
 
 
 async def test_sampling_and_messages_are_mapped_for_verl() -> None:

@@ -48,6 +48,21 @@ def test_pieces_give_the_tokenizers_own_ids(tokenizer: Any) -> None:
         assert pieces.encode(text) == _own_ids(tokenizer, text), text
 
 
+def test_new_chars_counts_the_text_encode_would_encode(tokenizer: Any) -> None:
+    pieces = PieceTokenizer.of(tokenizer)
+    assert pieces is not None
+    first = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert pieces.new_chars(first) == len("user\nWhat is 2+2?") + len("\n") + len("assistant\n")
+    pieces.encode(first)
+    assert pieces.new_chars(first) == 0
+    # The next call resends the conversation with an answer and a question added.
+    following = first + "It is 4.<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
+    assert pieces.new_chars(following) == len("assistant\nIt is 4.") + len("user\nAnd 3+3?")
+    pieces.encode(following)
+    assert pieces.new_chars(following) == 0
+    assert pieces.new_chars("") == 0
+
+
 def test_the_piece_cache_stays_within_its_bound(tokenizer: Any) -> None:
     bounded = PieceTokenizer.of(tokenizer)
     assert bounded is not None

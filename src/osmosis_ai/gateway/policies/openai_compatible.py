@@ -149,6 +149,9 @@ class OpenAICompatiblePolicy(Policy):
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self._session = aiohttp.ClientSession(
             headers=headers,
+            # One session serves every rollout: a cookie one rollout's answer set must not
+            # ride along with the others' calls (and matching cookies costs every call).
+            cookie_jar=aiohttp.DummyCookieJar(),
             connector=aiohttp.TCPConnector(limit=self.max_connections, force_close=False),
             timeout=aiohttp.ClientTimeout(
                 total=None, sock_connect=self.timeout_sec, sock_read=self.timeout_sec

@@ -79,6 +79,12 @@ class PieceTokenizer:
                 ids.extend(self._piece(piece))
         return ids
 
+    def new_chars(self, text: str) -> int:
+        """Characters of ``text`` that ``encode`` would encode: those of pieces not cached."""
+        pieces = self._split.split(text)[::2]  # the text between added tokens
+        with self._lock:
+            return sum(len(piece) for piece in pieces if piece not in self._cache)
+
     def _piece(self, piece: str) -> tuple[int, ...]:
         with self._lock:
             cached = self._cache.get(piece)

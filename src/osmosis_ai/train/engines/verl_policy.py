@@ -31,6 +31,9 @@ FEATURE = "The verl adapter"
 _TRAINER_OWNED = ("temperature", "top_p", "top_k")
 #: Completions up to this many tokens are decoded on the event loop (see ``_message``).
 _INLINE_DECODE_TOKENS = 128
+#: Prompt text the piece cache has not seen is encoded on the event loop up to this many
+#: characters (about 50 us, what a worker-thread hop costs), longer text in a worker thread.
+_INLINE_ENCODE_CHARS = 160
 
 
 def sampling_params_for(
@@ -162,7 +165,7 @@ class VerlServerPolicy(Policy):
         sampling = sampling_params_for(
             request, self._sampling.get(rollout_id), max_tokens=self.max_tokens
         )
-        prompt_ids = await asyncio.to_thread(self._prompt_ids, request)
+        prompt_ids = await self._request_prompt_ids(request)
         try:
             output = await self._server.generate(
                 rollout_id, prompt_ids=prompt_ids, sampling_params=sampling
@@ -195,8 +198,17 @@ class VerlServerPolicy(Policy):
         for chunk in chunks_of(await self.complete(request)):
             yield chunk
 
-    def _prompt_ids(self, request: ChatRequest) -> list[int]:
-        return self.prompt_ids(request.messages, request.tools)
+    async def _request_prompt_ids(self, request: ChatRequest) -> list[int]:
+        """``prompt_ids`` of the request, without a worker-thread hop when little text is new.
+
+        The template renders here: Jinja is pure Python, which in a worker thread would hold
+        the GIL all the same. An agent's call usually adds a message or two to text the piece
+        cache has seen; up to ``_INLINE_ENCODE_CHARS`` new characters are encoded here too.
+        """
+        text = self._rendered(request.messages, request.tools)
+        if self._pieces is not None and self._pieces.new_chars(text) <= _INLINE_ENCODE_CHARS:
+            return self._pieces.encode(text)
+        return await asyncio.to_thread(self._encoded, text)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """The chat template's token ids for ``messages`` and ``tools`` (blocking: CPU work).
@@ -204,8 +216,11 @@ class VerlServerPolicy(Policy):
         Raises:
             ChatRequestError: The template refuses the conversation.
         """
+        return self._encoded(self._rendered(messages, tools))
+
+    def _rendered(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         try:
-            text = self._tokenizer.apply_chat_template(
+            text: str = self._tokenizer.apply_chat_template(
                 template_messages(messages),
                 tools=tools or None,
                 add_generation_prompt=True,
@@ -217,6 +232,9 @@ class VerlServerPolicy(Policy):
                 f"the model's chat template rejected the messages: {type(exc).__name__}: {exc}",
                 param="messages",
             ) from exc
+        return text
+
+    def _encoded(self, text: str) -> list[int]:
         if self._pieces is not None:  # only the text the tokenizer has not seen is encoded
             return self._pieces.encode(text)
         # What apply_chat_template(tokenize=True) does with the text it renders.
