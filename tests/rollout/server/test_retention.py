@@ -77,7 +77,7 @@ async def test_a_delivered_result_is_freed_after_the_grace_then_a_poll_gets_410(
     )
 
 
-async def test_a_retained_result_keeps_neither_its_request_nor_its_task(
+async def test_a_retained_result_keeps_neither_its_request_nor_its_key_nor_its_task(
     serve: ServeFactory,
 ) -> None:
     # Each request carries 20 KB; a held result that kept it (or its finished task, whose
@@ -91,7 +91,12 @@ async def test_a_retained_result_keeps_neither_its_request_nor_its_task(
             before = tracemalloc.get_traced_memory()[0]
             for index in range(200):
                 handle = await server.client.run_rollout(
-                    PROMPT, CHAT_URL, f"big{index}", label="42", metadata={"blob": blob}
+                    PROMPT,
+                    CHAT_URL,
+                    f"big{index}",
+                    label="42",
+                    metadata={"blob": blob},
+                    llm_api_key=f"sk-rollout-{index}-5e1d7c9a",
                 )
                 assert (await handle).status is RolloutStatus.SUCCESS
             await asyncio.sleep(0.1)  # the last tasks' done callbacks
@@ -102,6 +107,8 @@ async def test_a_retained_result_keeps_neither_its_request_nor_its_task(
         assert server.state.health()["retention"]["results"] >= 200
         entry = server.state.registry.get("big0")
         assert entry is not None and entry.finished and entry.task is None
+        # Not even its key: the entry's redactor is the server's again.
+        assert entry.redactor is server.state.redactor
     assert held < 200 * 4_000, f"{held / 200:.0f} bytes per retained result"
 
 

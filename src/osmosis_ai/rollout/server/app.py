@@ -178,17 +178,19 @@ def _task_ended(state: ServerState, entry: Entry, task: asyncio.Task[None]) -> N
     # A done task still holds its coroutine and the tracking wrapper (~0.6 KB): a retained
     # result needs none of it.
     entry.task = None
-    if entry.finished:
-        return
-    # The task ended without publishing: cancelled before it started, or crashed.
-    if task.cancelled():
-        result = cancelled_result(state)
-    else:
-        # Outside the rollout's context: its key is redacted by the entry's redactor.
-        crash = entry.redactor.text(repr(task.exception()))
-        logger.error("rollout %s: task crashed: %s", entry.rollout_id, crash)
-        result = failure("rollout task crashed", RolloutErrorCategory.INTERNAL_ERROR)
-    state.registry.finish(entry, result)
+    if not entry.finished:
+        # The task ended without publishing: cancelled before it started, or crashed.
+        if task.cancelled():
+            result = cancelled_result(state)
+        else:
+            # Outside the rollout's context: its key is redacted by the entry's redactor.
+            crash = entry.redactor.text(repr(task.exception()))
+            logger.error("rollout %s: task crashed: %s", entry.rollout_id, crash)
+            result = failure("rollout task crashed", RolloutErrorCategory.INTERNAL_ERROR)
+        state.registry.finish(entry, result)
+    # Published, and nothing runs for the rollout any more: nothing is left to redact with
+    # its key, so a retained result lets it go (a fifth of a held result's memory).
+    entry.redactor = state.redactor
 
 
 def _expire(state: ServerState, entry: Entry) -> None:
