@@ -48,19 +48,26 @@ def test_pieces_give_the_tokenizers_own_ids(tokenizer: Any) -> None:
         assert pieces.encode(text) == _own_ids(tokenizer, text), text
 
 
-def test_new_chars_counts_the_text_encode_would_encode(tokenizer: Any) -> None:
+def test_encode_if_known_encodes_only_within_the_new_text_allowed(tokenizer: Any) -> None:
     pieces = PieceTokenizer.of(tokenizer)
     assert pieces is not None
+
+    def new_chars(text: str) -> int:
+        """The least allowance for which the text is encoded (nothing is cached meanwhile)."""
+        allowance = next(n for n in range(len(text) + 1) if pieces.encode_if_known(text, n))
+        assert pieces.encode_if_known(text, allowance) == _own_ids(tokenizer, text)
+        return allowance
+
     first = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
-    assert pieces.new_chars(first) == len("user\nWhat is 2+2?") + len("\n") + len("assistant\n")
-    pieces.encode(first)
-    assert pieces.new_chars(first) == 0
+    assert pieces.encode_if_known(first, 0) is None
+    assert pieces.encode_if_known(first, 1) is None  # refused before encoding anything
+    assert new_chars(first) == len("user\nWhat is 2+2?") + len("\n") + len("assistant\n")
+    assert new_chars(first) == 0
     # The next call resends the conversation with an answer and a question added.
     following = first + "It is 4.<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n"
-    assert pieces.new_chars(following) == len("assistant\nIt is 4.") + len("user\nAnd 3+3?")
-    pieces.encode(following)
-    assert pieces.new_chars(following) == 0
-    assert pieces.new_chars("") == 0
+    assert pieces.encode_if_known(following, 0) is None
+    assert new_chars(following) == len("assistant\nIt is 4.") + len("user\nAnd 3+3?")
+    assert new_chars(following) == 0
 
 
 def test_the_piece_cache_stays_within_its_bound(tokenizer: Any) -> None:

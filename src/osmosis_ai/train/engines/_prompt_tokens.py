@@ -70,20 +70,26 @@ class PieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``, without special tokens added around it (blocking CPU work)."""
+        return self._encode_parts(self._split.split(text))
+
+    def encode_if_known(self, text: str, max_new_chars: int) -> list[int] | None:
+        """``encode(text)`` when at most ``max_new_chars`` characters of it are in pieces not
+        cached yet (little work, fit for the event loop); otherwise ``None``, having encoded
+        nothing. The text is split once for both."""
+        parts = self._split.split(text)
+        with self._lock:
+            new_chars = sum(len(piece) for piece in parts[::2] if piece not in self._cache)
+        return self._encode_parts(parts) if new_chars <= max_new_chars else None
+
+    def _encode_parts(self, parts: list[str]) -> list[int]:
         ids: list[int] = []
         # With one capturing group, split() alternates text pieces and added tokens.
-        for position, piece in enumerate(self._split.split(text)):
+        for position, piece in enumerate(parts):
             if position % 2:
                 ids.append(self._added[piece])
             elif piece:
                 ids.extend(self._piece(piece))
         return ids
-
-    def new_chars(self, text: str) -> int:
-        """Characters of ``text`` that ``encode`` would encode: those of pieces not cached."""
-        pieces = self._split.split(text)[::2]  # the text between added tokens
-        with self._lock:
-            return sum(len(piece) for piece in pieces if piece not in self._cache)
 
     def _piece(self, piece: str) -> tuple[int, ...]:
         with self._lock:

@@ -206,8 +206,10 @@ class VerlServerPolicy(Policy):
         cache has seen; up to ``_INLINE_ENCODE_CHARS`` new characters are encoded here too.
         """
         text = self._rendered(request.messages, request.tools)
-        if self._pieces is not None and self._pieces.new_chars(text) <= _INLINE_ENCODE_CHARS:
-            return self._pieces.encode(text)
+        if self._pieces is not None:
+            ids = self._pieces.encode_if_known(text, _INLINE_ENCODE_CHARS)
+            if ids is not None:
+                return ids
         return await asyncio.to_thread(self._encoded, text)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
