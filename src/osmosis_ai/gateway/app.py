@@ -32,7 +32,7 @@ from osmosis_ai.gateway.request import (
     parse_chat_request,
 )
 from osmosis_ai.redact import Redactor
-from osmosis_ai.rollout._json_body import BodyError, read_json_body
+from osmosis_ai.rollout._json_body import BodyError, asgi_body_chunks, read_json_body
 from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = ["GatewayState", "create_gateway_app"]
@@ -138,20 +138,12 @@ async def _read_json(headers: dict[bytes, str], receive: Receive) -> object:
         )
     try:
         return await read_json_body(
-            _chunks(receive), content_length=headers.get(b"content-length"), server="gateway"
+            asgi_body_chunks(receive),
+            content_length=headers.get(b"content-length"),
+            server="gateway",
         )
     except BodyError as exc:
         raise ChatRequestError(exc.detail, status_code=exc.status) from exc
-
-
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise BodyError(400, "client disconnected while sending the body")
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
 
 
 def _as_gateway_error(exc: Exception) -> GatewayError:

@@ -8,12 +8,12 @@ reference's FastAPI server answers), 400 for a client that hung up mid-body.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
 from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
 
-__all__ = ["MAX_BODY_BYTES", "BodyError", "read_json_body"]
+__all__ = ["MAX_BODY_BYTES", "BodyError", "asgi_body_chunks", "read_json_body"]
 
 #: Largest body either server reads. Prompts with long histories reach megabytes; a body
 #: past this is a mistake, and refusing it early bounds each connection's memory.
@@ -28,6 +28,23 @@ class BodyError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+
+
+async def asgi_body_chunks(
+    receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+) -> AsyncIterator[bytes]:
+    """The chunks of an ASGI request's body, as `read_json_body` takes them.
+
+    Raises:
+        BodyError: The client hung up before the body ended (400).
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BodyError(400, "client disconnected while sending the body")
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
 
 
 async def read_json_body(

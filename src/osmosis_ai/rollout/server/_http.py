@@ -7,11 +7,16 @@ a fraction of the memory and CPU of a framework's middleware stack per parked re
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis_ai.rollout._json_body import MAX_BODY_BYTES, BodyError, read_json_body
+from osmosis_ai.rollout._json_body import (
+    MAX_BODY_BYTES,
+    BodyError,
+    asgi_body_chunks,
+    read_json_body,
+)
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -100,14 +105,7 @@ class HttpRequest:
                 FastAPI-style servers answer), or the client hung up (400).
         """
         return await read_json_body(
-            self._chunks(), content_length=self.header(b"content-length"), server="rollout server"
+            asgi_body_chunks(self.receive),
+            content_length=self.header(b"content-length"),
+            server="rollout server",
         )
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                raise BodyError(400, "client disconnected while sending the body")
-            yield message.get("body", b"")
-            if not message.get("more_body", False):
-                return
