@@ -262,12 +262,20 @@ async def _overhead_figures(
             per_rollout -= own
         figures.append(
             Figure(
-                f"adapter overhead per rollout, {clock}", per_rollout, "ms", 2.0 if target else None
+                f"adapter overhead per rollout, {clock}",
+                per_rollout,
+                "ms",
+                2.0 if target else None,
+                digits=2,
             )
         )
         figures.append(
             Figure(
-                f"adapter overhead per LLM call, {clock}", per_call, "ms", 0.5 if target else None
+                f"adapter overhead per LLM call, {clock}",
+                per_call,
+                "ms",
+                0.5 if target else None,
+                digits=2,
             )
         )
     return figures

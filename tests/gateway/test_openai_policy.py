@@ -197,7 +197,7 @@ async def test_a_cookie_the_upstream_sets_is_not_sent_with_later_calls() -> None
 
     upstream = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
     async with running_server(upstream) as server:
-        # A host name: aiohttp's default jar would keep no cookie for an IP address.
+        # A host name: a cookie jar (aiohttp's, for one) keeps no cookie for an IP address.
         policy = OpenAICompatiblePolicy(f"http://localhost:{server.port}/v1", model="m")
         async with serving(policy) as (_, http):
             first = await http.post("/v1/rollouts/a/chat/completions", json=chat())
