@@ -11,7 +11,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import ssl
+import struct
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -413,7 +415,16 @@ def test_header_values_with_line_breaks_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://host/v1", "127.0.0.1:8000/v1", "http:///v1", "http://host/v1?x=1", "http://h/v1#f"],
+    [
+        "ftp://host/v1",
+        "127.0.0.1:8000/v1",
+        "http:///v1",
+        "http://host/v1?x=1",
+        "http://h/v1#f",
+        "http://h:0/v1",
+        "http://h:99999/v1",
+        "http://h:port/v1",
+    ],
 )
 def test_base_urls_that_cannot_be_served_are_config_errors(url: str) -> None:
     with pytest.raises(ValueError):
@@ -422,10 +433,23 @@ def test_base_urls_that_cannot_be_served_are_config_errors(url: str) -> None:
         OpenAICompatiblePolicy(url)
 
 
-def test_a_bad_url_error_never_repeats_its_credentials() -> None:
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("http://user:hunter2@host/v1?x=1", "hunter2"),
+        # Unencoded '/', '#' or '?' inside a credential: urlsplit ends the host part there,
+        # so the secret's head would pass for a host, a port or a scheme.
+        ("http://user:s3cr/et@host/v1", "s3cr"),
+        ("https://sk-live-abc#123@api.example.com/v1", "sk-live-abc"),
+        ("https://sk-live-abc?123@api.example.com/v1", "sk-live-abc"),
+        ("https://sk-abc/def@host/v1", "sk-abc"),
+        ("sk-abc:def@host/v1", "sk-abc"),
+    ],
+)
+def test_a_bad_url_error_never_repeats_its_credentials(url: str, secret: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        OpenAICompatiblePolicy("http://user:hunter2@host/v1?x=1")
-    assert "hunter2" not in str(caught.value)
+        OpenAICompatiblePolicy(url)
+    assert secret not in str(caught.value)
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -502,3 +526,91 @@ async def test_an_answer_nobody_asked_for_closes_the_connection() -> None:
         assert await _post(upstream) == (200, b'{"asked":true}')
         assert await _post(upstream) == (200, b'{"asked":true}')
     assert server.connections == 2  # the first connection was not trusted again
+
+
+async def test_a_post_the_upstream_may_have_worked_on_is_never_sent_again() -> None:
+    # Four kept-alive connections; then the upstream reads each request, works on it and
+    # drops the connection without answering (an engine crash, a proxy's timeout).
+    async def answer_then_drop(exchange: Exchange) -> bool:
+        if exchange.number == 1:
+            await asyncio.sleep(0.05)  # keeps the four first calls concurrent
+            exchange.writer.write(_answer(b"{}"))
+            return True
+        await asyncio.sleep(0.3)
+        return False
+
+    async with raw_server(answer_then_drop) as server, _client(server.url) as upstream:
+        await asyncio.gather(*(_post(upstream) for _ in range(4)))
+        assert len(upstream._idle) == 4
+        with pytest.raises(UpstreamConnectionError, match="mid-answer"):
+            await _post(upstream)
+    assert len(server.requests) == 5  # four first calls, and the failed one exactly once
+
+
+async def test_a_kept_alive_close_is_retried_once_only() -> None:
+    # Every reused connection is found closed: one retry, on a new connection, that works.
+    async def one_answer_per_connection(exchange: Exchange) -> bool:
+        if exchange.number > 1:
+            return False
+        await asyncio.sleep(0.05)
+        exchange.writer.write(_answer(b"{}"))
+        return True
+
+    async with raw_server(one_answer_per_connection) as server, _client(server.url) as upstream:
+        await asyncio.gather(*(_post(upstream) for _ in range(4)))
+        assert await _post(upstream) == (200, b"{}")
+    assert [exchange.number for exchange in server.requests[4:]] == [2, 1]
+
+
+async def test_a_close_delimited_body_cut_by_a_reset_is_an_error() -> None:
+    async def reset(exchange: Exchange) -> bool:
+        exchange.writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"partial":')
+        await exchange.writer.drain()
+        await asyncio.sleep(0.02)
+        sock = exchange.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        exchange.writer.transport.abort()  # RST, not a clean close
+        return False
+
+    async with raw_server(reset) as server, _client(server.url) as upstream:
+        with pytest.raises(UpstreamConnectionError, match="mid-answer"):
+            await _post(upstream)
+
+
+async def test_a_timeout_on_a_close_delimited_stream_is_raised_to_a_busy_reader() -> None:
+    async def one_event_then_stall(exchange: Exchange) -> bool:
+        exchange.writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\ndata: one\n\n")
+        await exchange.writer.drain()
+        await asyncio.sleep(2)
+        return False
+
+    async with (
+        raw_server(one_event_then_stall) as server,
+        _client(server.url, read_timeout_sec=0.2) as upstream,
+    ):
+        received: list[bytes] = []
+        with pytest.raises(TimeoutError):
+            async with upstream.stream(upstream.request("/chat/completions", BODY)) as response:
+                async for chunk in response.chunks():
+                    received.append(chunk)
+                    await asyncio.sleep(0.5)  # busy when the timeout fires
+    assert received == [b"data: one\n\n"]
+
+
+async def test_odd_framings_are_read_or_refused_cleanly() -> None:
+    async def identity(exchange: Exchange) -> bool:
+        # A transfer coding other than chunked, no length: the body ends with the connection.
+        exchange.writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n{}")
+        return False
+
+    async def upgrade(exchange: Exchange) -> bool:
+        exchange.writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+        )
+        return True
+
+    async with raw_server(identity) as server, _client(server.url) as upstream:
+        assert await _post(upstream) == (200, b"{}")
+    async with raw_server(upgrade) as server, _client(server.url) as upstream:
+        with pytest.raises(UpstreamConnectionError, match="switched protocols"):
+            await _post(upstream)

@@ -28,6 +28,11 @@ __all__ = ["Upstream", "UpstreamConnectionError", "UpstreamResponse", "check_bas
 _HIGH_WATER = 256 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FORBIDDEN_IN_HEADERS = frozenset("\r\n\0")
+_FORBIDDEN_IN_NAMES = _FORBIDDEN_IN_HEADERS | frozenset(": \t")
+#: A kept-alive connection lost this soon after a request was written on it, with no byte of
+#: answer, was closed by the upstream while idle (the close crossed the request): the request
+#: is sent again on a new connection, once. A later loss may mean the upstream worked on it.
+_STALE_WINDOW_SEC = 0.1
 
 
 class UpstreamConnectionError(ConnectionError):
@@ -62,12 +67,21 @@ class _Connection(asyncio.Protocol):
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._last_byte_at = 0.0
+        self._sent_at = 0.0
+        self._lost_after_send: float | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     @property
     def reusable(self) -> bool:
         """Whether the last answer ended cleanly on a connection the upstream keeps open."""
         return self.complete and self._keep_alive and not self.closed
+
+    @property
+    def stale(self) -> bool:
+        """Whether the exchange failed because the upstream had closed the connection while
+        it sat idle: lost right after the request was written, with no byte of answer."""
+        lost = self._lost_after_send
+        return not self.received and lost is not None and lost <= _STALE_WINDOW_SEC
 
     # asyncio.Protocol
 
@@ -83,16 +97,22 @@ class _Connection(asyncio.Protocol):
         self._last_byte_at = self._loop.time()
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamConnectionError("the upstream switched protocols (101)"))
         except httptools.HttpParserError as exc:
             self._fail(UpstreamConnectionError(f"the upstream's answer is not valid HTTP ({exc})"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._exchanging and not self.complete:
-            if self._headers_done and not self._framed:
-                self._finish(keep_alive=False)  # a close-delimited body ends with the connection
-            else:
-                self._fail(UpstreamConnectionError("the upstream closed the connection mid-answer"))
+        if not self._exchanging or self.complete:
+            return
+        self._lost_after_send = self._loop.time() - self._sent_at
+        if self._headers_done and not self._framed and exc is None and self._error is None:
+            self._finish(keep_alive=False)  # a close-delimited body ends with a clean close
+            return
+        error = UpstreamConnectionError("the upstream closed the connection mid-answer")
+        error.__cause__ = exc
+        self._fail(error)
 
     # httptools callbacks. An answer beginning after ours ended (in the same read) was never
     # asked for: the connection is closed and the extra answer ignored.
@@ -102,7 +122,11 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        # Framed: the parser knows where the body ends. Otherwise it ends with the connection.
+        name = name.lower()
+        if name == b"content-length" or (
+            name == b"transfer-encoding" and value.rstrip().lower().endswith(b"chunked")
+        ):
             self._framed = True
 
     def on_headers_complete(self) -> None:
@@ -146,10 +170,8 @@ class _Connection(asyncio.Protocol):
         # What a streamed answer's reader left unread (after the last event it wanted).
         self._chunks.clear()
         self._buffered = 0
-        if self._paused:
-            self._paused = False
-            self._transport.resume_reading()
-        self._last_byte_at = self._loop.time()
+        self._lost_after_send = None
+        self._sent_at = self._last_byte_at = self._loop.time()
         self._timer = self._loop.call_at(
             self._last_byte_at + self._read_timeout_sec, self._check_progress
         )
@@ -164,9 +186,7 @@ class _Connection(asyncio.Protocol):
                 chunk = self._chunks.popleft()
                 self._buffered -= len(chunk)
                 if self._paused and self._buffered <= _HIGH_WATER // 4:
-                    self._paused = False
-                    if self._transport is not None:
-                        self._transport.resume_reading()
+                    self._resume_reading()
                 yield chunk
             elif self.complete:
                 return
@@ -210,7 +230,16 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = keep_alive
         self._exchanging = False
         self._cancel_timer()
+        if self._paused:  # the whole answer is in: an idle connection must see a close
+            self._resume_reading()
         self._wake()
+
+    def _resume_reading(self) -> None:
+        self._paused = False
+        # The wait for the next byte counts from now, not from before the pause.
+        self._last_byte_at = self._loop.time()
+        if self._transport is not None:
+            self._transport.resume_reading()
 
     def _fail(self, error: BaseException) -> None:
         if self._error is None:
@@ -255,25 +284,36 @@ class UpstreamResponse:
 
 
 def check_base_url(base_url: str) -> SplitResult:
-    """``base_url`` split, if it is an ``http``/``https`` URL with a host and nothing after
-    its path.
+    """``base_url`` split, if it is an ``http``/``https`` URL with a host, a valid port and
+    nothing after its path.
 
     Raises:
-        ValueError: It is not; the message never repeats the URL's credentials.
+        ValueError: It is not. The message repeats no part of the URL: a mistyped URL may
+            hold a key (``https://sk-...@host``, or a credential with an unencoded ``/``).
     """
     parts = urlsplit(base_url)
-    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
         raise ValueError(
-            f"{parts.scheme or '(no scheme)'}://{parts.hostname or '(no host)'} is not an "
-            "http:// or https:// URL with a host"
+            "it has an '@' after its host: percent-encode '/', '?', '#' and '@' inside "
+            "credentials (%2F, %3F, %23, %40)"
         )
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError("it is not an http:// or https:// URL with a host")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError("its port is not a number from 1 to 65535")
     if parts.query or parts.fragment:
-        raise ValueError(f"{parts.scheme}://{parts.hostname}... has a query or fragment; drop it")
+        raise ValueError("it has a query or a fragment; drop it")
     return parts
 
 
 def _header_text(name: str, value: str) -> str:
-    if _FORBIDDEN_IN_HEADERS.intersection(name) or _FORBIDDEN_IN_HEADERS.intersection(value):
+    if not name or _FORBIDDEN_IN_NAMES.intersection(name):
+        raise ValueError(f"{name!r} is not a header name")
+    if _FORBIDDEN_IN_HEADERS.intersection(value):
         raise ValueError(f"header {name!r} holds a line break or NUL; it cannot be sent")
     return f"{name}: {value}\r\n"
 
@@ -282,8 +322,10 @@ class Upstream:
     """Pooled keep-alive connections to the origin of ``base_url``, for POSTs of JSON bodies.
 
     At most ``max_connections`` exchanges run at once (more wait); idle connections are
-    reused newest first. A reused connection the upstream closed while it sat idle is
-    replaced once, transparently, if nothing of its answer arrived. Use from one event
+    reused newest first. A reused connection the upstream had closed while it sat idle (lost
+    within ``_STALE_WINDOW_SEC`` of the request, with no byte of answer) is replaced once,
+    transparently; any other failure is the caller's, never retried: a POST is not
+    idempotent, and the upstream may have begun generating. Use from one event
     loop. Credentials in ``base_url`` (``user:password@``) are sent as Basic auth.
 
     Raises:
@@ -377,13 +419,10 @@ class Upstream:
             try:
                 await connection.send(request)
             except UpstreamConnectionError:
-                # Closed by the upstream as it sat idle (nothing of the answer came): the
-                # request never reached the upstream's handler, so another connection may
-                # carry it. Anything later is the upstream's failure and is not retried.
                 connection.close()
-                if connection.received:
+                if not connection.stale:
                     raise
-                continue
+                break  # sent again once, on a new connection (see _STALE_WINDOW_SEC)
             except BaseException:
                 connection.close()
                 raise
