@@ -363,3 +363,19 @@ async def test_unexpected_policy_failures_are_opaque_500s_and_never_logged_raw(
     assert [call["status"] for call in calls] == ["error", "error"]
     assert calls[1]["error"] == "bug near key [REDACTED]"  # not "the caller disconnected"
     assert PROVIDER_KEY not in caplog.text and PROVIDER_KEY not in json.dumps(calls)
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"api_key": "sk-line-ending-secret\n"}, "Authorization"),
+        ({"session_header": "X Session"}, "not a header name"),
+        ({"session_header": "X-Session:"}, "not a header name"),
+    ],
+)
+def test_keys_and_header_names_that_cannot_be_sent_are_config_errors(
+    options: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment) as caught:
+        OpenAICompatiblePolicy("http://127.0.0.1:9/v1", **options)  # type: ignore[arg-type]
+    assert "sk-line-ending-secret" not in str(caught.value)

@@ -22,7 +22,13 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 import httptools
 
-__all__ = ["Upstream", "UpstreamConnectionError", "UpstreamResponse", "check_base_url"]
+__all__ = [
+    "Upstream",
+    "UpstreamConnectionError",
+    "UpstreamResponse",
+    "check_base_url",
+    "header_line",
+]
 
 #: Body bytes held for a slow reader of a streamed answer before the socket stops being read.
 _HIGH_WATER = 256 * 1024
@@ -310,7 +316,13 @@ def check_base_url(base_url: str) -> SplitResult:
     return parts
 
 
-def _header_text(name: str, value: str) -> str:
+def header_line(name: str, value: str) -> str:
+    """``name: value`` and CRLF.
+
+    Raises:
+        ValueError: ``name`` is not a header name, or ``value`` holds a line break or NUL
+            (the message names the header, never its value).
+    """
     if not name or _FORBIDDEN_IN_NAMES.intersection(name):
         raise ValueError(f"{name!r} is not a header name")
     if _FORBIDDEN_IN_HEADERS.intersection(value):
@@ -357,7 +369,7 @@ class Upstream:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             fixed["Authorization"] = f"Basic {base64.b64encode(pair.encode()).decode()}"
         fixed.update(headers or {})
-        self._fixed_headers = "".join(_header_text(k, v) for k, v in fixed.items())
+        self._fixed_headers = "".join(header_line(k, v) for k, v in fixed.items())
         self._connect_timeout_sec = connect_timeout_sec
         self._read_timeout_sec = read_timeout_sec
         self._slots = asyncio.Semaphore(max_connections)
@@ -370,7 +382,7 @@ class Upstream:
         Raises:
             ValueError: A header holds a line break or NUL.
         """
-        extra = "".join(_header_text(k, v) for k, v in headers.items()) if headers else ""
+        extra = "".join(header_line(k, v) for k, v in headers.items()) if headers else ""
         head = (
             f"POST {self._path}{path} HTTP/1.1\r\n{self._fixed_headers}{extra}"
             f"Content-Length: {len(body)}\r\n\r\n"

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
-from osmosis_ai.gateway.policies._http1 import Upstream, check_base_url
+from osmosis_ai.gateway.policies._http1 import Upstream, check_base_url, header_line
 from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
@@ -101,7 +101,8 @@ class OpenAICompatiblePolicy(Policy):
 
     Raises:
         ConfigError: ``base_url`` is not an http(s) URL, or it carries credentials and
-            ``api_key`` is given too.
+            ``api_key`` is given too; ``api_key`` holds a line break, or ``session_header``
+            is not a header name.
     """
 
     kind = "openai"
@@ -121,6 +122,16 @@ class OpenAICompatiblePolicy(Policy):
             check_base_url(base_url)
         except ValueError as exc:
             raise ConfigError(f"policy base URL: {exc} (e.g. http://127.0.0.1:8000/v1)") from None
+        try:
+            if api_key:
+                header_line("Authorization", api_key)
+            if session_header:
+                header_line(session_header, "")
+        except ValueError as exc:
+            raise ConfigError(
+                f"{exc} (the policy's API key or session_header; a key read from a file may "
+                "end in a newline: strip it)"
+            ) from None
         userinfo = split_userinfo(base_url)[1]
         if userinfo is not None and api_key:
             raise ConfigError(
