@@ -129,6 +129,15 @@ async def _client(url: str, **options: float) -> AsyncIterator[Upstream]:
         await upstream.aclose()
 
 
+async def _failed_post(handler: Handler, match: str) -> RawServer:
+    """One call to a server answering with ``handler``, which must fail with ``match``;
+    the server, for what it saw."""
+    async with raw_server(handler) as server, _client(server.url) as upstream:
+        with pytest.raises(UpstreamConnectionError, match=match):
+            await _post(upstream)
+    return server
+
+
 async def _post(upstream: Upstream, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     return await upstream.post(upstream.request("/chat/completions", BODY, headers))
 
@@ -272,9 +281,7 @@ async def test_a_failure_mid_answer_is_raised_and_not_retried() -> None:
         await exchange.writer.drain()
         return False
 
-    async with raw_server(half) as server, _client(server.url) as upstream:
-        with pytest.raises(UpstreamConnectionError, match="mid-answer"):
-            await _post(upstream)
+    server = await _failed_post(half, "mid-answer")
     assert len(server.requests) == 1
 
 
@@ -283,9 +290,7 @@ async def test_an_answer_that_is_not_http_is_an_error() -> None:
         exchange.writer.write(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
         return True
 
-    async with raw_server(garbage) as server, _client(server.url) as upstream:
-        with pytest.raises(UpstreamConnectionError, match="not valid HTTP"):
-            await _post(upstream)
+    await _failed_post(garbage, "not valid HTTP")
 
 
 async def test_read_timeout_bounds_the_wait_for_each_byte_not_the_whole_answer() -> None:
@@ -572,9 +577,7 @@ async def test_a_close_delimited_body_cut_by_a_reset_is_an_error() -> None:
         exchange.writer.transport.abort()  # RST, not a clean close
         return False
 
-    async with raw_server(reset) as server, _client(server.url) as upstream:
-        with pytest.raises(UpstreamConnectionError, match="mid-answer"):
-            await _post(upstream)
+    await _failed_post(reset, "mid-answer")
 
 
 async def test_a_timeout_on_a_close_delimited_stream_is_raised_to_a_busy_reader() -> None:
@@ -611,6 +614,4 @@ async def test_odd_framings_are_read_or_refused_cleanly() -> None:
 
     async with raw_server(identity) as server, _client(server.url) as upstream:
         assert await _post(upstream) == (200, b"{}")
-    async with raw_server(upgrade) as server, _client(server.url) as upstream:
-        with pytest.raises(UpstreamConnectionError, match="switched protocols"):
-            await _post(upstream)
+    await _failed_post(upgrade, "switched protocols")
