@@ -222,14 +222,13 @@ def _pure_generation(model: Any, tokenizer: Any, rollouts: list[Any]) -> float:
     """Seconds to generate the same calls again with the decoder alone: every rollout's
     k-th call after all (k-1)-th calls, at most 8 at a time, each to its recorded length."""
     import torch
-    import xgrammar
 
-    from osmosis_ai.gateway.policies._torch_generate import Decoder, GenerationJob, Sampling
+    from osmosis_ai.gateway.policies.engines import Sampling
+    from osmosis_ai.gateway.policies.engines._decoder import Decoder, GenerationJob
 
     calls = [rollout.calls for rollout in rollouts]
     decoder = Decoder(
         torch,
-        xgrammar,
         model,
         stop_token_ids=(),  # every job runs to its recorded length
         pad_id=tokenizer.eos_token_id,

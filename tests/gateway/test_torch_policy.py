@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import shutil
@@ -26,9 +27,9 @@ from osmosis_ai.gateway import (
     parse_policy_spec,
 )
 from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
-from osmosis_ai.gateway.policies._tool_prompt import plan_tools
-from osmosis_ai.gateway.policies.torch import bounded_strings
-from osmosis_ai.gateway.request import parse_chat_request
+from osmosis_ai.gateway.policies.chat_front import bounded_strings
+from osmosis_ai.gateway.policies.engines import TorchEngine
+from osmosis_ai.gateway.request import ChatRequest, parse_chat_request
 from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
 from tests.gateway.conftest import serving, sse_events
 from tests.gateway.test_embedded_policy import CALCULATOR, TOOL_CALL_RESULT, WEATHER
@@ -108,6 +109,19 @@ def _teacher_forced(
     return out
 
 
+def _engine(policy: TorchPolicy) -> TorchEngine:
+    engine = policy.engine
+    assert isinstance(engine, TorchEngine)
+    return engine
+
+
+def _compiled_grammar(policy: TorchPolicy, request: ChatRequest) -> Any:
+    """The grammar the policy generates ``request`` under, compiled as its engine does."""
+    grammar = policy.front.prepare(request).generation.grammar
+    assert grammar is not None
+    return _engine(policy).compile_grammar(grammar)
+
+
 def _max_delta(a: list[float], b: list[float]) -> float:
     assert len(a) == len(b) and a
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
@@ -130,8 +144,8 @@ async def test_plain_answer_records_token_ids_logprobs_and_version(
     assert len(record.completion_token_ids or ()) == usage["completion_tokens"] <= 12
     assert len(record.logprobs or ()) == usage["completion_tokens"]
     assert all(logprob <= 0 for logprob in record.logprobs or ())
-    assert record.policy_version == policy.version
-    assert record.to_json()["policy_version"] == policy.version
+    assert record.policy_version == _engine(policy).version
+    assert record.to_json()["policy_version"] == _engine(policy).version
 
 
 async def test_caller_can_ask_for_token_ids_and_top_logprobs(http: httpx.AsyncClient) -> None:
@@ -294,7 +308,9 @@ async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
         {"temperature": 0},
         {"temperature": 1.3},
     ]
-    async with policy.updating(version=policy.version):  # hold the batch until all have arrived
+    async with _engine(policy).updating(
+        version=_engine(policy).version
+    ):  # hold the batch until all have arrived
         calls = [
             asyncio.create_task(
                 _chat(http, f"tf-{index}", messages=_ask(text), max_tokens=24, **setting)
@@ -302,7 +318,7 @@ async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
             for index, (text, setting) in enumerate(zip(prompts, settings, strict=True))
         ]
         async with asyncio.timeout(30):
-            while policy.waiting < len(calls):  # noqa: ASYNC110 -- set by the server task
+            while _engine(policy).waiting < len(calls):  # noqa: ASYNC110 -- set by the server task
                 await asyncio.sleep(0.01)
     await asyncio.gather(*calls)
     for index, setting in enumerate(settings):
@@ -392,7 +408,7 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     request = parse_chat_request(
         {"messages": _ask("Weather in Oslo?"), "tools": [WEATHER], "tool_choice": "required"}
     )
-    grammar = policy._grammar(request.body, plan_tools(request, answer_after_tool_result=True))
+    grammar = _compiled_grammar(policy, request)
     expected = _teacher_forced(
         reference, record, 0.8, grammar, vocab_size=reference.config.vocab_size
     )
@@ -406,9 +422,8 @@ async def test_tool_replies_may_be_laid_out_as_the_model_likes_within_a_bound(
 ) -> None:
     import xgrammar
 
-    policy = served[0]
     request = parse_chat_request({"messages": _ask("1+2?"), "tools": [CALCULATOR]})
-    grammar = policy._grammar(request.body, plan_tools(request, answer_after_tool_result=True))
+    grammar = _compiled_grammar(served[0], request)
 
     def accepts(text: str) -> bool:
         matcher = xgrammar.GrammarMatcher(grammar)
@@ -428,18 +443,18 @@ async def test_concurrent_calls_are_generated_in_one_batch(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     policy, gateway = served
-    before = sum(policy.batch_sizes.values())
-    async with policy.updating(version=policy.version):
+    before = sum(_engine(policy).batch_sizes.values())
+    async with _engine(policy).updating(version=_engine(policy).version):
         calls = [
             asyncio.create_task(_chat(http, f"batch-{index}", messages=_ask("Hi."), max_tokens=4))
             for index in range(4)
         ]
         async with asyncio.timeout(30):
-            while policy.waiting < 4:  # noqa: ASYNC110 -- set by the server task
+            while _engine(policy).waiting < 4:  # noqa: ASYNC110 -- set by the server task
                 await asyncio.sleep(0.01)
     await asyncio.gather(*calls)
-    assert sum(policy.batch_sizes.values()) == before + 1
-    assert policy.batch_sizes[4] >= 1
+    assert sum(_engine(policy).batch_sizes.values()) == before + 1
+    assert _engine(policy).batch_sizes[4] >= 1
     assert all(_one(gateway, f"batch-{index}").status == "ok" for index in range(4))
 
 
@@ -447,14 +462,14 @@ async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     policy, gateway = served
-    admissions = sum(policy.batch_sizes.values())
+    admissions = sum(_engine(policy).batch_sizes.values())
     # A long call starts alone; a short one (shorter prompt) and a long-prompt one arrive
     # while it generates, join its batch, and the short one finishes first.
     long_call = asyncio.create_task(
         _chat(http, "join-long", messages=_ask("Hi."), max_tokens=160, temperature=0.9, seed=3)
     )
     async with asyncio.timeout(30):
-        while sum(policy.batch_sizes.values()) == admissions:  # noqa: ASYNC110 -- set by the worker
+        while sum(_engine(policy).batch_sizes.values()) == admissions:  # noqa: ASYNC110 -- set by the worker
             await asyncio.sleep(0.005)
     short = await _chat(
         http, "join-short", messages=_ask("Ok"), max_tokens=3, temperature=0.5, seed=1
@@ -468,7 +483,7 @@ async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
     )
     assert not long_call.done(), "the joining calls did not wait for the running one to end"
     await long_call
-    assert sum(policy.batch_sizes.values()) == admissions + 3
+    assert sum(_engine(policy).batch_sizes.values()) == admissions + 3
     assert short["usage"]["completion_tokens"] == 3
     for rollout, temperature in (("join-long", 0.9), ("join-short", 0.5), ("join-wide", 0.0)):
         record = _one(gateway, rollout)
@@ -490,7 +505,7 @@ async def test_streamed_answer_arrives_with_its_records(
     usage = events[-2]["usage"]
     record = _one(served[1], "stream")
     assert record.stream and len(record.completion_token_ids or ()) == usage["completion_tokens"]
-    assert record.policy_version == served[0].version
+    assert record.policy_version == _engine(served[0]).version
 
 
 @pytest.mark.parametrize(
@@ -536,19 +551,30 @@ async def test_weight_update_changes_the_version_and_the_answers(tiny_model_dir:
     async with serving(policy) as (gateway, http):
         body = {"messages": _ask("Hi."), "max_tokens": 8, "temperature": 0}
         await _chat(http, "update", **body)
-        async with policy.updating() as model:
-            state = {
-                name: tensor + 0.05 * torch.randn_like(tensor)
-                for name, tensor in model.state_dict().items()
-            }
-        async with policy.updating() as model:
-            model.load_state_dict(state)
+        engine = _engine(policy)
+        # Trained in place: the engine's own model object changes while generation waits.
+        async with engine.updating() as update:
+            with torch.no_grad():
+                for parameter in engine.model.parameters():
+                    parameter.add_(0.05 * torch.randn_like(parameter))
+            await update.push(engine.model)
         await _chat(http, "update", **body)
-        await policy.load_state_dict(state, version=42)
+        # Another model's weights are copied in.
+        other = copy.deepcopy(engine.model)
+        with torch.no_grad():
+            for parameter in other.parameters():
+                parameter.add_(0.05 * torch.randn_like(parameter))
+        async with engine.updating(version=42) as update:
+            await update.push(other)
         await _chat(http, "update", **body)
-    before, after, resumed = gateway.records.calls("update")
-    assert (before.policy_version, after.policy_version, resumed.policy_version) == (7, 9, 42)
+    before, after, pushed = gateway.records.calls("update")
+    assert (before.policy_version, after.policy_version, pushed.policy_version) == (7, 8, 42)
     assert list(after.logprobs or ()) != list(before.logprobs or ())
+    assert list(pushed.logprobs or ()) != list(after.logprobs or ())
+    assert all(
+        torch.equal(mine, theirs)
+        for mine, theirs in zip(engine.model.parameters(), other.parameters(), strict=True)
+    ), "the pushed weights are the engine's now"
 
 
 async def test_a_call_during_an_update_waits_and_sees_only_the_new_weights(
@@ -560,19 +586,20 @@ async def test_a_call_during_an_update_waits_and_sees_only_the_new_weights(
 
     policy = TorchPolicy(tiny_model_dir)
     async with serving(policy) as (gateway, http):
-        async with policy.updating() as model:
+        engine = _engine(policy)
+        async with engine.updating():
             call = asyncio.create_task(_chat(http, "held", messages=_ask("Hi."), max_tokens=4))
             async with asyncio.timeout(30):
-                while policy.waiting < 1:  # noqa: ASYNC110 -- set by the server task
+                while engine.waiting < 1:  # noqa: ASYNC110 -- set by the server task
                     await asyncio.sleep(0.01)
             with torch.no_grad():
-                for parameter in model.parameters():
+                for parameter in engine.model.parameters():
                     parameter.zero_()  # all-zero weights: every next token equally likely
             assert not call.done()
         await call
     record = _one(gateway, "held")
     assert record.policy_version == 1
-    uniform = -math.log(policy._model.config.vocab_size)
+    uniform = -math.log(engine.model.config.vocab_size)
     assert all(abs(logprob - uniform) < 1e-4 for logprob in record.logprobs or ())
 
 
@@ -582,10 +609,10 @@ async def test_calls_still_waiting_when_the_policy_stops_fail_with_503(
     policy = TorchPolicy(tiny_model_dir)
     await policy.start()
     request = parse_chat_request({"messages": _ask("Hi."), "max_tokens": 2})
-    async with policy.updating():
+    async with _engine(policy).updating():
         calls = [asyncio.create_task(policy.complete(request)) for _ in range(3)]
         async with asyncio.timeout(30):
-            while policy.waiting < 3:  # noqa: ASYNC110 -- set by the dispatcher task
+            while _engine(policy).waiting < 3:  # noqa: ASYNC110 -- set by the dispatcher task
                 await asyncio.sleep(0.01)
         await policy.aclose()
     for call in calls:

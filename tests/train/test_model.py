@@ -112,7 +112,7 @@ def test_importing_the_model_source_and_policy_loads_no_torch() -> None:
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path) -> None:
-    from osmosis_ai.train.model import cpu_has_native_bf16
+    from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor : 0\nflags : fpu sse2 avx512f avx512bw\n")

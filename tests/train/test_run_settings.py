@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.model import cpu_has_native_bf16
-from osmosis_ai.train.runner import _Learner
+from osmosis_ai.train.learner import Learner
 from tests.train.test_runner import _run, _workspace
 
 pytestmark = pytest.mark.slow
@@ -78,9 +78,11 @@ async def test_max_minutes_ends_the_run_like_its_last_step(
 def test_precision_decides_whether_the_update_runs_under_bf16_autocast(
     tmp_path: Path, tiny_model_dir: Path, precision: str
 ) -> None:
+    import torch
+
     config = load_train_config(
         _workspace(tmp_path / "ws", tiny_model_dir, f'precision = "{precision}"')
     )
-    learner = _Learner.build(config, tiny_model_dir, tiny_model_dir)
+    learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
     expected = {"bf16": True, "fp32": False, "auto": cpu_has_native_bf16()}[precision]
     assert learner.grpo.bf16 is expected

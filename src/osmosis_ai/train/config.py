@@ -23,6 +23,7 @@ from osmosis_ai.eval._config_sections import (
     workspace_of,
 )
 from osmosis_ai.eval._toml_lines import key_lines
+from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
 
 __all__ = ["TrainConfig", "TrainingConfig", "load_train_config"]
 
@@ -39,9 +40,11 @@ _INTEGERS = (
     "max_tokens",
     "token_budget",
     "resample_zero_gradient",
+    "lora_rank",
+    "keep_checkpoints",
 )
 #: Integers where 0 means "off" (the rest must be positive).
-_ZERO_OK = ("eval_every", "seed", "resample_zero_gradient")
+_ZERO_OK = ("eval_every", "seed", "resample_zero_gradient", "lora_rank")
 _NUMBERS = (
     "learning_rate",
     "clip_low",
@@ -51,13 +54,30 @@ _NUMBERS = (
     "eval_temperature",
     "pass_threshold",
     "max_minutes",
+    "lora_alpha",
+    "lora_dropout",
 )
+#: Numbers where 0 is allowed (the rest must be positive).
+_NUMBERS_ZERO_OK = (
+    "kl_beta",
+    "temperature",
+    "eval_temperature",
+    "clip_low",
+    "clip_high",
+    "max_minutes",
+    "lora_dropout",
+)
+#: LoRA settings other than the rank: they mean nothing for a full fine-tune.
+_LORA_OPTIONS = ("lora_alpha", "lora_dropout", "lora_target_modules")
 _CHOICES = {
     "normalisation": ("token", "sequence"),
     "advantage_scale": ("std", "none"),
     "precision": ("auto", "bf16", "fp32"),
 }
-_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows")
+_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "device", "lora_target_modules")
+#: The attention and MLP projections of the model's blocks (peft: every linear layer but the
+#: output head).
+ALL_LINEAR = "all-linear"
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,26 @@ class TrainingConfig:
     resample_zero_gradient: int = 0
     """Dynamic sampling: run a group whose rewards are all equal again, up to this many times
     within the step (0: leave it out of the update)."""
+    device: str = "auto"
+    """Where the learner and the torch engine run: ``auto`` (CUDA when torch sees a GPU, else
+    the CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+    lora_rank: int = 0
+    """0: full fine-tuning; r > 0: train a LoRA adapter of rank r (the base stays frozen)."""
+    lora_alpha: float | None = None
+    """LoRA scaling numerator (the update is scaled by alpha / rank); default 2 x rank."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapter's input during the update (0: the update sees the policy that
+    generated, so the clipped ratio compares like with like)."""
+    lora_target_modules: tuple[str, ...] | str = ALL_LINEAR
+    """Module names the adapter wraps, or ``"all-linear"`` (every linear layer of the
+    attention and MLP blocks)."""
+    keep_checkpoints: int = 1
+    """How many of the newest checkpoints stay on disk."""
+
+    @property
+    def lora_scale_alpha(self) -> float:
+        """``lora_alpha``, or its default of twice the rank."""
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
 
 
 @dataclass(frozen=True)
@@ -185,22 +225,64 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
             if zero_ok and int(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
         elif key in _NUMBERS:
-            zero_ok = key in (
-                "kl_beta",
-                "temperature",
-                "eval_temperature",
-                "clip_low",
-                "clip_high",
-                "max_minutes",
-            )
+            zero_ok = key in _NUMBERS_ZERO_OK
             values[key] = src.number(table, "training", key, positive=not zero_ok)
             if zero_ok and float(table[key]) < 0:
                 raise src.error(("training", key), f"training.{key} must not be negative")
         elif key == "eval_rows":
             values[key] = src.number(table, "training", key, positive=True)
+        elif key == "device":
+            values[key] = _device(src, table)
+        elif key == "lora_target_modules":
+            values[key] = _target_modules(src, table)
         else:
             values[key] = _choice(src, table, key)
+    _check_lora(src, table, values)
     return TrainingConfig(**values)  # type: ignore[arg-type]
+
+
+def _device(src: ConfigSource, table: TOMLTable) -> str:
+    value = src.string(table, "training", "device")
+    if not DEVICE_SETTING.fullmatch(value):
+        raise src.error(
+            ("training", "device"),
+            f'training.device must be "auto", "cpu", "cuda", "cuda:N" or "mps", got {value!r}',
+        )
+    return value
+
+
+def _target_modules(src: ConfigSource, table: TOMLTable) -> tuple[str, ...] | str:
+    value = table["lora_target_modules"]
+    if value == ALL_LINEAR:
+        return ALL_LINEAR
+    if not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(name, str) and name.strip() for name in value)
+    ):
+        raise src.error(
+            ("training", "lora_target_modules"),
+            f'training.lora_target_modules must be "{ALL_LINEAR}" or a non-empty list of '
+            'module names such as ["q_proj", "v_proj"]',
+        )
+    return tuple(value)
+
+
+def _check_lora(src: ConfigSource, table: TOMLTable, values: dict[str, object]) -> None:
+    """LoRA options only with a rank; a dropout below 1."""
+    if not values.get("lora_rank"):
+        for key in _LORA_OPTIONS:
+            if key in table:
+                raise src.error(
+                    ("training", key),
+                    f"training.{key} is set but lora_rank is 0 (full fine-tuning); set "
+                    f"lora_rank > 0 to train a LoRA adapter, or remove {key}",
+                )
+    dropout = values.get("lora_dropout")
+    if isinstance(dropout, float) and dropout >= 1:
+        raise src.error(
+            ("training", "lora_dropout"), f"training.lora_dropout must be below 1, got {dropout}"
+        )
 
 
 def _choice(src: ConfigSource, table: TOMLTable, key: str) -> str:

@@ -18,6 +18,7 @@ imports them all, so the few lines are written here instead (same row-wise appro
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from collections import defaultdict
@@ -44,6 +45,7 @@ __all__ = [
     "grpo_loss",
     "pack_micro_batches",
     "policy_logprobs",
+    "reference_logprobs",
     "token_weights",
     "train_step",
     "zero_gradient_groups",
@@ -202,11 +204,23 @@ class MicroBatch:
     weights: torch.Tensor
     """Loss weight of each token (0 off the mask)."""
 
+    def to(self, device: torch.device) -> MicroBatch:
+        """The same batch on ``device``."""
+        return MicroBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            loss_mask=self.loss_mask.to(device),
+            behaviour_logprobs=self.behaviour_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            weights=self.weights.to(device),
+        )
+
 
 def collate(
     sequences: Sequence[TrainingSequence], advantages: Sequence[float], weights: Sequence[float]
 ) -> MicroBatch:
-    """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside)."""
+    """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
+    on the CPU (`MicroBatch.to` moves it)."""
     width = max(len(sequence) for sequence in sequences)
     rows = len(sequences)
     input_ids = torch.zeros(rows, width, dtype=torch.long)
@@ -244,7 +258,8 @@ def policy_logprobs(
     """
     on = batch.loss_mask > 0  # position t predicts token t + 1
     targets = batch.input_ids[:, 1:][on]
-    with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=bf16):
+    device = batch.input_ids.device
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = _body(model)(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
         ).last_hidden_state
@@ -261,7 +276,17 @@ def policy_logprobs(
             )
         ]
     values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
-    return torch.zeros(on.shape, dtype=torch.float32).masked_scatter(on, values)
+    return torch.zeros(on.shape, dtype=torch.float32, device=device).masked_scatter(on, values)
+
+
+def reference_logprobs(
+    reference_model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False
+) -> torch.Tensor:
+    """The KL reference's `policy_logprobs` (no gradients); a peft model's are its base
+    model's, with the adapter disabled."""
+    disabled = getattr(reference_model, "disable_adapter", None)
+    with torch.no_grad(), disabled() if disabled is not None else contextlib.nullcontext():
+        return policy_logprobs(reference_model, batch, bf16=bf16)
 
 
 #: Positions whose vocabulary logits are held at once in `policy_logprobs`.
@@ -369,7 +394,12 @@ def train_step(
     reference_model: torch.nn.Module | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> StepMetrics:
-    """Apply one GRPO update from ``sequences`` (micro-batched, gradients accumulated).
+    """Apply one GRPO update from ``sequences`` (micro-batched, gradients accumulated) on
+    the model's device.
+
+    ``reference_model`` is the KL reference: a frozen model, or a peft (LoRA) model, whose
+    logprobs are then taken with its adapter disabled, the base model, which is usually
+    ``model`` itself (no second copy of the weights).
 
     Raises:
         ConfigError: No sequences, a sequence over the token budget, or ``kl_beta > 0``
@@ -384,6 +414,7 @@ def train_step(
     weights = token_weights(sequences, config.normalisation)
     batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     parameters = [p for p in model.parameters() if p.requires_grad]
+    device = parameters[0].device if parameters else torch.device("cpu")
     model.train()
     optimizer.zero_grad(set_to_none=True)
     total_loss = 0.0
@@ -393,11 +424,10 @@ def train_step(
             [sequences[i] for i in indices],
             [advantages[i] for i in indices],
             [weights[i] for i in indices],
-        )
+        ).to(device)
         reference = None
         if reference_model is not None and config.kl_beta > 0:
-            with torch.no_grad():
-                reference = policy_logprobs(reference_model, batch, bf16=config.bf16)
+            reference = reference_logprobs(reference_model, batch, bf16=config.bf16)
         logprobs = policy_logprobs(model, batch, bf16=config.bf16)
         loss, counted = grpo_loss(logprobs, batch, config, reference)
         value = loss.detach().item()

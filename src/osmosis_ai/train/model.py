@@ -25,7 +25,6 @@ from osmosis_ai.gateway.policies._llama import EMBEDDED_MODEL_NAME, embedded_mod
 
 __all__ = [
     "EMBEDDED",
-    "cpu_has_native_bf16",
     "embedded_model_dir",
     "models_root",
     "resolve_model",
@@ -135,18 +134,3 @@ def _convert(gguf: Path, out: Path) -> None:
     model.generation_config = loaded.generation_config
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-
-
-def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX; Linux only).
-
-    Elsewhere bf16 is emulated, slower than fp32, so the trainer stays in fp32.
-    """
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    flags = {
-        word for line in text.splitlines() if line.startswith("flags") for word in line.split()
-    }
-    return bool(flags & {"avx512_bf16", "amx_bf16"})

@@ -2,8 +2,10 @@
 
 Each step picks rows (seeded by the step, so a resumed run picks the same ones), runs
 ``group_size`` rollouts per row through the rollout server, turns the gateway's call records
-into sequences and applies one update inside ``TorchPolicy.updating()`` (no model call runs
-while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
+into sequences and applies one update inside the token engine's ``updating()`` (no model
+call runs while the weights change), then pushes the new weights to the engine. The
+gateway serves an `EnginePolicy`: a `ChatFront` on that engine. The run directory
+``.osmosis/train/<run>/`` holds:
 
 - ``events.jsonl``: the journal (``start``, ``step``, ``eval``, ``checkpoint``, ``resume``,
   ``stopped``); the last ``checkpoint`` line is the last step a resume starts after, and a
@@ -11,9 +13,10 @@ while the weights change). The run directory ``.osmosis/train/<run>/`` holds:
   journaled once);
 - ``metrics.jsonl``: one line per applied step (rewound the same way);
 - ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
-- ``checkpoints/step-NNNN/``: weights (``save_pretrained``), tokenizer and ``trainer.pt``
-  (optimizer, scheduler, RNG states, step), each renamed into place whole, and
-  ``checkpoints/latest``, a link to the newest;
+- ``checkpoints/step-NNNN/``: weights (``save_pretrained``; the adapter under LoRA),
+  tokenizer and ``trainer.pt`` (optimizer, scheduler, RNG states, step), each renamed into
+  place whole (the newest ``keep_checkpoints`` are kept), and ``checkpoints/latest``, a link
+  to the newest;
 - ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
 """
 
@@ -30,13 +33,12 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any, Protocol
 
-from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
 from osmosis_ai.eval.metrics import passes
@@ -44,8 +46,11 @@ from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
-from osmosis_ai.gateway.policies._hf_dir import load_model_dir
-from osmosis_ai.gateway.policies.torch import TorchPolicy
+from osmosis_ai.gateway.policies._torch_device import resolve_device
+from osmosis_ai.gateway.policies.chat_front import ChatFront
+from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
+from osmosis_ai.gateway.policies.engines.base import TokenEngine
+from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
@@ -53,7 +58,8 @@ from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, par
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
-from osmosis_ai.train.model import cpu_has_native_bf16, resolve_model
+from osmosis_ai.train.learner import Learner, quiet_transformers
+from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
 __all__ = [
@@ -91,14 +97,22 @@ class TrainingStopped(OsmosisError):
         self.outcome = outcome
 
 
-#: What torch's CPU allocator says when an allocation fails (it raises RuntimeError).
-_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "not enough memory")
+#: What torch says when an allocation fails: the CPU allocator raises RuntimeError, CUDA and
+#: MPS raise torch.OutOfMemoryError (a RuntimeError too).
+_OOM_MESSAGES = (
+    "DefaultCPUAllocator: can't allocate memory",
+    "not enough memory",
+    "CUDA out of memory",
+    "MPS backend out of memory",
+)
 
 
 def out_of_memory(exc: BaseException, *, step: int, token_budget: int) -> TrainingStopped | None:
-    """The stop to raise when ``exc`` is an allocation failure of the update, else None."""
+    """The stop to raise when ``exc`` is an allocation failure of the update (on any
+    device), else None."""
     if not isinstance(exc, MemoryError) and not (
-        isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
+        isinstance(exc, RuntimeError)
+        and (type(exc).__name__ == "OutOfMemoryError" or any(m in str(exc) for m in _OOM_MESSAGES))
     ):
         return None
     return TrainingStopped(
@@ -216,7 +230,7 @@ class _Run:
     config: TrainConfig
     run_dir: Path
     items: list[DatasetItem]
-    policy: TorchPolicy
+    engine: TokenEngine
     stack: RolloutStack
     log: logging.Logger
     hooks: TrainHooks
@@ -308,25 +322,6 @@ def _reward(result: RolloutResultResponse) -> float | None:
     return sample.reward if sample is not None and result.status is RolloutStatus.SUCCESS else None
 
 
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """transformers' progress bars and warnings off while we load or save (restored after).
-
-    They would interleave "Loading weights" and "Writing model shards" bars with the run's
-    own output at every checkpoint.
-    """
-    hf_logging = import_optional("transformers.utils.logging", extra="train", feature=_FEATURE)
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def _status(result: RolloutResultResponse) -> str:
     if result.status is not RolloutStatus.SUCCESS:
         return "failed"
@@ -353,79 +348,6 @@ def _rollout_line(
         else None,
         "error_message": redactor.text(result.err_message) if result.err_message else None,
     }
-
-
-@dataclass
-class _Learner:
-    """The model being trained, its optimizer and schedule (torch: imported when built)."""
-
-    model: Any
-    tokenizer: Any
-    optimizer: Any
-    scheduler: Any
-    reference: Any
-    grpo: Any
-
-    @classmethod
-    def build(cls, config: TrainConfig, model_dir: Path, base_dir: Path) -> _Learner:
-        """Load ``model_dir`` (the base model or a checkpoint) for training (blocking)."""
-        from osmosis_ai.train.grpo import GrpoConfig
-        from osmosis_ai.train.schedule import adamw, warmup_schedule
-
-        training = config.training
-        with _quiet_transformers():
-            model, tokenizer = load_model_dir(model_dir, feature=_FEATURE)
-            # The KL term compares with the initial policy, so it loads the base model again.
-            reference = None
-            if training.kl_beta > 0:
-                reference = load_model_dir(base_dir, feature=_FEATURE)[0]
-        optimizer = adamw(model, lr=training.learning_rate)
-        scheduler = warmup_schedule(
-            optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
-        )
-        grpo = GrpoConfig(
-            clip_low=training.clip_low,
-            clip_high=training.clip_high,
-            advantage_scale=training.advantage_scale,
-            normalisation=training.normalisation,
-            kl_beta=training.kl_beta,
-            micro_batch_tokens=training.token_budget,
-            bf16=training.precision == "bf16"
-            or (training.precision == "auto" and cpu_has_native_bf16()),
-        )
-        return cls(model, tokenizer, optimizer, scheduler, reference, grpo)
-
-    def save(self, directory: Path, step: int) -> None:
-        """Write a checkpoint into ``directory`` whole: a temp dir renamed into place."""
-        import torch
-
-        temp = directory.with_name(f".{directory.name}.tmp")
-        shutil.rmtree(temp, ignore_errors=True)
-        with _quiet_transformers():
-            self.model.save_pretrained(str(temp))
-            self.tokenizer.save_pretrained(str(temp))
-        state = {
-            "step": step,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-        }
-        torch.save(state, temp / "trainer.pt")
-        # A kill after the rename but before the journal line leaves this step's directory
-        # unjournaled: the resumed run saves the step again over it.
-        shutil.rmtree(directory, ignore_errors=True)
-        os.replace(temp, directory)
-
-    def restore(self, directory: Path) -> None:
-        """The optimizer, schedule and RNG states of a checkpoint (weights load with it)."""
-        import torch
-
-        state = torch.load(directory / "trainer.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
 
 
 def _last_checkpoint(events: list[dict[str, Any]]) -> int:
@@ -517,7 +439,7 @@ def _check_budget(sequences: list[TrainingSequence], step: int, budget: int) -> 
         )
 
 
-async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) -> dict[str, Any]:
+async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -> dict[str, Any]:
     """Run one step's rollouts and apply its update; returns the step's metrics line.
 
     Raises:
@@ -528,7 +450,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
 
     training = run.config.training
     rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)
-    started, busy = time.monotonic(), run.policy.busy_sec
+    started, busy = time.monotonic(), run.engine.busy_sec
     sampled = await _sample(run, step, rows)
     done = sampled.done
     generated = time.monotonic()
@@ -539,12 +461,12 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
     built = time.monotonic()
     metrics = None
     if trained:
-        # No model call runs while the optimizer changes the weights the policy serves.
-        async with run.policy.updating(version=step) as model:
+        # No model call runs while the optimizer changes the weights the engine serves.
+        async with run.engine.updating(version=step) as update:
             try:
                 metrics = await asyncio.to_thread(
                     train_step,
-                    model,
+                    learner.model,
                     learner.optimizer,
                     trained,
                     learner.grpo,
@@ -558,8 +480,9 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
                     raise
                 raise stopped from None
             finally:
-                model.train(False)
-                await asyncio.to_thread(_return_freed_memory)
+                learner.model.train(False)
+                await asyncio.to_thread(_return_freed_memory, learner.device)
+            await update.push(learner.served_model)
     rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
     passed = [passes(_status(r.result), _reward(r.result), threshold) for r in done]
@@ -579,7 +502,7 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "tokens_trained": metrics.policy_tokens if metrics else 0,
         "tokens_per_sec": tokens / generation_sec if generation_sec > 0 else None,
         "generation_sec": round(generation_sec, 3),
-        "policy_busy_sec": round(run.policy.busy_sec - busy, 3),
+        "policy_busy_sec": round(run.engine.busy_sec - busy, 3),
         "sequences_sec": round(built - generated, 3),
         "update_sec": round(time.monotonic() - built, 3),
         "drift": stats.drift,
@@ -587,23 +510,32 @@ async def _step(run: _Run, learner: _Learner, train_rows: list[int], step: int) 
         "zero_gradient_groups": len(zero),
         "resampled_groups": sampled.resampled,
         "groups_without_sequences": stats.groups_without_sequences,
-        "peak_rss_gb": round(_peak_rss_gb(), 3),
+        **_peak_memory(learner.device),
     }
 
 
-def _peak_rss_gb() -> float:
-    """The trainer's peak resident memory so far (Linux reports ``ru_maxrss`` in KiB)."""
+def _peak_memory(device: Any) -> dict[str, float]:
+    """The trainer's peak resident memory so far (Linux reports ``ru_maxrss`` in KiB) and,
+    on CUDA, the peak GPU memory torch allocated on the learner's device."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peaks = {"peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)}
+    if device.type == "cuda":
+        import torch
+
+        peaks["peak_gpu_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 1024**3, 3)
+    return peaks
 
 
-def _return_freed_memory() -> None:
-    """Hand the update's freed buffers back to the system (glibc only; blocking).
+def _return_freed_memory(device: Any) -> None:
+    """Hand the update's freed host buffers back to the system (glibc only; blocking).
 
     glibc keeps freed memory in per-thread arenas; with generation and updates on different
-    threads, the trainer's resident memory otherwise grows step after step.
+    threads, the trainer's resident memory otherwise grows step after step. An update on a
+    GPU frees little host memory, so there is nothing to trim.
     """
+    if device.type != "cpu":
+        return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.malloc_trim(0)
@@ -623,6 +555,10 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     hooks = hooks or QuietHooks()
     parse_backend_spec(options.backend, label="--backend")
     config = await asyncio.to_thread(load_train_config, options.config_path)
+    # Before anything loads: a device that is not there is the config's error.
+    device = await asyncio.to_thread(
+        resolve_device, config.training.device, key="[training] device"
+    )
     name = check_run_name(options.name or options.config_path.stem)
     output_root = config.workspace / ".osmosis" / "train"
     with contextlib.ExitStack() as held:
@@ -637,7 +573,7 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         redactor = Redactor((key, *secrets.values()))
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log)
-        return await _train(config, run_dir, stack, hooks)
+        return await _train(config, run_dir, device, stack, hooks)
 
 
 @dataclass(frozen=True)
@@ -651,7 +587,7 @@ class _StackInputs:
 
 
 async def _train(
-    config: TrainConfig, run_dir: Path, inputs: _StackInputs, hooks: TrainHooks
+    config: TrainConfig, run_dir: Path, device: Any, inputs: _StackInputs, hooks: TrainHooks
 ) -> TrainOutcome:
     secrets, redactor, log = inputs.secrets, inputs.redactor, inputs.log
     training, events_path = config.training, run_dir / "events.jsonl"
@@ -667,20 +603,19 @@ async def _train(
     )
     base = await asyncio.to_thread(_resolve_quietly, config.model)
     source = _checkpoint_dir(run_dir, start) if start else base
-    learner = await asyncio.to_thread(_Learner.build, config, source, base)
+    learner = await asyncio.to_thread(Learner.build, config, source, base, device)
     # Also before the first checkpoint: steps applied but not checkpointed run again.
     await asyncio.to_thread(_rewind, run_dir, start)
     if start:
         await asyncio.to_thread(learner.restore, source)
         await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
     outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
-    policy = TorchPolicy(
-        model=learner.model,
-        tokenizer=learner.tokenizer,
-        name=f"{run_dir.name}-policy",
-        version=start,
-        default_max_tokens=training.max_tokens,
+    # The seam: the gateway serves the chat front, the trainer pushes weights to the engine.
+    engine = TorchEngine(learner.served_model, learner.tokenizer, version=start)
+    front = ChatFront.of_model(
+        learner.served_model, learner.tokenizer, default_max_tokens=training.max_tokens
     )
+    policy = EnginePolicy(front, engine, name=f"{run_dir.name}-policy")
     server = RolloutServerProcess(
         rollout_dir=config.rollout_dir,
         entrypoint=config.entrypoint,
@@ -705,7 +640,7 @@ async def _train(
             say=hooks.message,
             sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
         ) as stack:
-            run = _Run(config, run_dir, dataset.items, policy, stack, log, hooks, redactor)
+            run = _Run(config, run_dir, dataset.items, engine, stack, log, hooks, redactor)
             await _loop(run, learner, outcome, train_rows, held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None
@@ -715,7 +650,7 @@ async def _train(
 def _resolve_quietly(model: str) -> Path:
     """`resolve_model` without transformers' warnings (the embedded model's one-off conversion
     also shows a plain tqdm bar, which only the CLI turns off: see ``silence_tqdm``)."""
-    with _quiet_transformers():
+    with quiet_transformers():
         return resolve_model(model)
 
 
@@ -729,7 +664,7 @@ def _evals(events: list[dict[str, Any]], start: int) -> list[EvalPoint]:
 
 
 async def _loop(
-    run: _Run, learner: _Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
+    run: _Run, learner: Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
 ) -> None:
     from osmosis_ai.train.grpo import NonFiniteStepError
 
@@ -764,7 +699,7 @@ async def _loop(
         out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
         last = step == training.steps or out_of_time
         if step % training.checkpoint_every == 0 or last:
-            await asyncio.to_thread(_checkpoint, learner, run_dir, step)
+            await asyncio.to_thread(_checkpoint, learner, run_dir, step, training.keep_checkpoints)
         if (training.eval_every and step % training.eval_every == 0) or last:
             outcome.evals.append(await run.evaluate(step, held_out))
         if out_of_time:
@@ -775,8 +710,8 @@ async def _loop(
             return
 
 
-def _checkpoint(learner: _Learner, run_dir: Path, step: int) -> None:
-    """Save the checkpoint, journal it, then drop the older ones (blocking)."""
+def _checkpoint(learner: Learner, run_dir: Path, step: int, keep: int) -> None:
+    """Save the checkpoint, journal it, then drop all but the newest ``keep`` (blocking)."""
     directory = _checkpoint_dir(run_dir, step)
     directory.parent.mkdir(parents=True, exist_ok=True)
     learner.save(directory, step)
@@ -787,6 +722,8 @@ def _checkpoint(learner: _Learner, run_dir: Path, step: int) -> None:
     temp.unlink(missing_ok=True)
     temp.symlink_to(directory.name, target_is_directory=True)
     os.replace(temp, latest)
+    # Directories of later steps are leftovers of steps a resume ran again: never kept.
+    kept = sorted(p for p in directory.parent.glob("step-*") if p.name <= directory.name)[-keep:]
     for old in directory.parent.iterdir():
-        if old not in (directory, latest):
+        if old not in (*kept, latest):
             shutil.rmtree(old, ignore_errors=True)

@@ -35,17 +35,14 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway import Gateway
+from osmosis_ai.gateway.policies.chat_front import template_messages
 from osmosis_ai.gateway.request import parse_chat_request
 from osmosis_ai.train.engines import verl_policy
 from osmosis_ai.train.engines.verl import (
     OsmosisAgentLoop,
     close_shared_rollouts,
 )
-from osmosis_ai.train.engines.verl_policy import (
-    VerlServerPolicy,
-    sampling_params_for,
-    template_messages,
-)
+from osmosis_ai.train.engines.verl_policy import VerlServerPolicy, sampling_params_for
 from tests.train.engines._verl_engine import Served, VerlEngine, start_engine
 
 # Starting the engine (two actor processes importing torch, the model load) takes most of

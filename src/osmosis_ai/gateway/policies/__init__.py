@@ -1,7 +1,13 @@
-"""Policies: what answers the gateway's chat completions."""
+"""Policies: what answers the gateway's chat completions.
+
+``EnginePolicy`` is a ``ChatFront`` (``chat_front.py``) on a token engine (``engines/``);
+``TorchPolicy`` is one on the torch engine. The others answer chat with a model server.
+"""
 
 from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
+from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.litellm import LiteLLMPolicy
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
 from osmosis_ai.gateway.policies.spec import (
@@ -13,7 +19,9 @@ from osmosis_ai.gateway.policies.spec import (
 from osmosis_ai.gateway.policies.torch import TorchPolicy
 
 __all__ = [
+    "ChatFront",
     "EmbeddedPolicy",
+    "EnginePolicy",
     "LiteLLMPolicy",
     "OpenAICompatiblePolicy",
     "Policy",

@@ -1,12 +1,19 @@
 """HuggingFace-format model directories: what one must hold, and loading one offline.
 
-The torch policy and the trainer's model source share these. Nothing is ever fetched from a
-model hub: a directory is checked on disk first, and loading passes ``local_files_only``.
+A directory holds a whole model (``config.json`` and weights) or a LoRA adapter
+(``adapter_config.json`` and adapter weights, naming its base model's directory), with a
+tokenizer either way. The torch policy, the trainer's model source and its export share
+these. Nothing is ever fetched from a model hub: a directory is checked on disk first, and
+loading passes ``local_files_only``.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,7 +21,21 @@ from typing import Any
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, MissingExtraError
 
-__all__ = ["check_model_dir", "import_torch_stack", "import_xgrammar", "load_model_dir"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "adapter_base",
+    "check_model_dir",
+    "import_peft",
+    "import_torch_stack",
+    "import_xgrammar",
+    "is_adapter_dir",
+    "load_model_dir",
+    "quiet_peft",
+]
+
+#: The file that makes a directory a LoRA adapter (peft's ``save_pretrained``).
+ADAPTER_CONFIG = "adapter_config.json"
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 _WEIGHTS = (
     "model.safetensors",
@@ -53,8 +74,54 @@ def import_xgrammar(feature: str) -> ModuleType:
         raise MissingExtraError(feature, "train", exc.name, install=_INSTALL_XGRAMMAR) from exc
 
 
+def import_peft(feature: str) -> ModuleType:
+    """peft (LoRA), or an error naming the ``train`` extra."""
+    return import_optional("peft", extra="train", feature=feature)
+
+
+@contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft 0.21 asks transformers 5.2x a deprecated question (``is_gradient_checkpointing``)
+    whenever it wraps a model; its FutureWarning says nothing to our users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        yield
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether ``path`` holds a LoRA adapter rather than a whole model."""
+    return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(path: Path) -> Path:
+    """The base model directory the LoRA adapter in ``path`` was trained on, checked.
+
+    Raises:
+        ConfigError: The adapter names no base directory, or one that is not here.
+    """
+    try:
+        stated = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"LoRA checkpoint {str(path)!r}: {ADAPTER_CONFIG} is unreadable ({exc})"
+        ) from None
+    base = stated.get("base_model_name_or_path") if isinstance(stated, dict) else None
+    if not isinstance(base, str) or not base:
+        raise ConfigError(
+            f"LoRA checkpoint {str(path)!r}: {ADAPTER_CONFIG} names no base_model_name_or_path"
+        )
+    if not Path(base).is_dir():
+        raise ConfigError(
+            f"LoRA checkpoint {str(path)!r} was trained on base model {base!r}, which is not a "
+            "directory here; put the base model there, or export a merged model with "
+            "`osmosis train export` where it is"
+        )
+    return check_model_dir(Path(base))
+
+
 def check_model_dir(path: Path) -> Path:
-    """``path`` resolved, if it is a directory with a config, weights and a tokenizer.
+    """``path`` resolved, if it is a directory with a config, weights and a tokenizer, or a
+    LoRA adapter with its weights, a tokenizer and a base model directory that is here.
 
     Raises:
         ConfigError: It is not a directory, or lacks one of them; the message names each
@@ -65,6 +132,8 @@ def check_model_dir(path: Path) -> Path:
             f"model directory {str(path)!r} does not exist; give a directory written by "
             "save_pretrained (config.json, weights, tokenizer) or 'embedded'"
         )
+    if is_adapter_dir(path):
+        return _check_adapter_dir(path)
     missing: list[str] = []
     if not (path / "config.json").is_file():
         missing.append("config.json (write it with model.save_pretrained(dir))")
@@ -74,28 +143,50 @@ def check_model_dir(path: Path) -> Path:
             + " or ".join(_WEIGHTS[::2])
             + " (write them with model.save_pretrained(dir))"
         )
-    if not any((path / name).is_file() for name in _TOKENIZER):
-        missing.append(
-            "a tokenizer: "
-            + " or ".join(_TOKENIZER)
-            + " (write it with tokenizer.save_pretrained(dir))"
-        )
+    missing.extend(_missing_tokenizer(path))
     if missing:
         raise ConfigError(f"model directory {str(path)!r} has no " + "; no ".join(missing))
     return path.resolve()
 
 
-def load_model_dir(path: Path, *, feature: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a checked directory, in float32 and eval mode (blocking).
+def _check_adapter_dir(path: Path) -> Path:
+    missing = _missing_tokenizer(path)
+    if not any((path / name).is_file() for name in _ADAPTER_WEIGHTS):
+        missing.insert(0, "adapter weights: " + " or ".join(_ADAPTER_WEIGHTS))
+    if missing:
+        raise ConfigError(f"LoRA checkpoint {str(path)!r} has no " + "; no ".join(missing))
+    adapter_base(path)
+    return path.resolve()
+
+
+def _missing_tokenizer(path: Path) -> list[str]:
+    if any((path / name).is_file() for name in _TOKENIZER):
+        return []
+    tokenizer = " or ".join(_TOKENIZER)
+    return [f"a tokenizer: {tokenizer} (write it with tokenizer.save_pretrained(dir))"]
+
+
+def load_model_dir(path: Path, *, feature: str, device: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a checked directory, in float32 and eval mode, on
+    ``device`` (the CPU by default); a LoRA adapter is merged into its base (blocking).
 
     Raises:
         ConfigError: See `check_model_dir`.
-        MissingExtraError: torch or transformers is not installed.
+        MissingExtraError: torch, transformers or (for an adapter) peft is not installed.
     """
-    directory = str(check_model_dir(path))
+    directory = check_model_dir(path)
     torch, transformers = import_torch_stack(feature)
+    adapter = is_adapter_dir(directory)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, local_files_only=True, dtype=torch.float32
+        str(adapter_base(directory) if adapter else directory),
+        local_files_only=True,
+        dtype=torch.float32,
     )
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    if adapter:
+        peft = import_peft(feature)
+        with quiet_peft():
+            model = peft.PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    if device is not None:
+        model = model.to(device)
     return model.eval(), tokenizer

@@ -2,28 +2,27 @@
 
 verl's agent loops call ``server_manager.generate(request_id, prompt_ids=..., sampling_params=...)``
 (an ``LLMServerClient``): the prompt is token ids, the answer is the sampled ids and their
-logprobs. This policy turns a chat-completions request into that call (the tokenizer's chat
-template, with the tools) and the answer back into a ``chat.completion`` (verl's tool parser),
-carrying the exact ids and logprobs, which the gateway records for training.
+logprobs. This policy turns a chat-completions request into that call and the answer back into
+a ``chat.completion`` on the gateway's chat front (the tokenizer's chat template with the tools,
+exact prompt ids, the answer with its token data) and verl's tool parser. The gateway records
+the exact ids and logprobs for training.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.errors import ChatRequestError, ConfigError, PolicyError
+from osmosis_ai.errors import ConfigError, PolicyError
 from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
+from osmosis_ai.gateway.policies.chat_front import ChatFront, completion_response
 from osmosis_ai.gateway.request import ChatRequest
-from osmosis_ai.train.engines._prompt_tokens import PieceTokenizer
 
-__all__ = ["VerlServerPolicy", "sampling_params_for", "template_messages"]
+__all__ = ["VerlServerPolicy", "sampling_params_for"]
 
 FEATURE = "The verl adapter"
 #: Sampling fields the trainer sets for a rollout; a request cannot change them (verl
@@ -56,35 +55,6 @@ def sampling_params_for(
     return params
 
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages as Hugging Face chat templates take them.
-
-    Templates render a tool call's ``arguments`` as an object (``| tojson``); OpenAI sends
-    a JSON string, so valid JSON objects are decoded. Everything else is kept as sent.
-    """
-    converted: list[dict[str, Any]] = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if not calls:
-            converted.append(message)
-            continue
-        converted.append({**message, "tool_calls": [_decoded_call(call) for call in calls]})
-    return converted
-
-
-def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
-    arguments = function.get("arguments")
-    if isinstance(arguments, str):
-        try:
-            decoded = json.loads(arguments)
-        except ValueError:
-            return call
-        if isinstance(decoded, dict):
-            return {**call, "function": {**function, "arguments": decoded}}
-    return call
-
-
 class VerlServerPolicy(Policy):
     """Answers chat completions with verl's ``LLMServerClient`` (the agent loop's server manager).
 
@@ -92,8 +62,9 @@ class VerlServerPolicy(Policy):
     with ``request_id`` = the rollout id (verl routes a rollout's turns to one server, for
     its prefix cache), and parses tool calls with verl's parser registry. The answer carries
     the prompt ids, the completion ids and their logprobs exactly as the server returned them.
-    The rendered prompt is tokenised piece by piece between added tokens, each piece once
-    (``PieceTokenizer``), where that gives the tokenizer's own ids.
+    Templating, prompt ids and the answer are the chat front's (``ChatFront``): the rendered
+    prompt is tokenised piece by piece between added tokens, each piece once, where that
+    gives the tokenizer's own ids.
 
     Args:
         server_manager: verl's ``LLMServerClient`` (``AgentLoopBase.server_manager``).
@@ -138,9 +109,8 @@ class VerlServerPolicy(Policy):
         self._tokenizer = tokenizer
         self._model = model
         self.max_tokens = max_tokens
-        self._template_kwargs = dict(chat_template_kwargs or {})
+        self._front = ChatFront(tokenizer, chat_template_kwargs=chat_template_kwargs)
         self._special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
-        self._pieces = PieceTokenizer.of(tokenizer)
         self._sampling: dict[str, dict[str, Any]] = {}
 
     @property
@@ -191,7 +161,15 @@ class VerlServerPolicy(Policy):
         message, finish_reason, pieces = await self._message(
             request, token_ids, sampling["max_tokens"]
         )
-        return self._response(prompt_ids, token_ids, logprobs, pieces, message, finish_reason)
+        return completion_response(
+            model=self._model,
+            prompt_ids=prompt_ids,
+            token_ids=token_ids,
+            logprobs=logprobs,
+            message=message,
+            finish_reason=finish_reason,
+            pieces=pieces,
+        )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[dict[str, Any]]:
         """The whole answer as chunks (verl's servers answer a turn at once)."""
@@ -205,12 +183,11 @@ class VerlServerPolicy(Policy):
         the GIL all the same. An agent's call usually adds a message or two to text the piece
         cache has seen; up to ``_INLINE_ENCODE_CHARS`` new characters are encoded here too.
         """
-        text = self._rendered(request.messages, request.tools)
-        if self._pieces is not None:
-            ids = self._pieces.encode_if_known(text, _INLINE_ENCODE_CHARS)
-            if ids is not None:
-                return ids
-        return await asyncio.to_thread(self._encoded, text)
+        text = self._front.render(request.messages, request.tools)
+        ids = self._front.encode_if_known(text, _INLINE_ENCODE_CHARS)
+        if ids is not None:
+            return ids
+        return await asyncio.to_thread(self._front.encode, text)
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
         """The chat template's token ids for ``messages`` and ``tools`` (blocking: CPU work).
@@ -218,30 +195,7 @@ class VerlServerPolicy(Policy):
         Raises:
             ChatRequestError: The template refuses the conversation.
         """
-        return self._encoded(self._rendered(messages, tools))
-
-    def _rendered(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        try:
-            text: str = self._tokenizer.apply_chat_template(
-                template_messages(messages),
-                tools=tools or None,
-                add_generation_prompt=True,
-                tokenize=False,
-                **self._template_kwargs,
-            )
-        except Exception as exc:  # a template that refuses the conversation (roles, order)
-            raise ChatRequestError(
-                f"the model's chat template rejected the messages: {type(exc).__name__}: {exc}",
-                param="messages",
-            ) from exc
-        return text
-
-    def _encoded(self, text: str) -> list[int]:
-        if self._pieces is not None:  # only the text the tokenizer has not seen is encoded
-            return self._pieces.encode(text)
-        # What apply_chat_template(tokenize=True) does with the text it renders.
-        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [int(token) for token in ids]
+        return self._front.encode(self._front.render(messages, tools))
 
     def _decoded(
         self, text_ids: list[int] | None, piece_ids: list[int] | None
@@ -287,45 +241,3 @@ class VerlServerPolicy(Policy):
             ]
             finish = "tool_calls"
         return message, finish, pieces
-
-    def _response(
-        self,
-        prompt_ids: list[int],
-        token_ids: list[int],
-        logprobs: list[float],
-        pieces: list[str] | None,
-        message: dict[str, Any],
-        finish_reason: str,
-    ) -> dict[str, Any]:
-        entries: list[dict[str, Any]]
-        if pieces is None:  # the caller did not ask: the entries only feed the call record
-            entries = [
-                {"id": token, "logprob": logprob}
-                for token, logprob in zip(token_ids, logprobs, strict=True)
-            ]
-        else:
-            entries = [
-                {"token": piece, "id": token, "logprob": logprob, "top_logprobs": []}
-                for piece, token, logprob in zip(pieces, token_ids, logprobs, strict=True)
-            ]
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self._model,
-            "prompt_token_ids": prompt_ids,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": finish_reason,
-                    "token_ids": token_ids,
-                    "logprobs": {"content": entries},
-                }
-            ],
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": len(token_ids),
-                "total_tokens": len(prompt_ids) + len(token_ids),
-            },
-        }

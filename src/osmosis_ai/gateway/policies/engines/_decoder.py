@@ -1,14 +1,16 @@
-"""Continuous batching with a KV cache: the torch policy's compute, run on its worker thread.
+"""Continuous batching with a KV cache: the torch engine's compute, run on its worker thread.
 
 A `Decoder` holds the rows generating together. Rows join between decoding steps (their
 prompts are prefilled together, left-padded, and their cache is merged into the running
 one) and leave as soon as they finish, so a long answer never holds the others back and a
 call arriving mid-generation does not wait for the batch to end.
 
-Every step samples each row from the distribution the policy reports: logits masked by the
+Every step samples each row from the distribution the engine reports: logits masked by the
 row's grammar (if any), divided by the temperature, cut to top-k and top-p, renormalised.
 The logprob of each sampled token is taken from exactly that distribution. At temperature 0
 the argmax is taken and its logprob is that of the unscaled (masked) distribution.
+
+Every tensor lives on the model's device (CPU, CUDA, MPS); logits are taken in fp32.
 """
 
 from __future__ import annotations
@@ -19,20 +21,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Decoder", "GenerationJob", "Sampling", "generate"]
+from osmosis_ai.gateway.policies.engines.base import Sampling
 
-
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    """How one request samples."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int = 1024
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    top_logprobs: int = 0
+__all__ = ["Decoder", "GenerationJob", "generate"]
 
 
 @dataclass(slots=True)
@@ -68,14 +59,14 @@ class Decoder:
     def __init__(
         self,
         torch: Any,
-        xgrammar: Any,
         model: Any,
         *,
         stop_token_ids: Collection[int],
         pad_id: int,
         decode: Callable[[list[int]], str],
     ) -> None:
-        self._torch, self._xgrammar, self._model = torch, xgrammar, model
+        self._torch, self._model = torch, model
+        self._device = model.device
         self._stop_ids, self._pad_id, self._decode = stop_token_ids, pad_id, decode
         self._vocab = model.config.vocab_size
         self.rows: list[_Row] = []
@@ -92,7 +83,7 @@ class Decoder:
 
     def admit(self, jobs: list[GenerationJob]) -> list[GenerationJob]:
         """Prefill ``jobs`` together, sample their first tokens and add them to the rows."""
-        torch = self._torch
+        torch, device = self._torch, self._device
         from transformers import DynamicCache
 
         width = max(len(job.prompt_ids) for job in jobs)
@@ -101,14 +92,15 @@ class Decoder:
         for index, job in enumerate(jobs):
             input_ids[index, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
             mask[index, width - len(job.prompt_ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self._model.config)  # filled in place by the forward pass
         logits = self._forward(input_ids, mask, positions, cache)
         rows = [
             _Row(
                 job,
-                self._xgrammar.GrammarMatcher(job.grammar) if job.grammar else None,
-                torch.Generator().manual_seed(
+                _xgrammar().GrammarMatcher(job.grammar) if job.grammar else None,
+                torch.Generator(device=device).manual_seed(
                     job.sampling.seed if job.sampling.seed is not None else random.getrandbits(63)
                 ),
             )
@@ -121,7 +113,8 @@ class Decoder:
     def step(self) -> list[GenerationJob]:
         """Decode one token for every row."""
         torch = self._torch
-        mask = torch.cat([self._mask, torch.ones((self.size, 1), dtype=torch.long)], dim=1)
+        ones = torch.ones((self.size, 1), dtype=torch.long, device=self._device)
+        mask = torch.cat([self._mask, ones], dim=1)
         logits = self._forward(self._tokens, mask, self._positions, self._cache)
         self._mask, self._positions = mask, self._positions + 1
         self._tokens, finished = self._sample(self.rows, logits)
@@ -136,28 +129,37 @@ class Decoder:
         return out.logits[:, -1, :].float()
 
     def _sample(self, rows: list[_Row], logits: Any) -> tuple[Any, list[int]]:
-        torch, xgrammar = self._torch, self._xgrammar
+        torch = self._torch
         constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
         if constrained:
+            xgrammar = _xgrammar()
             bitmask = xgrammar.allocate_token_bitmask(len(rows), self._vocab)
             for index in constrained:
                 rows[index].matcher.fill_next_token_bitmask(bitmask, index)
+            # xgrammar's CUDA default is a Triton kernel (Triton is not installed: its
+            # metadata pulls a GPU compiler); its plain-torch kernel runs on every device.
+            on_cpu = logits.device.type == "cpu"
             xgrammar.apply_token_bitmask_inplace(
-                logits, bitmask, vocab_size=self._vocab, indices=constrained
+                logits,
+                bitmask if on_cpu else bitmask.to(logits.device),
+                vocab_size=self._vocab,
+                indices=constrained,
+                backend="cpu" if on_cpu else "torch_native",
             )
-        tokens = torch.empty((len(rows), 1), dtype=torch.long)
+        tokens = torch.empty((len(rows), 1), dtype=torch.long)  # filled on the CPU
         finished = []
         for index, row in enumerate(rows):
             job = row.job
-            sampled = _choose(torch, logits[index], job.sampling, row.generator)
-            token, logprob, alternatives = sampled
+            token, logprob, alternatives = _choose(
+                torch, logits[index], job.sampling, row.generator
+            )
             job.token_ids.append(token)
             job.logprobs.append(logprob)
             job.top_logprobs.append(alternatives)
             tokens[index, 0] = token
             if _finished(job, row.matcher, token, self._stop_ids, self._decode):
                 finished.append(index)
-        return tokens, finished
+        return tokens.to(self._device), finished
 
     def _join(self, rows: list[_Row], cache: Any, mask: Any, tokens: Any, positions: Any) -> None:
         torch = self._torch
@@ -186,7 +188,7 @@ class Decoder:
             self.rows, self._cache = [], None
             return done
         torch = self._torch
-        kept = torch.tensor(keep, dtype=torch.long)
+        kept = torch.tensor(keep, dtype=torch.long, device=self._device)
         self.rows = [self.rows[index] for index in keep]
         self._mask, self._tokens = self._mask[kept], self._tokens[kept]
         self._positions = self._positions[kept]
@@ -200,7 +202,6 @@ class Decoder:
 
 def generate(
     torch: Any,
-    xgrammar: Any,
     model: Any,
     jobs: list[GenerationJob],
     *,
@@ -209,15 +210,20 @@ def generate(
     decode: Callable[[list[int]], str],
 ) -> None:
     """Generate every job's completion, all started together (blocking; fills the jobs)."""
-    decoder = Decoder(
-        torch, xgrammar, model, stop_token_ids=stop_token_ids, pad_id=pad_id, decode=decode
-    )
+    decoder = Decoder(torch, model, stop_token_ids=stop_token_ids, pad_id=pad_id, decode=decode)
     decoder.admit(jobs)
     # Every row ends by max_tokens at the latest.
     for _ in range(max(job.sampling.max_tokens for job in jobs)):
         if not decoder.size:
             break
         decoder.step()
+
+
+def _xgrammar() -> Any:
+    """xgrammar, imported only once a job has a grammar (the engine compiled it with it)."""
+    import xgrammar
+
+    return xgrammar
 
 
 def _pad_left(tensor: Any, length: int) -> Any:

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from osmosis_ai.train.engines._prompt_tokens import PieceTokenizer
+from osmosis_ai.gateway.policies._prompt_tokens import PieceTokenizer
+from tests.train.conftest import tokenizer_dir  # noqa: F401 -- fixture
 
 CONVERSATION = [
     {"role": "system", "content": "You are a careful calculator."},
@@ -18,7 +19,7 @@ CONVERSATION = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir: Path) -> Any:
+def tokenizer(tokenizer_dir: Path) -> Any:  # noqa: F811
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
@@ -81,7 +82,9 @@ def test_the_piece_cache_stays_within_its_bound(tokenizer: Any) -> None:
         assert 0 < bounded.cached_chars <= 200
 
 
-def test_tokenizers_where_pieces_could_differ_are_not_offered_one(tokenizer_dir: Path) -> None:
+def test_tokenizers_where_pieces_could_differ_are_not_offered_one(
+    tokenizer_dir: Path,  # noqa: F811
+) -> None:
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 

@@ -1,0 +1,109 @@
+"""Where torch runs, resolved once: the ``device`` setting, and the precision that follows it.
+
+The trainer's learner and the torch engine both take a `torch.device` from `resolve_device`
+and thread it through; nothing else names a device.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from osmosis_ai.errors import ConfigError
+
+__all__ = [
+    "DEVICE_SETTING",
+    "Precision",
+    "cpu_has_native_bf16",
+    "resolve_device",
+    "update_in_bf16",
+]
+
+#: What a ``device`` setting may say.
+DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+Precision = Literal["auto", "bf16", "fp32"]
+
+
+def resolve_device(setting: str, *, key: str = "device") -> Any:
+    """The `torch.device` ``setting`` names: ``auto`` (CUDA when torch sees a GPU, else the
+    CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+
+    Raises:
+        ConfigError: The setting is not one of those, or names a device torch does not see;
+            the message names ``key`` and what torch sees.
+    """
+    import torch
+
+    if not DEVICE_SETTING.fullmatch(setting):
+        raise ConfigError(
+            f'{key} = "{setting}" is not a device; use "auto", "cpu", "cuda", "cuda:N" or "mps"'
+        )
+    if setting == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if setting == "cpu":
+        return torch.device("cpu")
+    if setting == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(
+                f'{key} = "mps" but torch sees no MPS device (it needs Apple silicon and a '
+                f"torch build with MPS; this is torch {torch.__version__})"
+            )
+        return torch.device("mps")
+    if not torch.cuda.is_available():
+        build = (
+            f"torch {torch.__version__} is a CPU build"
+            if torch.version.cuda is None
+            else f"torch {torch.__version__} is built for CUDA {torch.version.cuda}; check the "
+            "driver and CUDA_VISIBLE_DEVICES"
+        )
+        raise ConfigError(f'{key} = "{setting}" but torch sees no GPU ({build})')
+    index = int(setting.partition(":")[2] or 0)
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ConfigError(
+            f'{key} = "{setting}" but torch sees {count} GPU{"s" if count > 1 else ""} '
+            f"(cuda:0 to cuda:{count - 1})"
+        )
+    return torch.device(f"cuda:{index}")
+
+
+def update_in_bf16(device: Any, precision: Precision, *, key: str = "precision") -> bool:
+    """Whether the update's forward pass runs under bf16 autocast on ``device``.
+
+    ``auto``: on CUDA when the GPU computes bf16 (compute capability 8.0+), on the CPU when
+    it computes bf16 natively (AVX512-BF16 or AMX), never on MPS. The weights stay fp32.
+
+    Raises:
+        ConfigError: ``bf16`` on a GPU without bf16.
+    """
+    if precision == "fp32":
+        return False
+    if device.type == "cuda":
+        import torch
+
+        supported = bool(torch.cuda.is_bf16_supported())
+        if precision == "bf16" and not supported:
+            raise ConfigError(
+                f'{key} = "bf16" but {device} does not compute bf16 (it needs compute '
+                'capability 8.0 or newer); use "fp32" or "auto"'
+            )
+        return supported
+    if precision == "bf16":
+        return True
+    return device.type == "cpu" and cpu_has_native_bf16()
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX; Linux only).
+
+    Elsewhere bf16 is emulated, slower than fp32, so the trainer stays in fp32.
+    """
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = {
+        word for line in text.splitlines() if line.startswith("flags") for word in line.split()
+    }
+    return bool(flags & {"avx512_bf16", "amx_bf16"})

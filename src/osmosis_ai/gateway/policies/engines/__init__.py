@@ -1,0 +1,25 @@
+"""Token engines: what generates completion ids and logprobs from prompt ids.
+
+``base`` is the interface every engine implements (the seam between the gateway's chat
+front and generation); ``torch`` is the continuous-batching torch loop.
+"""
+
+from osmosis_ai.gateway.policies.engines.base import (
+    Generation,
+    GenerationRequest,
+    JsonGrammar,
+    Sampling,
+    TokenEngine,
+    WeightUpdate,
+)
+from osmosis_ai.gateway.policies.engines.torch import TorchEngine
+
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "JsonGrammar",
+    "Sampling",
+    "TokenEngine",
+    "TorchEngine",
+    "WeightUpdate",
+]

@@ -1,0 +1,121 @@
+"""The token engine interface: prompt ids and sampling in, completion ids and logprobs out.
+
+A `TokenEngine` knows nothing of chat: the chat front (``chat_front.py``) turns a
+chat-completions request into a `GenerationRequest` (exact prompt ids, `Sampling`, an
+optional `JsonGrammar`) and the engine's `Generation` back into an answer. Engines differ in
+where the tokens come from (the torch loop here, a vLLM server) and in how new weights reach
+them (`TokenEngine.updating` and `WeightUpdate.push`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "JsonGrammar",
+    "Sampling",
+    "TokenEngine",
+    "WeightUpdate",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How one request samples."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 1024
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JsonGrammar:
+    """Generation constrained to JSON that matches a schema.
+
+    The schema is JSON text, so equal grammars compare (and cache) equal.
+    """
+
+    schema: str
+    max_whitespace: int | None = None
+    """Most whitespace characters between two JSON tokens; ``None``: none at all (compact)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One completion to generate from exact prompt ids."""
+
+    prompt_ids: list[int]
+    sampling: Sampling
+    grammar: JsonGrammar | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What an engine generated for one `GenerationRequest`."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    """The logprob of each token under the distribution it was sampled from (after the
+    grammar mask, temperature, top-k and top-p; at temperature 0, the unscaled one)."""
+    finish_reason: Literal["stop", "length"]
+    version: int
+    """The weight version (training step) that generated it."""
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Per token, the ``Sampling.top_logprobs`` most likely alternatives (id, logprob)."""
+    stop_at: int | None = None
+    """Character offset, in the decoded text, of the stop string that ended it."""
+
+
+class WeightUpdate(Protocol):
+    """The handle `TokenEngine.updating` yields while generation is held back."""
+
+    async def push(self, model: Any) -> None:
+        """Make the engine generate with ``model``'s current weights from now on."""
+
+
+class TokenEngine(ABC):
+    """Generates completions from token ids; receives new weights between training steps.
+
+    ``generate`` may be called concurrently: an engine batches what arrives together.
+    """
+
+    #: Short name, reported as the gateway's policy kind.
+    kind: ClassVar[str] = ""
+    #: Request fields the engine cannot honour; the chat front refuses them by name.
+    refused_sampling: ClassVar[tuple[str, ...]] = ()
+
+    version: int = 0
+    """The weight version new generations get."""
+    busy_sec: float = 0.0
+    """Seconds spent generating so far, when the engine can tell (0 otherwise)."""
+
+    async def start(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
+        """Acquire what generating needs (threads, a server)."""
+
+    async def aclose(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
+        """Stop generating; calls still waiting fail."""
+
+    @abstractmethod
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Generate one completion.
+
+        Raises:
+            PolicyError: The engine failed or stopped.
+        """
+
+    @abstractmethod
+    def updating(self, version: int | None = None) -> AbstractAsyncContextManager[WeightUpdate]:
+        """Hold generation back while the weights change.
+
+        Calls that arrive meanwhile wait; no call sees half-changed weights. On a normal exit
+        the version becomes ``version`` (or the next integer).
+        """

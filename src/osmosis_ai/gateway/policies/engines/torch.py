@@ -1,0 +1,290 @@
+"""The torch token engine: a live transformers model, continuous batching on a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import importlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from osmosis_ai.errors import MissingExtraError, PolicyError
+from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.gateway.policies.engines.base import (
+    Generation,
+    GenerationRequest,
+    JsonGrammar,
+    TokenEngine,
+)
+
+__all__ = ["TorchEngine", "stop_token_ids"]
+
+T = TypeVar("T")
+_FEATURE = "The torch engine's JSON grammar (tool calls, response_format)"
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids that end a completion: the tokenizer's EOS and the generation config's."""
+    stated = getattr(model.generation_config, "eos_token_id", None)
+    ids = {tokenizer.eos_token_id, *(stated if isinstance(stated, list | tuple) else [stated])}
+    return frozenset(i for i in ids if isinstance(i, int))
+
+
+@dataclass
+class _Pending:
+    job: Any  # an engines._decoder.GenerationJob
+    done: asyncio.Future[int]
+    """Resolves to the weight version the job was generated with."""
+
+    def settle(self, version: int | None, error: PolicyError | None = None) -> None:
+        """Resolve ``done`` (on the event loop), unless the caller has gone away."""
+        if self.done.done():
+            return
+        if error is not None:
+            self.done.set_exception(error)
+        else:
+            self.done.set_result(version)  # type: ignore[arg-type]
+
+
+class _SharedWeights:
+    """The engine's `WeightUpdate`: a trainer's model object is the engine's own, or its
+    weights are copied in."""
+
+    def __init__(self, engine: TorchEngine) -> None:
+        self._engine = engine
+
+    async def push(self, model: Any) -> None:
+        if model is self._engine.model:
+            return  # trained in place: the engine already generates with it
+        state = model.state_dict()
+        await self._engine._run(lambda: self._engine.model.load_state_dict(state))
+
+
+class TorchEngine(TokenEngine):
+    """Generates with a transformers causal LM on its device (CPU, CUDA or MPS).
+
+    Calls are generated together with a KV cache on one worker thread, never on the event
+    loop, by continuous batching: up to ``max_batch_size`` at once, a call joins the running
+    batch between two decoding steps and leaves it as soon as it is done. The first calls of
+    an idle engine wait ``batch_window_sec`` for others to start with them. Generation runs
+    in the model's own dtype (fp32 master weights in training) with fp32 logits.
+
+    JSON grammars are compiled with xgrammar (imported when the first one arrives; without
+    it only unconstrained calls work, and a constrained one fails naming the install).
+
+    Args:
+        model: The model to serve; a trainer passes the one it trains (shared, not copied).
+        tokenizer: Its tokenizer (stop strings, grammar vocabulary).
+        version: The initial weight version (training step).
+        max_batch_size: Most calls generated together.
+        batch_window_sec: How long a batch waits for more calls before it starts.
+    """
+
+    kind = "torch"
+    refused_sampling = (
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "logit_bias",
+    )
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        version: int = 0,
+        max_batch_size: int = 8,
+        batch_window_sec: float = 0.01,
+    ) -> None:
+        self.model, self._tokenizer = model, tokenizer
+        self.version = version
+        self.max_batch_size = max_batch_size
+        self.batch_window_sec = batch_window_sec
+        #: How many times each number of calls joined generation together (tests, metrics).
+        self.batch_sizes: Counter[int] = Counter()
+        self.busy_sec = 0.0
+        self._stop_ids = stop_token_ids(model, tokenizer)
+        self._torch: Any = None
+        self._compiler: Any = None
+        # Calls not yet generating; the worker thread takes them between decoding steps.
+        self._inbox: collections.deque[_Pending] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._weights = asyncio.Lock()
+        self._updates_waiting = 0
+        self._closing = False
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
+        # Grammar compiling (0.1-0.2 s) on its own thread, so decoding does not wait for it.
+        self._grammars = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch-grammar")
+        self._dispatcher: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Calls accepted but not yet generating."""
+        return len(self._inbox)
+
+    async def start(self) -> None:
+        """Start the batching loop (torch is imported on the worker thread)."""
+        if self._dispatcher is not None:
+            return
+        self._torch = importlib.import_module("torch")  # loaded already: the model is torch's
+        self._closing = False
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="osmosis-torch-batches")
+
+    async def aclose(self) -> None:
+        """Stop generating (calls waiting or generating fail with 503), free the threads."""
+        self._closing = True
+        dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is not None:
+            dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dispatcher
+        while self._inbox:
+            self._inbox.popleft().settle(None, _stopped())
+        for executor in (self._executor, self._grammars):
+            await asyncio.to_thread(executor.shutdown, wait=True)
+
+    @contextlib.asynccontextmanager
+    async def updating(self, version: int | None = None) -> AsyncIterator[_SharedWeights]:
+        """Hold generation back while the weights change (see `TokenEngine.updating`).
+
+        While an update waits, the running batch takes no new calls and ends.
+        """
+        self._updates_waiting += 1
+        try:
+            async with self._weights:
+                yield _SharedWeights(self)
+                self.version = self.version + 1 if version is None else version
+        finally:
+            self._updates_waiting -= 1
+            if self._inbox:
+                self._arrived.set()
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Generate ``request`` together with whatever else is waiting or running."""
+        from osmosis_ai.gateway.policies.engines._decoder import GenerationJob
+
+        if self._dispatcher is None:
+            raise PolicyError("the torch engine is not started", status_code=503)
+        loop = asyncio.get_running_loop()
+        grammar = None
+        if request.grammar is not None:
+            grammar = await loop.run_in_executor(
+                self._grammars, self.compile_grammar, request.grammar
+            )
+        job = GenerationJob(list(request.prompt_ids), request.sampling, grammar=grammar)
+        pending = _Pending(job, loop.create_future())
+        self._inbox.append(pending)
+        self._arrived.set()
+        version = await pending.done
+        return Generation(
+            token_ids=job.token_ids,
+            logprobs=job.logprobs,
+            finish_reason="stop" if job.finish_reason == "stop" else "length",
+            version=version,
+            top_logprobs=job.top_logprobs,
+            stop_at=job.stop_at,
+        )
+
+    def compile_grammar(self, grammar: JsonGrammar) -> Any:
+        """The compiled xgrammar grammar of ``grammar`` (blocking; xgrammar caches compiles).
+
+        Raises:
+            PolicyError: xgrammar is not installed (the message gives the install command).
+        """
+        if self._compiler is None:
+            try:
+                xgrammar = import_xgrammar(_FEATURE)
+            except MissingExtraError as exc:
+                raise PolicyError(str(exc), status_code=500) from None
+            info = xgrammar.TokenizerInfo.from_huggingface(
+                self._tokenizer,
+                vocab_size=self.model.config.vocab_size,
+                stop_token_ids=sorted(self._stop_ids),
+            )
+            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+        if grammar.max_whitespace is None:
+            return self._compiler.compile_json_schema(grammar.schema, any_whitespace=False)
+        return self._compiler.compile_json_schema(
+            grammar.schema, max_whitespace_cnt=grammar.max_whitespace
+        )
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._arrived.wait()
+            self._arrived.clear()
+            if not self._inbox:
+                continue
+            if len(self._inbox) < self.max_batch_size:
+                await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
+            async with self._weights:
+                started = time.perf_counter()
+                await self._run(functools.partial(self._serve, loop, self.version))
+                self.busy_sec += time.perf_counter() - started
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, version: int) -> None:
+        """Generate until no call is running and none may join (worker thread).
+
+        Calls join between decoding steps while no weight update waits; each is settled
+        on the event loop as soon as it is done.
+        """
+        from osmosis_ai.gateway.policies.engines._decoder import Decoder
+
+        decoder = Decoder(
+            self._torch,
+            self.model,
+            stop_token_ids=self._stop_ids,
+            pad_id=self._pad_id(),
+            decode=self._decode,
+        )
+        running: dict[int, _Pending] = {}
+
+        def settle(jobs: list[Any], error: PolicyError | None = None) -> None:
+            for job in jobs:
+                loop.call_soon_threadsafe(running.pop(id(job)).settle, version, error)
+
+        try:
+            while not self._closing:
+                joining = self._take(self.max_batch_size - decoder.size)
+                if joining:
+                    running.update((id(pending.job), pending) for pending in joining)
+                    self.batch_sizes[len(joining)] += 1
+                    settle(decoder.admit([pending.job for pending in joining]))
+                if not decoder.size:
+                    return
+                settle(decoder.step())
+            settle([pending.job for pending in running.values()], _stopped())
+        except Exception as exc:
+            error = PolicyError(
+                f"the torch engine failed: {type(exc).__name__}: {exc}", status_code=500
+            )
+            settle([pending.job for pending in running.values()], error)
+
+    def _take(self, room: int) -> list[_Pending]:
+        """Up to ``room`` waiting calls, none while a weight update waits (worker thread)."""
+        taken: list[_Pending] = []
+        while len(taken) < room and self._inbox and not self._updates_waiting:
+            taken.append(self._inbox.popleft())
+        return taken
+
+    def _pad_id(self) -> int:
+        pad = self._tokenizer.pad_token_id
+        return int(pad if pad is not None else min(self._stop_ids, default=0))
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=True))
+
+    async def _run(self, function: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+
+
+def _stopped() -> PolicyError:
+    return PolicyError("the torch engine stopped", status_code=503)

@@ -1,0 +1,203 @@
+"""The learner: the model being trained on its device (full or LoRA), its optimiser and
+schedule, and its checkpoints.
+
+A full fine-tune trains every weight of the model; under LoRA (``lora_rank > 0``, built
+with peft) only the adapter's matrices train, the base model's weights stay frozen, and
+the KL reference is the same model with its adapter disabled (no second copy). The torch
+engine generates with `Learner.served_model`, the very object the update changes.
+
+A checkpoint directory holds the weights (``save_pretrained``) or, under LoRA, the adapter
+(``adapter_config.json`` naming the base model directory, adapter weights), the tokenizer,
+and ``trainer.pt`` (optimiser, schedule, RNG states, step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies._hf_dir import (
+    ADAPTER_CONFIG,
+    import_peft,
+    is_adapter_dir,
+    load_model_dir,
+    quiet_peft,
+)
+from osmosis_ai.gateway.policies._torch_device import update_in_bf16
+from osmosis_ai.train.config import TrainConfig
+
+__all__ = ["Learner", "quiet_transformers"]
+
+_FEATURE = "osmosis train"
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars and warnings off while we load or save (restored after).
+
+    They would interleave "Loading weights" and "Writing model shards" bars with the run's
+    own output at every checkpoint.
+    """
+    hf_logging = import_optional("transformers.utils.logging", extra="train", feature=_FEATURE)
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@dataclass
+class Learner:
+    """The model being trained, its optimizer and schedule (torch: imported when built)."""
+
+    model: Any
+    """What the update trains: the transformers model, or its peft wrapper under LoRA."""
+    tokenizer: Any
+    optimizer: Any
+    scheduler: Any
+    reference: Any
+    """The KL reference: the initial model (full), the peft model itself (its logprobs are
+    taken with the adapter disabled), or ``None`` without KL."""
+    grpo: Any
+    device: Any
+
+    @property
+    def served_model(self) -> Any:
+        """The transformers model the engine generates with: under LoRA the base model, whose
+        wrapped layers carry the live adapter."""
+        return self.model.get_base_model() if self.lora else self.model
+
+    @property
+    def lora(self) -> bool:
+        """Whether an adapter is trained rather than the whole model."""
+        return hasattr(self.model, "peft_config")
+
+    @classmethod
+    def build(cls, config: TrainConfig, source: Path, base_dir: Path, device: Any) -> Learner:
+        """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
+        training (blocking)."""
+        from osmosis_ai.train.grpo import GrpoConfig
+        from osmosis_ai.train.schedule import adamw, warmup_schedule
+
+        training = config.training
+        if source != base_dir:
+            _check_resumable(source, training.lora_rank)
+        with quiet_transformers():
+            if training.lora_rank:
+                model, tokenizer = _lora_model(config, source, base_dir, device)
+                reference = model if training.kl_beta > 0 else None
+            else:
+                model, tokenizer = load_model_dir(source, feature=_FEATURE, device=device)
+                # The KL term compares with the initial policy, so it loads the base model again.
+                reference = None
+                if training.kl_beta > 0:
+                    reference = load_model_dir(base_dir, feature=_FEATURE, device=device)[0]
+                    reference.requires_grad_(False)
+        optimizer = adamw(model, lr=training.learning_rate)
+        scheduler = warmup_schedule(
+            optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
+        )
+        grpo = GrpoConfig(
+            clip_low=training.clip_low,
+            clip_high=training.clip_high,
+            advantage_scale=training.advantage_scale,
+            normalisation=training.normalisation,
+            kl_beta=training.kl_beta,
+            micro_batch_tokens=training.token_budget,
+            bf16=update_in_bf16(device, training.precision, key="training.precision"),
+        )
+        return cls(model, tokenizer, optimizer, scheduler, reference, grpo, device)
+
+    def save(self, directory: Path, step: int) -> None:
+        """Write a checkpoint into ``directory`` whole: a temp dir renamed into place."""
+        import torch
+
+        temp = directory.with_name(f".{directory.name}.tmp")
+        shutil.rmtree(temp, ignore_errors=True)
+        with quiet_transformers(), quiet_peft():
+            self.model.save_pretrained(str(temp))
+            self.tokenizer.save_pretrained(str(temp))
+        state = {
+            "step": step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        }
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        torch.save(state, temp / "trainer.pt")
+        # A kill after the rename but before the journal line leaves this step's directory
+        # unjournaled: the resumed run saves the step again over it.
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(temp, directory)
+
+    def restore(self, directory: Path) -> None:
+        """The optimizer, schedule and RNG states of a checkpoint (weights load with it)."""
+        import torch
+
+        # On the CPU first: the optimiser moves its state to its parameters' device.
+        state = torch.load(directory / "trainer.pt", map_location="cpu", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        if "cuda_rng" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+
+
+def _check_resumable(checkpoint: Path, lora_rank: int) -> None:
+    """Refuse to resume a checkpoint of another kind (full or LoRA) or rank than the config
+    says, which would otherwise train something else than either.
+
+    Raises:
+        ConfigError: The checkpoint and ``lora_rank`` disagree.
+    """
+    rank = 0
+    if is_adapter_dir(checkpoint):
+        stated = json.loads((checkpoint / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        rank = int(stated.get("r") or 0)
+    if rank != lora_rank:
+        kind = f"a LoRA checkpoint of rank {rank}" if rank else "a full fine-tuning checkpoint"
+        raise ConfigError(
+            f"{checkpoint} is {kind}, but training.lora_rank is {lora_rank}; set lora_rank "
+            f"back to {rank} to resume the run, or start over with --fresh"
+        )
+
+
+def _lora_model(config: TrainConfig, source: Path, base_dir: Path, device: Any) -> tuple[Any, Any]:
+    """The base model with a trainable adapter: a new one, or the one checkpointed in
+    ``source``; and the tokenizer."""
+    training = config.training
+    peft = import_peft(_FEATURE)
+    base, tokenizer = load_model_dir(base_dir, feature=_FEATURE, device=device)
+    with quiet_peft():
+        if is_adapter_dir(source):
+            model = peft.PeftModel.from_pretrained(base, str(source), is_trainable=True)
+        else:
+            target = training.lora_target_modules
+            lora = peft.LoraConfig(
+                r=training.lora_rank,
+                lora_alpha=training.lora_scale_alpha,
+                lora_dropout=training.lora_dropout,
+                target_modules=target if isinstance(target, str) else list(target),
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
+            model = peft.get_peft_model(base, lora)
+    # Checkpoints name the base directory, so `torch:<checkpoint>` finds it again.
+    model.peft_config["default"].base_model_name_or_path = str(base_dir)
+    return model.eval(), tokenizer
