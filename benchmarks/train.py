@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _logprobs import teacher_forced_deltas
 from _report import Figure, print_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,14 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
         records = [
             record for i in range(CONCURRENT) for record in gateway.records.calls(f"bench-{i}")
         ]
-    fp32, bf16 = _logprob_deltas(model_dir, records)
+    model, _ = _load(model_dir)
+    fp32, bf16 = teacher_forced_deltas(
+        model,
+        [
+            (r.prompt_token_ids or (), r.completion_token_ids or (), r.logprobs or ())
+            for r in records
+        ],
+    )
     return [
         Figure(
             f"{CONCURRENT} concurrent calls: completion tokens/s (median of 3)",
@@ -105,24 +113,6 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
             "recorded vs teacher-forced logprobs, bf16 autocast: max |delta|", bf16 * 1e3, "e-3"
         ),
     ]
-
-
-def _logprob_deltas(model_dir: Path, records: list[Any]) -> tuple[float, float]:
-    """Max |recorded - teacher-forced| logprob, in fp32 and under bf16 autocast."""
-    import torch
-
-    model, _ = _load(model_dir)
-    deltas: dict[bool, float] = {False: 0.0, True: 0.0}
-    for record in records:
-        prompt, completion = list(record.prompt_token_ids), list(record.completion_token_ids)
-        for bf16 in (False, True):
-            with torch.inference_mode(), torch.autocast("cpu", torch.bfloat16, enabled=bf16):
-                logits = model(torch.tensor([prompt + completion])).logits[0].float()
-            logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)  # temperature 1
-            forced = logprobs.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1)
-            recorded = torch.tensor(list(record.logprobs))
-            deltas[bf16] = max(deltas[bf16], float((forced - recorded).abs().max()))
-    return deltas[False], deltas[True]
 
 
 def _train(workspace: Path, minutes: float) -> tuple[Path, float, float]:

@@ -34,6 +34,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("gguf", "gguf"),
         ("accelerate", "accelerate"),
         ("apache-tvm-ffi", "tvm_ffi"),
+        ("peft", "peft"),
     ),
     "skyrl": (("skyrl", "skyrl"),),
     "verl": (("verl", "verl"),),

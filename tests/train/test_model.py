@@ -109,14 +109,3 @@ def test_importing_the_model_source_and_policy_loads_no_torch() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy(), timeout=60)
-
-
-def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path) -> None:
-    from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
-
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor : 0\nflags : fpu sse2 avx512f avx512bw\n")
-    assert not cpu_has_native_bf16(cpuinfo)  # AVX512 without bf16: emulated, slower
-    cpuinfo.write_text("processor : 0\nflags : fpu avx512f avx512_bf16 amx_tile\n")
-    assert cpu_has_native_bf16(cpuinfo)
-    assert not cpu_has_native_bf16(tmp_path / "missing")

@@ -158,3 +158,30 @@ def run_command(
         raise error_exit(str(exc)) from None
     if not view:
         _render_results(outcome, console)
+
+
+@train_app.command("export")
+def export_command(
+    run: str = typer.Argument(
+        ..., help="The run: its directory, or its name under .osmosis/train of this workspace."
+    ),
+    merged: Path = typer.Option(
+        ..., "--merged", help="Directory to write: a standalone HuggingFace model."
+    ),
+    step: int | None = typer.Option(
+        None, "--step", help="The checkpoint's step (default: newest)."
+    ),
+) -> None:
+    """Write a checkpoint as a HuggingFace model directory (a LoRA adapter merged into its base)."""
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.train.export import export_merged, find_checkpoint
+
+    silence_tqdm()
+    console = plain_console()
+    try:
+        checkpoint = find_checkpoint(run, step, workspace=Path.cwd())
+        exported = export_merged(checkpoint, merged)
+    except ConfigError as exc:
+        raise error_exit(str(exc)) from None
+    what = "LoRA adapter merged into its base" if exported.merged_adapter else "full weights"
+    console.print(f"exported {checkpoint.name} ({what}) to {exported.directory}")

@@ -500,6 +500,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         "grad_norm": metrics.grad_norm if metrics else None,
         "tokens_generated": tokens,
         "tokens_trained": metrics.policy_tokens if metrics else 0,
+        "tokens_forwarded": metrics.tokens if metrics else 0,
         "tokens_per_sec": tokens / generation_sec if generation_sec > 0 else None,
         "generation_sec": round(generation_sec, 3),
         "policy_busy_sec": round(run.engine.busy_sec - busy, 3),

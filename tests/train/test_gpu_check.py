@@ -1,0 +1,57 @@
+"""benchmarks/gpu_check.py on the CPU: the script a maintainer runs on a GPU, proven to work."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train.conftest import tokenizer_dir  # noqa: F401 -- fixture
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+
+pytestmark = pytest.mark.slow
+
+
+async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
+    tokenizer_dir: Path,  # noqa: F811
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(SCRIPT), "--device", "cpu", "--tokenizer", str(tokenizer_dir),
+        "--set", "num_hidden_layers=2", "--steps", "2", "--prompts", "2", "--group-size", "4",
+        "--max-tokens", "16",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(110):
+        out = (await process.communicate())[0].decode()
+    assert process.returncode == 0, out
+    assert "all checks passed" in out
+    assert "model smollm2-135m" in out and "35.4M parameters" in out  # the shape, 2 layers
+    for mode in ("full", "lora"):
+        table = out[out.index(f"{mode}: 2 steps of 2 x 4 rollouts") :]
+        for figure in ("generation: completion tokens", "update: tokens forwarded", "peak RSS"):
+            value = re.search(rf"{figure}[^\n]*?([0-9][0-9,.]*) ", table)
+            assert value and float(value.group(1).replace(",", "")) > 0, (mode, figure, out)
+        assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
+    # No bars from transformers between the lines.
+    assert "Loading weights" not in out and "Writing model shards" not in out
+
+
+async def test_gpu_check_names_a_missing_gpu_in_one_line(
+    tokenizer_dir: Path,  # noqa: F811
+) -> None:
+    import torch
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(SCRIPT), "--device", "cuda", "--tokenizer", str(tokenizer_dir),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(60):
+        out = (await process.communicate())[0].decode()
+    assert process.returncode == 2, out
+    assert out.strip() == (
+        f'error: --device = "cuda" but torch sees no GPU (torch {torch.__version__} is a CPU build)'
+    )
