@@ -52,12 +52,18 @@ def test_init_writes_a_training_config_that_loads_with_every_key_explained(
     # The held-out rows leave rows to train on.
     train_rows, held_out = split_rows(10, training.eval_rows, training.seed)
     assert held_out and len(train_rows) >= training.prompts_per_step
-    # Every [training] key is written, each with a comment saying what it does.
+    # Every [training] key is written (the optional LoRA ones commented out, since they need a
+    # rank), each with a comment saying what it does.
     text = path.read_text()
-    section = text[text.index("[training]") :].splitlines()[1:]
-    keys = {line.split("=")[0].strip() for line in section if "=" in line}
+    section = [line.removeprefix("# ") for line in text[text.index("[training]") :].splitlines()]
+    keys = {line.split("=")[0].strip() for line in section[1:] if "=" in line}
     assert keys == {f.name for f in fields(TrainingConfig)}
     assert all("#" in line.split("=", 1)[1] for line in section if "=" in line)
+    uncommented = tmp_path / "configs" / "training" / "lora.toml"
+    uncommented.write_text(
+        text.replace("lora_rank = 0", "lora_rank = 8").replace("\n# lora", "\nlora")
+    )
+    assert load_train_config(uncommented).training.lora_target_modules == "all-linear"
 
 
 def test_init_command_names_the_eval_and_training_commands(tmp_path: Path) -> None:

@@ -83,8 +83,9 @@ agent_workflow_timeout_s = 300
 grader_timeout_s = 30
 """
 
-_TRAINING = """# Training (GRPO, on the CPU): osmosis train run configs/training/{name}.toml
+_TRAINING = """# Training (GRPO, CPU or GPU): osmosis train run configs/training/{name}.toml
 # See docs/train.md. A small run: raise steps, prompts_per_step and group_size to learn more.
+# Commented keys are optional; uncomment one to set it.
 [experiment]
 rollout = "{name}"
 entrypoint = "main.py"
@@ -109,9 +110,15 @@ temperature = 1.0                # sampling temperature of every training rollou
 eval_temperature = 0.0           # sampling temperature of the held-out evaluations (0: greedy)
 max_minutes = 0                  # stop once the steps took this many minutes (0: no limit)
 pass_threshold = 1.0             # a rollout passes when its reward is at least this
-precision = "auto"               # the update: "bf16" autocast, "fp32", or bf16 if the CPU has it
+device = "auto"                  # "auto" (a GPU when torch sees one, else the CPU), "cpu", "cuda:N"
+precision = "auto"               # the update: "bf16" autocast, "fp32", or bf16 where it is native
 token_budget = 2048              # tokens per micro-batch of the update; lower it on out of memory
 resample_zero_gradient = 0       # rerun a row whose rollouts all got one reward, up to N times
+lora_rank = 0                    # 0: train every weight; r > 0: train a LoRA adapter of rank r
+# lora_alpha = 32                # with lora_rank: the adapter's scale is alpha / rank (2 x rank)
+# lora_dropout = 0.0             # with lora_rank: dropout on the adapter's input in the update
+# lora_target_modules = "all-linear"  # with lora_rank: the layers it wraps, or a list of names
+keep_checkpoints = 1             # how many of the newest checkpoints stay on disk
 seed = 0                         # picks the held-out rows and each step's rows
 """
 
