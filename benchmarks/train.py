@@ -2,7 +2,8 @@
 `TorchPolicy` throughput and exactness, and peak memory (the targets of docs/train.md).
 
 Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
-``--minutes`` sets the training budget). Needs the ``train`` extra. torch's two threads
+``--minutes`` sets the training budget; ``--lora-rank 16 --learning-rate 5e-4`` trains a LoRA
+adapter instead of every weight). Needs the ``train`` extra. torch's two threads
 work in lock step, so any other busy process stretches every forward pass: the overhead
 figure is only meaningful on an idle machine.
 
@@ -115,12 +116,14 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
     ]
 
 
-def _train(workspace: Path, minutes: float) -> tuple[Path, float, float]:
-    """``osmosis train run`` with ``max_minutes``; returns the run dir, wall time, peak RSS."""
+def _train(workspace: Path, settings: dict[str, str]) -> tuple[Path, float, float]:
+    """``osmosis train run`` with the config's ``[training]`` keys replaced by ``settings``
+    (TOML values); returns the run dir, wall time, peak RSS."""
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     config = workspace / CONFIG
-    lines = [x for x in config.read_text().splitlines() if not x.startswith("max_minutes")]
-    lines.insert(lines.index("[training]") + 1, f"max_minutes = {minutes}")
+    lines = [x for x in config.read_text().splitlines() if x.split("=")[0].strip() not in settings]
+    at = lines.index("[training]") + 1
+    lines[at:at] = [f"{key} = {value}" for key, value in settings.items()]
     config.write_text("\n".join(lines) + "\n")
     started = time.perf_counter()
     process = subprocess.Popen(
@@ -140,6 +143,11 @@ def _train(workspace: Path, minutes: float) -> tuple[Path, float, float]:
     # The trainer is the largest process of the run; ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024
     return workspace / ".osmosis" / "train" / "bench", wall, peak
+
+
+def _mean_update(metrics: list[dict[str, Any]]) -> float:
+    applied = [m["update_sec"] for m in metrics if m.get("loss") is not None]
+    return statistics.fmean(applied) if applied else 0.0
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -262,18 +270,33 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
     return time.perf_counter() - started
 
 
-def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
+def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
     from osmosis_ai.train.runner import step_seconds
 
     metrics = _lines(run_dir / "metrics.jsonl")
     trained = [m for m in metrics if m.get("loss") is not None]
     chosen = trained[:: max(1, len(trained) // REPLAYED_STEPS)][:REPLAYED_STEPS]
     model, tokenizer = _load(model_dir)
+    learned = model
+    if training.lora_rank:  # the same adapter layers as the run's, in both replays
+        from peft import LoraConfig, get_peft_model
+
+        from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+
+        lora = LoraConfig(
+            r=training.lora_rank,
+            lora_alpha=training.lora_scale_alpha,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        with quiet_peft():
+            learned = get_peft_model(model, lora)
+    budget = training.token_budget
     step_sec = pure_sec = 0.0
     for m in chosen:
         rollouts = _step_rollouts(run_dir, m["step"])
         generation = _pure_generation(model, tokenizer, rollouts)
-        update = _pure_update(model, _trained_sequences(rollouts), budget)
+        update = _pure_update(learned, _trained_sequences(rollouts), budget)
         step = step_seconds(m)
         print(
             f"  step {m['step']}: {step:.1f} s in the run (generation {m['generation_sec']:.1f} s,"
@@ -297,7 +320,14 @@ def _overhead(run_dir: Path, model_dir: Path, budget: int) -> list[Figure]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=15.0, help="training budget (max_minutes)")
+    parser.add_argument("--lora-rank", type=int, default=0, help="train a LoRA adapter (0: full)")
+    parser.add_argument("--learning-rate", type=float, help="instead of the config's")
     args = parser.parse_args()
+    settings = {"max_minutes": f"{args.minutes}"}
+    if args.lora_rank:
+        settings["lora_rank"] = str(args.lora_rank)
+    if args.learning_rate:
+        settings["learning_rate"] = f"{args.learning_rate}"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from osmosis_ai.train.config import load_train_config
     from osmosis_ai.train.model import resolve_model
@@ -312,8 +342,9 @@ def main() -> None:
         asyncio.run(_policy_figures(model_dir)),
     )
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-train-") as tmp:
-        print(f"\nTraining examples/calculator ({CONFIG}, max_minutes = {args.minutes:g}):")
-        run_dir, wall, peak = _train(Path(tmp) / "calculator", args.minutes)
+        changed = ", ".join(f"{key} = {value}" for key, value in settings.items())
+        print(f"\nTraining examples/calculator ({CONFIG}, {changed}):")
+        run_dir, wall, peak = _train(Path(tmp) / "calculator", settings)
         metrics = _lines(run_dir / "metrics.jsonl")
         evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
         _print_curve(metrics, evals)
@@ -329,11 +360,12 @@ def main() -> None:
                 Figure("training time (steps only)", steps_min, "min", target=15),
                 Figure("whole run (model load, evaluations, checkpoints)", wall / 60, "min"),
                 Figure("steps", len(metrics), ""),
+                Figure("update time per applied step (mean)", _mean_update(metrics), "s"),
                 Figure("peak RSS of the trainer", peak, "GB", target=8),
             ],
         )
         print("\nThe same steps without the machinery:")
-        print_table("Machinery overhead", _overhead(run_dir, model_dir, training.token_budget))
+        print_table("Machinery overhead", _overhead(run_dir, model_dir, training))
 
 
 if __name__ == "__main__":

@@ -752,3 +752,29 @@ async def test_eval_run_with_a_torch_checkpoint(
     metrics = trajectory["steps"][-1]["metrics"]
     assert 0 < len(metrics["completion_token_ids"]) == len(metrics["logprobs"]) <= 6
     assert metrics["prompt_token_ids"]
+
+
+async def test_running_out_of_device_memory_while_generating_is_flagged(
+    tiny_model_dir: Path,  # noqa: F811
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    policy = TorchPolicy(model=model.eval(), tokenizer=tokenizer, name="oom")
+    async with serving(policy) as (gateway, http):
+        await _chat(http, "fits", messages=_ask("Hi."), max_tokens=2)
+        assert not _engine(policy).out_of_memory
+
+        def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        model.forward = out_of_memory  # what a GPU does when the batch's cache does not fit
+        response = await http.post(
+            "/v1/rollouts/oom/chat/completions", json={"messages": _ask("Hi."), "max_tokens": 2}
+        )
+    assert response.status_code == 500
+    assert "OutOfMemoryError: CUDA out of memory" in response.json()["error"]["message"]
+    assert _engine(policy).out_of_memory, "the trainer reads this and stops the run"
+    assert gateway.records.calls("oom")[0].status == "error"

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["train_app"]
 
 train_app = typer.Typer(
-    help="Train the policy on your AgentWorkflow and Grader (GRPO, local, CPU).",
+    help="Train the policy on your AgentWorkflow and Grader (GRPO; CPU or GPU; full or LoRA).",
     no_args_is_help=True,
 )
 

@@ -46,7 +46,7 @@ from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
-from osmosis_ai.gateway.policies._torch_device import resolve_device
+from osmosis_ai.gateway.policies._torch_device import is_out_of_memory, resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.engines.base import TokenEngine
@@ -97,23 +97,10 @@ class TrainingStopped(OsmosisError):
         self.outcome = outcome
 
 
-#: What torch says when an allocation fails: the CPU allocator raises RuntimeError, CUDA and
-#: MPS raise torch.OutOfMemoryError (a RuntimeError too).
-_OOM_MESSAGES = (
-    "DefaultCPUAllocator: can't allocate memory",
-    "not enough memory",
-    "CUDA out of memory",
-    "MPS backend out of memory",
-)
-
-
 def out_of_memory(exc: BaseException, *, step: int, token_budget: int) -> TrainingStopped | None:
     """The stop to raise when ``exc`` is an allocation failure of the update (on any
     device), else None."""
-    if not isinstance(exc, MemoryError) and not (
-        isinstance(exc, RuntimeError)
-        and (type(exc).__name__ == "OutOfMemoryError" or any(m in str(exc) for m in _OOM_MESSAGES))
-    ):
+    if not is_out_of_memory(exc):
         return None
     return TrainingStopped(
         f"out of memory in the update of step {step}; lower [training] token_budget "
@@ -278,6 +265,11 @@ class _Run:
             if exited.done() or server.exited:
                 raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
             done: list[RolloutRecords] = await running
+            if self.engine.out_of_memory:  # its calls failed: the rollouts say nothing
+                raise TrainingStopped(
+                    "out of memory generating the rollouts; lower [training] max_tokens (now "
+                    f"{self.config.training.max_tokens}) so each call's cache holds fewer tokens"
+                )
             return done
         except (OsmosisError, OSError, TimeoutError) as exc:
             if isinstance(exc, TrainingStopped):

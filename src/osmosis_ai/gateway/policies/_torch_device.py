@@ -16,6 +16,7 @@ __all__ = [
     "DEVICE_SETTING",
     "Precision",
     "cpu_has_native_bf16",
+    "is_out_of_memory",
     "resolve_device",
     "update_in_bf16",
 ]
@@ -23,6 +24,23 @@ __all__ = [
 #: What a ``device`` setting may say.
 DEVICE_SETTING = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 Precision = Literal["auto", "bf16", "fp32"]
+#: What torch says when an allocation fails: the CPU allocator raises RuntimeError, CUDA and
+#: MPS raise torch.OutOfMemoryError (a RuntimeError too).
+_OOM_MESSAGES = (
+    "DefaultCPUAllocator: can't allocate memory",
+    "not enough memory",
+    "CUDA out of memory",
+    "MPS backend out of memory",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure, on any device."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and (
+        type(exc).__name__ == "OutOfMemoryError" or any(m in str(exc) for m in _OOM_MESSAGES)
+    )
 
 
 def resolve_device(setting: str, *, key: str = "device") -> Any:

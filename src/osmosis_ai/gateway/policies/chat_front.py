@@ -101,8 +101,8 @@ def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
 def completion_response(
     *,
     model: str,
-    prompt_ids: Sequence[int],
-    token_ids: Sequence[int],
+    prompt_ids: list[int],
+    token_ids: list[int],
     logprobs: Sequence[float],
     message: dict[str, Any],
     finish_reason: str,
@@ -115,7 +115,8 @@ def completion_response(
     ``pieces`` (each token's text) and ``top_logprobs`` (per token, (text, id, logprob)
     alternatives) fill in the ``logprobs`` entries a caller may have asked for; without
     ``pieces`` the entries hold only ids and logprobs (what the call record needs).
-    ``version`` is reported as ``policy_version``.
+    ``version`` is reported as ``policy_version``. The id lists are used as they are (an
+    answer is built once per call, on a hot path), not copied.
     """
     entries: list[dict[str, Any]]
     if pieces is None:
@@ -143,13 +144,13 @@ def completion_response(
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "prompt_token_ids": list(prompt_ids),
+        "prompt_token_ids": prompt_ids,
         "choices": [
             {
                 "index": 0,
                 "message": message,
                 "finish_reason": finish_reason,
-                "token_ids": list(token_ids),
+                "token_ids": token_ids,
                 "logprobs": {"content": entries},
             }
         ],

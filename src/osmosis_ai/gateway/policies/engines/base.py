@@ -97,6 +97,8 @@ class TokenEngine(ABC):
     """The weight version new generations get."""
     busy_sec: float = 0.0
     """Seconds spent generating so far, when the engine can tell (0 otherwise)."""
+    out_of_memory: bool = False
+    """Set once generating ran out of device memory (those calls failed with a 500)."""
 
     async def start(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
         """Acquire what generating needs (threads, a server)."""

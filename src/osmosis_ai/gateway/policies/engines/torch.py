@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from osmosis_ai.errors import MissingExtraError, PolicyError
 from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
     GenerationRequest,
@@ -263,6 +264,7 @@ class TorchEngine(TokenEngine):
                 settle(decoder.step())
             settle([pending.job for pending in running.values()], _stopped())
         except Exception as exc:
+            self.out_of_memory = self.out_of_memory or is_out_of_memory(exc)
             error = PolicyError(
                 f"the torch engine failed: {type(exc).__name__}: {exc}", status_code=500
             )
