@@ -155,19 +155,21 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _print_curve(metrics: list[dict[str, Any]], evals: list[dict[str, Any]]) -> None:
-    print("\n  step  reward  pass  loss     rollouts s  update s  zero-grad groups  held-out pass")
+    print(
+        "\n  step  reward  pass  loss     rollouts s  update s  zero-grad groups  peak RSS GB"
+        "  held-out pass"
+    )
     held_out = {e["step"]: e["pass_rate"] for e in evals}
     if 0 in held_out:
-        print(
-            f"  {0:>4}  {'':>6}  {'':>4}  {'':>7}  {'':>10}  {'':>8}  {'':>16}  {held_out[0]:.2f}"
-        )
+        print(f"  {0:>4}{'':>76}{held_out[0]:.2f}")
     for m in metrics:
         number = _formatter(m)
         point = held_out.get(m["step"])
         print(
             f"  {m['step']:>4}  {number('reward_mean', 2):>6}  {number('pass_rate', 2):>4}  "
             f"{number('loss', 4):>7}  {m['generation_sec']:>10.1f}  {m['update_sec']:>8.1f}  "
-            f"{m['zero_gradient_groups']:>16}  {'' if point is None else f'{point:.2f}'}"
+            f"{m['zero_gradient_groups']:>16}  {m['peak_rss_gb']:>11.2f}  "
+            f"{'' if point is None else f'{point:.2f}'}"
         )
 
 

@@ -4,7 +4,8 @@ schedule, and its checkpoints.
 A full fine-tune trains every weight of the model; under LoRA (``lora_rank > 0``, built
 with peft) only the adapter's matrices train, the base model's weights stay frozen, and
 the KL reference is the same model with its adapter disabled (no second copy). The torch
-engine generates with `Learner.served_model`, the very object the update changes.
+engine generates with `Learner.served_model`, the very object the update changes, on the
+learner's own thread (`Learner.thread`): every torch op on that model runs on one thread.
 
 A checkpoint directory holds the weights (``save_pretrained``) or, under LoRA, the adapter
 (``adapter_config.json`` naming the base model directory, adapter weights), the tokenizer,
@@ -13,15 +14,18 @@ and ``trainer.pt`` (optimiser, schedule, RNG states, step).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -38,6 +42,7 @@ from osmosis_ai.train.config import TrainConfig
 __all__ = ["Learner", "quiet_transformers"]
 
 _FEATURE = "osmosis train"
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -73,6 +78,21 @@ class Learner:
     taken with the adapter disabled), or ``None`` without KL."""
     grpo: Any
     device: Any
+    thread: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
+    )
+    """The one thread the update and the torch engine's generation run on: torch keeps an
+    OpenMP thread team and glibc a memory arena per calling thread, and two of each on a
+    small machine stall each other and hold memory the other cannot reuse."""
+
+    async def run(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``function(*args, **kwargs)`` on the learner's thread."""
+        call = functools.partial(function, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.thread, call)
+
+    def close(self) -> None:
+        """Let the thread go, once nothing runs on it any more."""
+        self.thread.shutdown(wait=True)
 
     @property
     def served_model(self) -> Any:

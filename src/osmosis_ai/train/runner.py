@@ -456,7 +456,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         # No model call runs while the optimizer changes the weights the engine serves.
         async with run.engine.updating(version=step) as update:
             try:
-                metrics = await asyncio.to_thread(
+                metrics = await learner.run(
                     train_step,
                     learner.model,
                     learner.optimizer,
@@ -473,7 +473,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
                 raise stopped from None
             finally:
                 learner.model.train(False)
-                await asyncio.to_thread(_return_freed_memory, learner.device)
+                await learner.run(_return_freed_memory, learner.device)
             await update.push(learner.served_model)
     rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
@@ -523,9 +523,11 @@ def _peak_memory(device: Any) -> dict[str, float]:
 def _return_freed_memory(device: Any) -> None:
     """Hand the update's freed host buffers back to the system (glibc only; blocking).
 
-    glibc keeps freed memory in per-thread arenas; with generation and updates on different
-    threads, the trainer's resident memory otherwise grows step after step. An update on a
-    GPU frees little host memory, so there is nothing to trim.
+    glibc keeps freed memory resident for reuse, and the update's and generation's freed
+    buffers are interleaved so that neither reuses much of the other's: without this the
+    trainer's peak RSS on the calculator rises from 6.9 to 10 GB over 12 steps. It costs the
+    next step about 0.15 s per GB to fault the pages in again. An update on a GPU frees
+    little host memory, so there is nothing to trim.
     """
     if device.type != "cpu":
         return
@@ -582,7 +584,6 @@ class _StackInputs:
 async def _train(
     config: TrainConfig, run_dir: Path, device: Any, inputs: _StackInputs, hooks: TrainHooks
 ) -> TrainOutcome:
-    secrets, redactor, log = inputs.secrets, inputs.redactor, inputs.log
     training, events_path = config.training, run_dir / "events.jsonl"
     dataset = await asyncio.to_thread(load_dataset, config.dataset)
     train_rows, held_out = split_rows(len(dataset.items), training.eval_rows, training.seed)
@@ -597,14 +598,42 @@ async def _train(
     base = await asyncio.to_thread(_resolve_quietly, config.model)
     source = _checkpoint_dir(run_dir, start) if start else base
     learner = await asyncio.to_thread(Learner.build, config, source, base, device)
-    # Also before the first checkpoint: steps applied but not checkpointed run again.
-    await asyncio.to_thread(_rewind, run_dir, start)
-    if start:
-        await asyncio.to_thread(learner.restore, source)
-        await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
-    outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
+    try:
+        # Also before the first checkpoint: steps applied but not checkpointed run again.
+        await asyncio.to_thread(_rewind, run_dir, start)
+        if start:
+            await learner.run(learner.restore, source)
+            await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
+        outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
+        rows = _Rows(dataset.items, train_rows, held_out)
+        await _serve(config, learner, inputs, hooks, outcome, rows)
+        return outcome
+    finally:
+        await asyncio.to_thread(learner.close)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    items: list[DatasetItem]
+    train: list[int]
+    held_out: list[int]
+
+
+async def _serve(
+    config: TrainConfig,
+    learner: Learner,
+    inputs: _StackInputs,
+    hooks: TrainHooks,
+    outcome: TrainOutcome,
+    rows: _Rows,
+) -> None:
+    """Serve the learner's model through the gateway, start the rollout server, run the loop."""
+    training, secrets, redactor, log = config.training, inputs.secrets, inputs.redactor, inputs.log
+    run_dir, start = outcome.run_dir, outcome.steps_done
     # The seam: the gateway serves the chat front, the trainer pushes weights to the engine.
-    engine = TorchEngine(learner.served_model, learner.tokenizer, version=start)
+    engine = TorchEngine(
+        learner.served_model, learner.tokenizer, version=start, thread=learner.thread
+    )
     front = ChatFront.of_model(
         learner.served_model, learner.tokenizer, default_max_tokens=training.max_tokens
     )
@@ -633,11 +662,10 @@ async def _train(
             say=hooks.message,
             sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
         ) as stack:
-            run = _Run(config, run_dir, dataset.items, engine, stack, log, hooks, redactor)
-            await _loop(run, learner, outcome, train_rows, held_out)
+            run = _Run(config, run_dir, rows.items, engine, stack, log, hooks, redactor)
+            await _loop(run, learner, outcome, rows.train, rows.held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None
-    return outcome
 
 
 def _resolve_quietly(model: str) -> Path:
@@ -692,7 +720,7 @@ async def _loop(
         out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
         last = step == training.steps or out_of_time
         if step % training.checkpoint_every == 0 or last:
-            await asyncio.to_thread(_checkpoint, learner, run_dir, step, training.keep_checkpoints)
+            await learner.run(_checkpoint, learner, run_dir, step, training.keep_checkpoints)
         if (training.eval_every and step % training.eval_every == 0) or last:
             outcome.evals.append(await run.evaluate(step, held_out))
         if out_of_time:

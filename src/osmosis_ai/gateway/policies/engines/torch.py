@@ -85,6 +85,10 @@ class TorchEngine(TokenEngine):
         version: The initial weight version (training step).
         max_batch_size: Most calls generated together.
         batch_window_sec: How long a batch waits for more calls before it starts.
+        thread: The one-worker executor to generate on; a trainer passes the thread its
+            updates run on, so every torch op on the shared model runs on one thread (torch
+            keeps an OpenMP thread team per calling thread, and teams on different threads
+            stall each other on a small machine). By default the engine has its own.
     """
 
     kind = "torch"
@@ -104,6 +108,7 @@ class TorchEngine(TokenEngine):
         version: int = 0,
         max_batch_size: int = 8,
         batch_window_sec: float = 0.01,
+        thread: ThreadPoolExecutor | None = None,
     ) -> None:
         self.model, self._tokenizer = model, tokenizer
         self.version = version
@@ -121,7 +126,8 @@ class TorchEngine(TokenEngine):
         self._weights = asyncio.Lock()
         self._updates_waiting = 0
         self._closing = False
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
+        self._own_thread = thread is None
+        self._executor = thread or ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
         # Grammar compiling (0.1-0.2 s) on its own thread, so decoding does not wait for it.
         self._grammars = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch-grammar")
         self._dispatcher: asyncio.Task[None] | None = None
@@ -140,7 +146,8 @@ class TorchEngine(TokenEngine):
         self._dispatcher = asyncio.create_task(self._dispatch(), name="osmosis-torch-batches")
 
     async def aclose(self) -> None:
-        """Stop generating (calls waiting or generating fail with 503), free the threads."""
+        """Stop generating (calls waiting or generating fail with 503), free the threads (not
+        a thread it was given)."""
         self._closing = True
         dispatcher, self._dispatcher = self._dispatcher, None
         if dispatcher is not None:
@@ -149,8 +156,9 @@ class TorchEngine(TokenEngine):
                 await dispatcher
         while self._inbox:
             self._inbox.popleft().settle(None, _stopped())
-        for executor in (self._executor, self._grammars):
-            await asyncio.to_thread(executor.shutdown, wait=True)
+        await asyncio.to_thread(self._grammars.shutdown, wait=True)
+        if self._own_thread:
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
 
     @contextlib.asynccontextmanager
     async def updating(self, version: int | None = None) -> AsyncIterator[_SharedWeights]:
