@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import sys
@@ -100,6 +101,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--set",
         action="append",
+        type=_override,
         default=[],
         metavar="KEY=VALUE",
         help="override a config field of the random model (JSON value), e.g. num_hidden_layers=4",
@@ -137,16 +139,26 @@ def _embedded_tokenizer(directory: Path) -> Path:
     return directory
 
 
+def _override(item: str) -> tuple[str, Any]:
+    """A ``--set KEY=VALUE`` pair, its value parsed as JSON."""
+    key, equals, value = item.partition("=")
+    try:
+        if not key or not equals:
+            raise ValueError(item)
+        return key, json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not KEY=VALUE with a JSON value (e.g. num_hidden_layers=4)"
+        ) from None
+
+
 def _model_dir(args: argparse.Namespace, tokenizer_dir: Path, scratch: Path) -> Path:
     if args.model is not None:
         return Path(args.model)
     from osmosis_ai.testing.model_shapes import write_random_model
     from osmosis_ai.train.learner import quiet_transformers
 
-    overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        overrides[key] = json.loads(value)
+    overrides = dict(args.set)
     shape = args.config if args.config is not None else args.shape
     with quiet_transformers():
         return write_random_model(scratch / "model", shape, tokenizer_dir, overrides=overrides)
@@ -261,13 +273,18 @@ class _Progress:
 
     def step_done(self, metrics: Mapping[str, Any]) -> None:
         print(
-            f"  step {metrics['step']}: reward {metrics['reward_mean']:.3f}, rollouts "
+            f"  step {metrics['step']}: reward {_number(metrics['reward_mean'])}, rollouts "
             f"{metrics['generation_sec']:.1f} s, update {metrics['update_sec']:.1f} s",
             flush=True,
         )
 
     def eval_done(self, point: Any) -> None:
         print(f"  held-out after step {point.step}: mean reward {point.mean_reward:.3f}")
+
+
+def _number(value: float | None) -> str:
+    """``value`` to three places; ``-`` when there is none (every rollout failed)."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 async def _check(args: argparse.Namespace, scratch: Path) -> bool:
@@ -291,8 +308,10 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
     runs: dict[str, Path] = {}
     for mode in args.modes.split(","):
         print(f"\n{mode}:")
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)  # each mode's own peak
+        if device.type == "cuda":  # each mode's own peak, without the last mode's leftovers
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
         config = workspace / "configs" / "training" / f"{mode}.toml"
         options = TrainOptions(config_path=config, name=mode, fresh=True)
         try:

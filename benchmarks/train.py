@@ -281,18 +281,13 @@ def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
     model, tokenizer = _load(model_dir)
     learned = model
     if training.lora_rank:  # the same adapter layers as the run's, in both replays
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
         from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+        from osmosis_ai.train.learner import lora_config
 
-        lora = LoraConfig(
-            r=training.lora_rank,
-            lora_alpha=training.lora_scale_alpha,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
         with quiet_peft():
-            learned = get_peft_model(model, lora)
+            learned = get_peft_model(model, lora_config(training))
     budget = training.token_budget
     step_sec = pure_sec = 0.0
     for m in chosen:

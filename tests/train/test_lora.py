@@ -20,8 +20,9 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import quiet_peft
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
+from osmosis_ai.train.export import export_merged
 from osmosis_ai.train.grpo import GrpoConfig, policy_logprobs, train_step
-from osmosis_ai.train.learner import Learner
+from osmosis_ai.train.learner import Learner, lora_config
 from tests.train.test_runner import OSMOSIS, _lines, _run, _train_here, _workspace
 
 CPU = torch.device("cpu")
@@ -221,6 +222,10 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
     config.write_text(config.read_text().replace("lora_rank = 4", "lora_rank = 8"))
     with pytest.raises(ConfigError, match="is a LoRA checkpoint of rank 4, but training"):
         await _train_here(config)
+    # So is another alpha (the default is twice the rank: 8).
+    config.write_text(config.read_text().replace("lora_rank = 8", "lora_rank = 4\nlora_alpha = 16"))
+    with pytest.raises(ConfigError, match=r"trained with training.lora_alpha = 8(\.0)?, but the"):
+        await _train_here(config)
 
     # Evaluate the checkpoint: the base model with the adapter.
     process = await asyncio.create_subprocess_exec(
@@ -296,3 +301,28 @@ async def test_a_full_checkpoint_is_exported_as_its_weights(
     code, text = await _osmosis(tmp_path, "train", "export", "nope", "--merged", str(out / "x"))
     assert code == 2 and "no training run 'nope' with checkpoints" in text, text
     assert text.strip().count("\n") == 0, "one line"
+
+
+def test_a_bf16_base_model_exports_merged_in_bf16(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from peft import get_peft_model
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_dir = tmp_path / "bf16-base"
+    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    model.to(torch.bfloat16).save_pretrained(str(base_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir), local_files_only=True)
+    tokenizer.save_pretrained(str(base_dir))
+    training = TrainingConfig(lora_rank=4)
+    with quiet_peft():
+        adapter = get_peft_model(model.float(), lora_config(training))
+    adapter.peft_config["default"].base_model_name_or_path = str(base_dir)
+    checkpoint = tmp_path / "adapter"
+    adapter.save_pretrained(str(checkpoint))
+    tokenizer.save_pretrained(str(checkpoint))
+
+    exported = export_merged(checkpoint, tmp_path / "merged")
+    assert exported.merged_adapter
+    with safe_open(str(exported.directory / "model.safetensors"), "pt") as weights:
+        dtypes = {weights.get_slice(name).get_dtype() for name in weights.keys()}  # noqa: SIM118
+    assert dtypes == {"BF16"}, "merged in fp32, saved in the base model's dtype"

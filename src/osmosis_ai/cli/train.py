@@ -173,7 +173,7 @@ def export_command(
     ),
 ) -> None:
     """Write a checkpoint as a HuggingFace model directory (a LoRA adapter merged into its base)."""
-    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.errors import OsmosisError
     from osmosis_ai.train.export import export_merged, find_checkpoint
 
     silence_tqdm()
@@ -181,7 +181,7 @@ def export_command(
     try:
         checkpoint = find_checkpoint(run, step, workspace=Path.cwd())
         exported = export_merged(checkpoint, merged)
-    except ConfigError as exc:
+    except (OsmosisError, OSError) as exc:  # OSError: a full disk, a directory not writable
         raise error_exit(str(exc)) from None
     what = "LoRA adapter merged into its base" if exported.merged_adapter else "full weights"
     console.print(f"exported {checkpoint.name} ({what}) to {exported.directory}")

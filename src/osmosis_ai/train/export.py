@@ -7,14 +7,21 @@ result holds ``config.json``, the weights and the tokenizer, and loads with tran
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import check_model_dir, is_adapter_dir, load_model_dir
-from osmosis_ai.train.learner import quiet_transformers
+from osmosis_ai.gateway.policies._hf_dir import (
+    adapter_base,
+    check_model_dir,
+    is_adapter_dir,
+    load_model_dir,
+)
+from osmosis_ai.train.learner import checkpoint_steps, quiet_transformers
 
 __all__ = ["Exported", "export_merged", "find_checkpoint"]
 
@@ -50,16 +57,16 @@ def find_checkpoint(run: str, step: int | None, *, workspace: Path) -> Path:
             f"run in {named.parent}; give the run's directory or its name from the workspace"
         )
     checkpoints = run_dir / "checkpoints"
-    kept = sorted(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-[0-9]*"))
+    kept = checkpoint_steps(checkpoints)
     if step is None:
         latest = checkpoints / "latest"
         if latest.is_dir():
             return latest.resolve()
         if not kept:
             raise ConfigError(f"run {str(run_dir)!r} has no checkpoint yet")
-        step = kept[-1]
-    directory = checkpoints / f"step-{step:04d}"
-    if not directory.is_dir():
+        step = max(kept)
+    directory = kept.get(step)
+    if directory is None or not directory.is_dir():
         steps = ", ".join(map(str, kept)) or "none"
         raise ConfigError(
             f"run {str(run_dir)!r} has no checkpoint of step {step}; it keeps step(s) {steps} "
@@ -100,9 +107,13 @@ def export_merged(checkpoint: Path, out: Path) -> Exported:
 
 
 def _merge(checkpoint: Path, into: Path) -> None:
+    """Merge in fp32, then save in the base model's own dtype (a bf16 base stays bf16)."""
+    stated = _stated_dtype(adapter_base(checkpoint))
     try:
         with quiet_transformers():
             model, tokenizer = load_model_dir(checkpoint, feature=_FEATURE)
+            if stated is not None:
+                model = model.to(stated)
             model.save_pretrained(str(into))
             tokenizer.save_pretrained(str(into))
     except (ConfigError, ModuleNotFoundError):
@@ -112,3 +123,17 @@ def _merge(checkpoint: Path, into: Path) -> None:
             f"could not merge the LoRA checkpoint {str(checkpoint)!r} into its base model: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def _stated_dtype(model_dir: Path) -> Any:
+    """The half-precision torch dtype ``model_dir``'s config.json states, else ``None``."""
+    try:
+        stated = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = (stated.get("dtype") or stated.get("torch_dtype")) if isinstance(stated, dict) else None
+    if name not in ("bfloat16", "float16"):
+        return None
+    import torch
+
+    return getattr(torch, name)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import random
 import shutil
@@ -30,16 +29,16 @@ from typing import Any, TypeVar
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import (
-    ADAPTER_CONFIG,
     import_peft,
     is_adapter_dir,
     load_model_dir,
     quiet_peft,
+    read_adapter_config,
 )
 from osmosis_ai.gateway.policies._torch_device import update_in_bf16
-from osmosis_ai.train.config import TrainConfig
+from osmosis_ai.train.config import TrainConfig, TrainingConfig
 
-__all__ = ["Learner", "quiet_transformers"]
+__all__ = ["Learner", "checkpoint_steps", "lora_config", "quiet_transformers"]
 
 _FEATURE = "osmosis train"
 T = TypeVar("T")
@@ -106,15 +105,35 @@ class Learner:
         return hasattr(self.model, "peft_config")
 
     @classmethod
-    def build(cls, config: TrainConfig, source: Path, base_dir: Path, device: Any) -> Learner:
+    async def load(cls, config: TrainConfig, source: Path, base_dir: Path, device: Any) -> Learner:
+        """`build` on a new thread that the learner then owns, so that the weights are
+        allocated where every later torch op on them runs."""
+        thread = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
+        build = functools.partial(cls.build, config, source, base_dir, device, thread=thread)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(thread, build)
+        except BaseException:
+            thread.shutdown(wait=False)
+            raise
+
+    @classmethod
+    def build(
+        cls,
+        config: TrainConfig,
+        source: Path,
+        base_dir: Path,
+        device: Any,
+        *,
+        thread: ThreadPoolExecutor | None = None,
+    ) -> Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
-        training (blocking)."""
+        training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
         from osmosis_ai.train.grpo import GrpoConfig
         from osmosis_ai.train.schedule import adamw, warmup_schedule
 
         training = config.training
         if source != base_dir:
-            _check_resumable(source, training.lora_rank)
+            _check_resumable(source, training)
         with quiet_transformers():
             if training.lora_rank:
                 model, tokenizer = _lora_model(config, source, base_dir, device)
@@ -139,7 +158,8 @@ class Learner:
             micro_batch_tokens=training.token_budget,
             bf16=update_in_bf16(device, training.precision, key="training.precision"),
         )
-        return cls(model, tokenizer, optimizer, scheduler, reference, grpo, device)
+        parts = (model, tokenizer, optimizer, scheduler, reference, grpo, device)
+        return cls(*parts) if thread is None else cls(*parts, thread=thread)
 
     def save(self, directory: Path, step: int) -> None:
         """Write a checkpoint into ``directory`` whole: a temp dir renamed into place."""
@@ -179,23 +199,69 @@ class Learner:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
 
 
-def _check_resumable(checkpoint: Path, lora_rank: int) -> None:
-    """Refuse to resume a checkpoint of another kind (full or LoRA) or rank than the config
-    says, which would otherwise train something else than either.
+def checkpoint_steps(checkpoints: Path) -> dict[int, Path]:
+    """The ``step-NNNN`` checkpoint directories in ``checkpoints``, by step, oldest first."""
+    found = {
+        int(path.name.removeprefix("step-")): path
+        for path in checkpoints.glob("step-[0-9]*")
+        if path.name.removeprefix("step-").isdigit()
+    }
+    return dict(sorted(found.items()))
+
+
+def _check_resumable(checkpoint: Path, training: TrainingConfig) -> None:
+    """Refuse to resume a checkpoint of another kind (full or LoRA) or adapter shape than
+    the config says, which would otherwise train something else than either.
 
     Raises:
-        ConfigError: The checkpoint and ``lora_rank`` disagree.
+        ConfigError: The checkpoint and the config disagree; the message names the setting.
     """
-    rank = 0
-    if is_adapter_dir(checkpoint):
-        stated = json.loads((checkpoint / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-        rank = int(stated.get("r") or 0)
-    if rank != lora_rank:
+    stated = read_adapter_config(checkpoint) if is_adapter_dir(checkpoint) else {}
+    rank = int(stated.get("r") or 0)
+    if rank != training.lora_rank:
         kind = f"a LoRA checkpoint of rank {rank}" if rank else "a full fine-tuning checkpoint"
         raise ConfigError(
-            f"{checkpoint} is {kind}, but training.lora_rank is {lora_rank}; set lora_rank "
-            f"back to {rank} to resume the run, or start over with --fresh"
+            f"{checkpoint} is {kind}, but training.lora_rank is {training.lora_rank}; set "
+            f"lora_rank back to {rank} to resume the run, or start over with --fresh"
         )
+    if not rank:
+        return
+    saved: dict[str, Any] = {
+        "lora_alpha": stated.get("lora_alpha"),
+        "lora_dropout": stated.get("lora_dropout"),
+    }
+    wanted: dict[str, Any] = {
+        "lora_alpha": training.lora_scale_alpha,
+        "lora_dropout": training.lora_dropout,
+    }
+    # peft saves "all-linear" as the layer names it found, so only a list compares.
+    if not isinstance(training.lora_target_modules, str):
+        saved["lora_target_modules"] = sorted(stated.get("target_modules") or [])
+        wanted["lora_target_modules"] = sorted(training.lora_target_modules)
+    for key, value in wanted.items():
+        if saved[key] != value:
+            raise ConfigError(
+                f"{checkpoint} was trained with training.{key} = {saved[key]!r}, but the config "
+                f"says {value!r}; set it back to resume the run, or start over with --fresh"
+            )
+
+
+def lora_config(training: TrainingConfig) -> Any:
+    """The peft `LoraConfig` of ``training``'s LoRA settings.
+
+    Raises:
+        MissingExtraError: peft is not installed.
+    """
+    peft = import_peft(_FEATURE)
+    target = training.lora_target_modules
+    return peft.LoraConfig(
+        r=training.lora_rank,
+        lora_alpha=training.lora_scale_alpha,
+        lora_dropout=training.lora_dropout,
+        target_modules=target if isinstance(target, str) else list(target),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def _lora_model(config: TrainConfig, source: Path, base_dir: Path, device: Any) -> tuple[Any, Any]:
@@ -208,16 +274,7 @@ def _lora_model(config: TrainConfig, source: Path, base_dir: Path, device: Any) 
         if is_adapter_dir(source):
             model = peft.PeftModel.from_pretrained(base, str(source), is_trainable=True)
         else:
-            target = training.lora_target_modules
-            lora = peft.LoraConfig(
-                r=training.lora_rank,
-                lora_alpha=training.lora_scale_alpha,
-                lora_dropout=training.lora_dropout,
-                target_modules=target if isinstance(target, str) else list(target),
-                bias="none",
-                task_type="CAUSAL_LM",
-            )
-            model = peft.get_peft_model(base, lora)
+            model = peft.get_peft_model(base, lora_config(training))
     # Checkpoints name the base directory, so `torch:<checkpoint>` finds it again.
     model.peft_config["default"].base_model_name_or_path = str(base_dir)
     return model.eval(), tokenizer

@@ -58,7 +58,7 @@ from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, par
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
-from osmosis_ai.train.learner import Learner, quiet_transformers
+from osmosis_ai.train.learner import Learner, checkpoint_steps, quiet_transformers
 from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
@@ -456,6 +456,9 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         # No model call runs while the optimizer changes the weights the engine serves.
         async with run.engine.updating(version=step) as update:
             try:
+                # Generation's freed buffers go before the update allocates (and the update's
+                # after it, below), so neither phase holds memory only the other could reuse.
+                await learner.run(_return_freed_memory, learner.device)
                 metrics = await learner.run(
                     train_step,
                     learner.model,
@@ -552,7 +555,7 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     config = await asyncio.to_thread(load_train_config, options.config_path)
     # Before anything loads: a device that is not there is the config's error.
     device = await asyncio.to_thread(
-        resolve_device, config.training.device, key="[training] device"
+        resolve_device, config.training.device, key="[training] device", feature=_FEATURE
     )
     name = check_run_name(options.name or options.config_path.stem)
     output_root = config.workspace / ".osmosis" / "train"
@@ -597,7 +600,7 @@ async def _train(
     )
     base = await asyncio.to_thread(_resolve_quietly, config.model)
     source = _checkpoint_dir(run_dir, start) if start else base
-    learner = await asyncio.to_thread(Learner.build, config, source, base, device)
+    learner = await Learner.load(config, source, base, device)
     try:
         # Also before the first checkpoint: steps applied but not checkpointed run again.
         await asyncio.to_thread(_rewind, run_dir, start)
@@ -705,7 +708,10 @@ async def _loop(
             metrics = await _step(run, learner, train_rows, step)
         except (NonFiniteStepError, TrainingStopped) as exc:
             last = _last_checkpoint(await asyncio.to_thread(_read_lines, run_dir / "events.jsonl"))
-            reason = f"{exc}; step {step} was not applied, the last checkpoint is step {last}"
+            # Redacted: an error from the rollout server or a workflow may quote a secret.
+            reason = run.redactor.text(
+                f"{exc}; step {step} was not applied, the last checkpoint is step {last}"
+            )
             await asyncio.to_thread(
                 _append,
                 run_dir / "events.jsonl",
@@ -744,7 +750,7 @@ def _checkpoint(learner: Learner, run_dir: Path, step: int, keep: int) -> None:
     temp.symlink_to(directory.name, target_is_directory=True)
     os.replace(temp, latest)
     # Directories of later steps are leftovers of steps a resume ran again: never kept.
-    kept = sorted(p for p in directory.parent.glob("step-*") if p.name <= directory.name)[-keep:]
+    kept = [p for n, p in checkpoint_steps(directory.parent).items() if n <= step][-keep:]
     for old in directory.parent.iterdir():
         if old not in (*kept, latest):
             shutil.rmtree(old, ignore_errors=True)

@@ -93,11 +93,11 @@ def is_adapter_dir(path: Path) -> bool:
     return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()
 
 
-def adapter_base(path: Path) -> Path:
-    """The base model directory the LoRA adapter in ``path`` was trained on, checked.
+def read_adapter_config(path: Path) -> dict[str, Any]:
+    """The ``adapter_config.json`` of the LoRA checkpoint in ``path``.
 
     Raises:
-        ConfigError: The adapter names no base directory, or one that is not here.
+        ConfigError: It cannot be read, or is not a JSON object.
     """
     try:
         stated = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
@@ -105,7 +105,18 @@ def adapter_base(path: Path) -> Path:
         raise ConfigError(
             f"LoRA checkpoint {str(path)!r}: {ADAPTER_CONFIG} is unreadable ({exc})"
         ) from None
-    base = stated.get("base_model_name_or_path") if isinstance(stated, dict) else None
+    if not isinstance(stated, dict):
+        raise ConfigError(f"LoRA checkpoint {str(path)!r}: {ADAPTER_CONFIG} is not an object")
+    return stated
+
+
+def adapter_base(path: Path) -> Path:
+    """The base model directory the LoRA adapter in ``path`` was trained on, checked.
+
+    Raises:
+        ConfigError: The adapter names no base directory, or one that is not here.
+    """
+    base = read_adapter_config(path).get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise ConfigError(
             f"LoRA checkpoint {str(path)!r}: {ADAPTER_CONFIG} names no base_model_name_or_path"

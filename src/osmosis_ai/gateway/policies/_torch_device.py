@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
+from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
 
 __all__ = [
@@ -43,15 +44,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def resolve_device(setting: str, *, key: str = "device") -> Any:
+def resolve_device(setting: str, *, key: str = "device", feature: str = "A torch device") -> Any:
     """The `torch.device` ``setting`` names: ``auto`` (CUDA when torch sees a GPU, else the
     CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
 
     Raises:
         ConfigError: The setting is not one of those, or names a device torch does not see;
             the message names ``key`` and what torch sees.
+        MissingExtraError: torch is not installed (the message names ``feature``).
     """
-    import torch
+    torch = import_optional("torch", extra="train", feature=feature)
 
     if not DEVICE_SETTING.fullmatch(setting):
         raise ConfigError(
@@ -100,7 +102,9 @@ def update_in_bf16(device: Any, precision: Precision, *, key: str = "precision")
     if device.type == "cuda":
         import torch
 
-        supported = bool(torch.cuda.is_bf16_supported())
+        # Not torch.cuda.is_bf16_supported(): it counts emulated bf16 (slow on V100, T4)
+        # and asks about the current GPU rather than this one.
+        supported = torch.cuda.get_device_capability(device)[0] >= 8
         if precision == "bf16" and not supported:
             raise ConfigError(
                 f'{key} = "bf16" but {device} does not compute bf16 (it needs compute '

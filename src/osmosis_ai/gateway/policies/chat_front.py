@@ -177,8 +177,9 @@ class PreparedCall:
 class ChatFront:
     """A model's chat side: its template, tokenizer and tool plan (blocking CPU work).
 
-    Its methods use the tokenizer, so call them from one thread at a time (an engine
-    policy keeps one thread for them), never on the event loop unless they are short.
+    Its methods are blocking: keep all but short ones off the event loop (an engine policy
+    runs them on a thread of its own). They only read the tokenizer (every encode uses the
+    same settings, so the fast tokenizer is never reconfigured), so threads may share it.
 
     Args:
         tokenizer: The model's Hugging Face tokenizer (with its chat template).

@@ -26,8 +26,8 @@ class EnginePolicy(Policy):
     """Answers chat completions with ``front`` and ``engine``.
 
     The front's work (templating, tokenising, parsing) runs on one thread of its own, never
-    on the event loop, so the tokenizer is never used by two threads at once. Answers are
-    whole: a stream is the answer's chunks once it is generated.
+    on the event loop. Answers are whole: a stream is the answer's chunks once it is
+    generated.
 
     A subclass that loads its model in `start` passes neither part here and gives both to
     ``_attach`` before calling ``EnginePolicy.start``.
@@ -68,8 +68,11 @@ class EnginePolicy(Policy):
 
     def _loaded(self) -> tuple[ChatFront, TokenEngine]:
         if self._parts is None:
-            raise PolicyError(f"the {self.kind or 'engine'} policy is not started", status_code=503)
+            raise self._not_started()
         return self._parts
+
+    def _not_started(self) -> PolicyError:
+        return PolicyError(f"the {self.kind or 'engine'} policy is not started", status_code=503)
 
     async def start(self) -> None:
         """Start the engine."""
@@ -86,7 +89,7 @@ class EnginePolicy(Policy):
     async def complete(self, request: ChatRequest) -> dict[str, Any]:
         """One ``chat.completion`` with token ids, logprobs and the weight version."""
         if not self._started:
-            raise PolicyError(f"the {self.kind or 'engine'} policy is not started", status_code=503)
+            raise self._not_started()
         front, engine = self._loaded()
         loop = asyncio.get_running_loop()
         call = await loop.run_in_executor(

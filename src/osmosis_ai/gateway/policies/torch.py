@@ -9,6 +9,7 @@ from typing import Any
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import check_model_dir, load_model_dir
+from osmosis_ai.gateway.policies._torch_device import resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.engines.torch import TorchEngine
@@ -98,6 +99,5 @@ class TorchPolicy(EnginePolicy):
         await super().start()
 
     def _load(self, directory: Path) -> tuple[Any, Any]:
-        from osmosis_ai.gateway.policies._torch_device import resolve_device
-
-        return load_model_dir(directory, feature=_FEATURE, device=resolve_device(self.device))
+        device = resolve_device(self.device, feature=_FEATURE)
+        return load_model_dir(directory, feature=_FEATURE, device=device)

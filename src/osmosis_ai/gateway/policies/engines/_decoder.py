@@ -19,11 +19,11 @@ import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from osmosis_ai.gateway.policies.engines.base import Sampling
 
-__all__ = ["Decoder", "GenerationJob", "generate"]
+__all__ = ["Decoder", "GenerationJob", "mask_kernel"]
 
 
 @dataclass(slots=True)
@@ -136,15 +136,12 @@ class Decoder:
             bitmask = xgrammar.allocate_token_bitmask(len(rows), self._vocab)
             for index in constrained:
                 rows[index].matcher.fill_next_token_bitmask(bitmask, index)
-            # xgrammar's CUDA default is a Triton kernel (Triton is not installed: its
-            # metadata pulls a GPU compiler); its plain-torch kernel runs on every device.
-            on_cpu = logits.device.type == "cpu"
             xgrammar.apply_token_bitmask_inplace(
                 logits,
-                bitmask if on_cpu else bitmask.to(logits.device),
+                bitmask.to(logits.device),
                 vocab_size=self._vocab,
                 indices=constrained,
-                backend="cpu" if on_cpu else "torch_native",
+                backend=mask_kernel(logits.device.type),
             )
         tokens = torch.empty((len(rows), 1), dtype=torch.long)  # filled on the CPU
         finished = []
@@ -200,23 +197,14 @@ class Decoder:
         return done
 
 
-def generate(
-    torch: Any,
-    model: Any,
-    jobs: list[GenerationJob],
-    *,
-    stop_token_ids: Collection[int],
-    pad_id: int,
-    decode: Callable[[list[int]], str],
-) -> None:
-    """Generate every job's completion, all started together (blocking; fills the jobs)."""
-    decoder = Decoder(torch, model, stop_token_ids=stop_token_ids, pad_id=pad_id, decode=decode)
-    decoder.admit(jobs)
-    # Every row ends by max_tokens at the latest.
-    for _ in range(max(job.sampling.max_tokens for job in jobs)):
-        if not decoder.size:
-            break
-        decoder.step()
+def mask_kernel(device_type: str) -> Literal["cpu", "torch_native"]:
+    """xgrammar's token-bitmask kernel for logits on ``device_type``.
+
+    Off the CPU, xgrammar's default is a Triton kernel (Triton is not installed: its
+    metadata pulls a GPU compiler), so there it is the plain-torch kernel, which runs on
+    every device.
+    """
+    return "cpu" if device_type == "cpu" else "torch_native"
 
 
 def _xgrammar() -> Any:

@@ -24,13 +24,13 @@ from osmosis_ai.gateway.policies.engines.base import (
     TokenEngine,
 )
 
-__all__ = ["TorchEngine", "stop_token_ids"]
+__all__ = ["TorchEngine"]
 
 T = TypeVar("T")
 _FEATURE = "The torch engine's JSON grammar (tool calls, response_format)"
 
 
-def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     """The ids that end a completion: the tokenizer's EOS and the generation config's."""
     stated = getattr(model.generation_config, "eos_token_id", None)
     ids = {tokenizer.eos_token_id, *(stated if isinstance(stated, list | tuple) else [stated])}
@@ -117,7 +117,7 @@ class TorchEngine(TokenEngine):
         #: How many times each number of calls joined generation together (tests, metrics).
         self.batch_sizes: Counter[int] = Counter()
         self.busy_sec = 0.0
-        self._stop_ids = stop_token_ids(model, tokenizer)
+        self._stop_ids = _stop_token_ids(model, tokenizer)
         self._torch: Any = None
         self._compiler: Any = None
         # Calls not yet generating; the worker thread takes them between decoding steps.
@@ -138,7 +138,7 @@ class TorchEngine(TokenEngine):
         return len(self._inbox)
 
     async def start(self) -> None:
-        """Start the batching loop (torch is imported on the worker thread)."""
+        """Start the batching loop."""
         if self._dispatcher is not None:
             return
         self._torch = importlib.import_module("torch")  # loaded already: the model is torch's
@@ -238,6 +238,8 @@ class TorchEngine(TokenEngine):
                 started = time.perf_counter()
                 await self._run(functools.partial(self._serve, loop, self.version))
                 self.busy_sec += time.perf_counter() - started
+            if self._inbox:  # calls left waiting when a batch failed: serve them now
+                self._arrived.set()
 
     def _serve(self, loop: asyncio.AbstractEventLoop, version: int) -> None:
         """Generate until no call is running and none may join (worker thread).
