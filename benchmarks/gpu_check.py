@@ -21,8 +21,14 @@ initial weights, in fp32 and under bf16 autocast.
     python benchmarks/gpu_check.py --shape qwen2.5-1.5b --steps 5
     python benchmarks/gpu_check.py --model ~/models/Qwen2.5-0.5B-Instruct
     python benchmarks/gpu_check.py --device cpu --set num_hidden_layers=2 --steps 1
+    python benchmarks/gpu_check.py --engine vllm --vllm-python /opt/vllm/bin/python
 
-It exits 1 when a mode fails or the fp32 logprobs differ by more than 1e-3.
+``--engine vllm`` generates with a vLLM server (``--vllm-python``: the interpreter that has
+it; ``--vllm-dtype float32`` by default, so the logprob check stays exact; ``bfloat16`` for
+its real speed) and adds the weight sync to the step split.
+
+It exits 1 when a mode fails or the fp32 logprobs differ by more than 1e-3 (with the torch
+engine, or vLLM in float32).
 """
 
 from __future__ import annotations
@@ -113,6 +119,20 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--save-tokenizer", type=Path, help="only write the tokenizer there")
+    parser.add_argument(
+        "--engine", choices=("torch", "vllm"), default="torch", help="what generates the rollouts"
+    )
+    parser.add_argument(
+        "--vllm-python", default=sys.executable, help="the interpreter with vLLM (--engine vllm)"
+    )
+    parser.add_argument(
+        "--vllm-dtype",
+        default="float32",
+        help="vLLM's dtype; float32 keeps the logprob check exact, bfloat16 is the fast one",
+    )
+    parser.add_argument(
+        "--vllm-arg", action="append", default=[], help="an extra vLLM server flag (repeatable)"
+    )
     return parser.parse_args()
 
 
@@ -155,8 +175,8 @@ def _override(item: str) -> tuple[str, Any]:
 def _model_dir(args: argparse.Namespace, tokenizer_dir: Path, scratch: Path) -> Path:
     if args.model is not None:
         return Path(args.model)
+    from osmosis_ai.gateway.policies._hf_dir import quiet_transformers
     from osmosis_ai.testing.model_shapes import write_random_model
-    from osmosis_ai.train.learner import quiet_transformers
 
     overrides = dict(args.set)
     shape = args.config if args.config is not None else args.shape
@@ -196,10 +216,21 @@ def _workspace(root: Path, args: argparse.Namespace, model_dir: Path) -> Path:
                 checkpoint_every = {args.steps}
                 learning_rate = {1e-4 if mode == "lora" else 1e-5}
                 token_budget = 8192
+                engine = "{args.engine}"
                 {f"lora_rank = {args.lora_rank}" if mode == "lora" else ""}
             """)
+            + (_vllm_table(args) if args.engine == "vllm" else "")
         )
     return root
+
+
+def _vllm_table(args: argparse.Namespace) -> str:
+    """The ``[vllm]`` section: the server of ``--engine vllm`` (a small KV cache on the CPU)."""
+    env = '{ VLLM_CPU_KVCACHE_SPACE = "1" }' if args.device == "cpu" else "{}"
+    return (
+        f"[vllm]\npython = {json.dumps(args.vllm_python)}\ndtype = {json.dumps(args.vllm_dtype)}\n"
+        f"args = {json.dumps(args.vllm_arg)}\nenv = {env}\n"
+    )
 
 
 def _records(run_dir: Path) -> list[tuple[list[int], list[int], list[float]]]:
@@ -222,7 +253,7 @@ def _records(run_dir: Path) -> list[tuple[list[int], list[int], list[float]]]:
 
 
 def _figures(
-    metrics: list[dict[str, Any]], deltas: tuple[float, float], cuda: bool
+    metrics: list[dict[str, Any]], deltas: tuple[float, float], cuda: bool, exact: bool
 ) -> list[Figure]:
     # The first step warms up (kernels, allocator): the figures leave it out when there are more.
     steady = metrics[1:] or metrics
@@ -237,9 +268,16 @@ def _figures(
     memory = "peak_gpu_memory_gb" if cuda else "peak_rss_gb"
     memory_name = "GPU memory allocated" if cuda else "RSS (whole process)"
     return [
+        # A vLLM server does not say how long it was busy: its rate is over the rollouts.
         Figure(
             "generation: completion tokens / engine busy s",
             rate("tokens_generated", "policy_busy_sec"),
+            "tok/s",
+        )
+        if median("policy_busy_sec")
+        else Figure(
+            "generation: completion tokens / rollout s",
+            rate("tokens_generated", "generation_sec"),
             "tok/s",
         ),
         Figure(
@@ -251,12 +289,18 @@ def _figures(
         ),
         Figure("step time: sequences", median("sequences_sec"), "s", digits=3),
         Figure("step time: update", median("update_sec"), "s", digits=2),
+        Figure("step time: of which the weight sync", median("weight_sync_sec"), "s", digits=2),
+        Figure(
+            "engine_mismatch_kl (mean)",
+            1e3 * statistics.fmean(float(m.get("engine_mismatch_kl") or 0) for m in steady),
+            "e-3",
+        ),  # fmt: skip
         Figure(f"peak {memory_name}", max(m[memory] for m in metrics), "GB", digits=2),
         Figure(
             "recorded vs teacher-forced logprobs, fp32: max |delta|",
             deltas[0] * 1e6,
             "e-6",
-            target=FP32_TOLERANCE * 1e6,
+            target=FP32_TOLERANCE * 1e6 if exact else None,
         ),
         Figure("the same, teacher-forced under bf16 autocast", deltas[1] * 1e3, "e-3"),
     ]
@@ -291,9 +335,8 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
     import torch
     import transformers
 
-    from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+    from osmosis_ai.gateway.policies._hf_dir import load_model_dir, quiet_transformers
     from osmosis_ai.gateway.policies._torch_device import resolve_device
-    from osmosis_ai.train.learner import quiet_transformers
     from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
 
     device = resolve_device(args.device, key="--device")
@@ -328,8 +371,10 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
         metrics = [json.loads(line) for line in lines]
         deltas = await asyncio.to_thread(teacher_forced_deltas, model, _records(run_dir))
         title = f"{mode}: {len(metrics)} steps of {args.prompts} x {args.group_size} rollouts"
-        print_table(title, _figures(metrics, deltas, device.type == "cuda"))
-        ok = ok and deltas[0] <= FP32_TOLERANCE
+        # vLLM in half precision samples from another distribution than the fp32 pass.
+        exact = args.engine == "torch" or args.vllm_dtype == "float32"
+        print_table(title, _figures(metrics, deltas, device.type == "cuda", exact))
+        ok = ok and (deltas[0] <= FP32_TOLERANCE or not exact)
     return ok
 
 

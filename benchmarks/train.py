@@ -3,9 +3,10 @@
 
 Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
 ``--minutes`` sets the training budget; ``--lora-rank 16 --learning-rate 5e-4`` trains a LoRA
-adapter instead of every weight). Needs the ``train`` extra. torch's two threads
-work in lock step, so any other busy process stretches every forward pass: the overhead
-figure is only meaningful on an idle machine.
+adapter instead of every weight; ``--engine vllm`` generates with a vLLM server from
+``.venv-vllm``, ``make install-vllm``, and skips the replay, which is the torch engine's).
+Needs the ``train`` extra. torch's two threads work in lock step, so any other busy process
+stretches every forward pass: the overhead figure is only meaningful on an idle machine.
 
 1. `TorchPolicy` behind a real gateway over HTTP: completion tokens/s of 8 concurrent calls
    (and of one), and the recorded logprobs against a teacher-forced pass of the same weights
@@ -44,6 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "calculator"
 CONFIG = Path("configs") / "training" / "calculator.toml"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+#: ``make install-vllm``'s environment, and the server settings of this 2-core CPU.
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_TABLE = (
+    '[vllm]\npython = "{python}"\ndtype = "bfloat16"\nmax_model_len = 4096\n'
+    'args = ["--enforce-eager"]\nenv = {{ VLLM_CPU_KVCACHE_SPACE = "2" }}\n'
+)
 CONCURRENT = 8
 REPLAYED_STEPS = 3
 
@@ -116,15 +123,17 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
     ]
 
 
-def _train(workspace: Path, settings: dict[str, str]) -> tuple[Path, float, float]:
+def _train(
+    workspace: Path, settings: dict[str, str], tables: str = ""
+) -> tuple[Path, float, float]:
     """``osmosis train run`` with the config's ``[training]`` keys replaced by ``settings``
-    (TOML values); returns the run dir, wall time, peak RSS."""
+    (TOML values) and ``tables`` appended; returns the run dir, wall time, peak RSS."""
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     config = workspace / CONFIG
     lines = [x for x in config.read_text().splitlines() if x.split("=")[0].strip() not in settings]
     at = lines.index("[training]") + 1
     lines[at:at] = [f"{key} = {value}" for key, value in settings.items()]
-    config.write_text("\n".join(lines) + "\n")
+    config.write_text("\n".join(lines) + "\n" + tables)
     started = time.perf_counter()
     process = subprocess.Popen(
         [OSMOSIS, "train", "run", str(CONFIG), "--name", "bench"],
@@ -143,6 +152,32 @@ def _train(workspace: Path, settings: dict[str, str]) -> tuple[Path, float, floa
     # The trainer is the largest process of the run; ru_maxrss is in KiB on Linux.
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 / 1024
     return workspace / ".osmosis" / "train" / "bench", wall, peak
+
+
+def _engine_figures(metrics: list[dict[str, Any]]) -> list[Figure]:
+    """Completion tokens/s of the steps' rollouts and the weight push's share of a step."""
+    from osmosis_ai.train.runner import step_seconds
+
+    rates = [m["tokens_per_sec"] for m in metrics if m.get("tokens_per_sec")]
+    applied = [m for m in metrics if m.get("loss") is not None]
+    sync = sum(m.get("weight_sync_sec") or 0.0 for m in applied)
+    mismatch = [m["engine_mismatch_kl"] for m in applied if m.get("engine_mismatch_kl") is not None]
+    return [
+        Figure("completion tokens/s in the rollout phase (median)", _median(rates), "tok/s"),
+        Figure("weight sync per applied step (mean)", sync / max(1, len(applied)), "s"),
+        Figure(
+            "weight sync / step time (applied steps)",
+            100 * sync / max(1e-9, sum(map(step_seconds, applied))),
+            "%",
+        ),
+        Figure(
+            "engine_mismatch_kl (mean)", statistics.fmean(mismatch) * 1e3 if mismatch else 0, "e-3"
+        ),
+    ]
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
 
 
 def _mean_update(metrics: list[dict[str, Any]]) -> float:
@@ -319,12 +354,22 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=15.0, help="training budget (max_minutes)")
     parser.add_argument("--lora-rank", type=int, default=0, help="train a LoRA adapter (0: full)")
     parser.add_argument("--learning-rate", type=float, help="instead of the config's")
+    parser.add_argument(
+        "--engine", choices=("torch", "vllm"), default="torch", help="what generates the rollouts"
+    )
+    parser.add_argument(
+        "--vllm-python", default=str(VLLM_PYTHON), help="the interpreter with vLLM (--engine vllm)"
+    )
+    parser.add_argument("--tis-cap", type=float, help="truncated importance sampling cap")
     args = parser.parse_args()
-    settings = {"max_minutes": f"{args.minutes}"}
+    settings = {"max_minutes": f"{args.minutes}", "engine": f'"{args.engine}"'}
     if args.lora_rank:
         settings["lora_rank"] = str(args.lora_rank)
     if args.learning_rate:
         settings["learning_rate"] = f"{args.learning_rate}"
+    if args.tis_cap:
+        settings["tis_cap"] = f"{args.tis_cap}"
+    tables = VLLM_TABLE.format(python=args.vllm_python) if args.engine == "vllm" else ""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from osmosis_ai.train.config import load_train_config
     from osmosis_ai.train.model import resolve_model
@@ -341,7 +386,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-train-") as tmp:
         changed = ", ".join(f"{key} = {value}" for key, value in settings.items())
         print(f"\nTraining examples/calculator ({CONFIG}, {changed}):")
-        run_dir, wall, peak = _train(Path(tmp) / "calculator", settings)
+        run_dir, wall, peak = _train(Path(tmp) / "calculator", settings, tables)
         metrics = _lines(run_dir / "metrics.jsonl")
         evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
         _print_curve(metrics, evals)
@@ -361,8 +406,10 @@ def main() -> None:
                 Figure("peak RSS of the trainer", peak, "GB", target=8),
             ],
         )
-        print("\nThe same steps without the machinery:")
-        print_table("Machinery overhead", _overhead(run_dir, model_dir, training))
+        print_table(f"Generation and weight sync ({args.engine} engine)", _engine_figures(metrics))
+        if args.engine == "torch":  # the replay generates with the torch engine's decoder
+            print("\nThe same steps without the machinery:")
+            print_table("Machinery overhead", _overhead(run_dir, model_dir, training))
 
 
 if __name__ == "__main__":

@@ -16,18 +16,23 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
 pytestmark = pytest.mark.slow
 
 
+async def run_small_check(*args: str, limit_sec: float) -> tuple[int | None, str]:
+    """The script on the CPU with 2 layers, 2 steps of 2 x 4 rollouts of 16 tokens."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(SCRIPT), "--device", "cpu", "--set", "num_hidden_layers=2",
+        "--steps", "2", "--prompts", "2", "--group-size", "4", "--max-tokens", "16", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(limit_sec):
+        out = (await process.communicate())[0].decode()
+    return process.returncode, out
+
+
 async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
     tokenizer_dir: Path,  # noqa: F811
 ) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), "--device", "cpu", "--tokenizer", str(tokenizer_dir),
-        "--set", "num_hidden_layers=2", "--steps", "2", "--prompts", "2", "--group-size", "4",
-        "--max-tokens", "16",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    async with asyncio.timeout(110):
-        out = (await process.communicate())[0].decode()
-    assert process.returncode == 0, out
+    code, out = await run_small_check("--tokenizer", str(tokenizer_dir), limit_sec=110)
+    assert code == 0, out
     assert "all checks passed" in out
     assert "model smollm2-135m" in out and "35.4M parameters" in out  # the shape, 2 layers
     for mode in ("full", "lora"):

@@ -119,6 +119,8 @@ lora_rank = 0                    # 0: train every weight; r > 0: train a LoRA ad
 # lora_dropout = 0.0             # with lora_rank: dropout on the adapter's input in the update
 # lora_target_modules = "all-linear"  # with lora_rank: the layers it wraps, or a list of names
 keep_checkpoints = 1             # how many of the newest checkpoints stay on disk
+engine = "torch"                 # what generates: the learner's model, or "vllm" (a [vllm] table)
+tis_cap = 0.0                    # > 0 (e.g. 2.0): weight tokens by the learner/engine ratio, capped
 seed = 0                         # picks the held-out rows and each step's rows
 """
 

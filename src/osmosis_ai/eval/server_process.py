@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import aiohttp
 
+from osmosis_ai._child_process import ChildProcess
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.errors import OsmosisError
 
@@ -25,9 +24,6 @@ _HEALTH_INTERVAL_SEC = 0.2
 _PORT_ATTEMPTS = 3
 # Longer than the server's own drain (10 s), cancel grace (10 s) and delivery grace (5 s).
 _STOP_GRACE_SEC = 30.0
-_TAIL_LINES = 30
-_READ_CHUNK = 65536
-_MAX_LINE = 65536
 
 
 class RolloutServerError(OsmosisError):
@@ -89,14 +85,12 @@ class RolloutServerProcess:
         self.withheld = tuple(withheld)
         self.instance_id = uuid.uuid4().hex
         self.url = ""
-        self._process: asyncio.subprocess.Process | None = None
-        self._tail: deque[str] = deque(maxlen=_TAIL_LINES)
-        self._pump: asyncio.Task[None] | None = None
+        self._child = ChildProcess(log=log, redact=redact)
 
     @property
     def pid(self) -> int | None:
         """The child's process id while it runs."""
-        return self._process.pid if self._process else None
+        return self._child.pid
 
     async def start(self, *, timeout_sec: float = 90.0) -> str:
         """Start the child and wait until it is healthy; returns its base URL.
@@ -120,11 +114,10 @@ class RolloutServerProcess:
                 if attempt == _PORT_ATTEMPTS or not self._lost_port_race():
                     raise
                 self.log(f"port taken before the rollout server bound it; retrying ({attempt})")
-                self._tail.clear()
         raise AssertionError("unreachable")
 
     def _lost_port_race(self) -> bool:
-        return self.exited and any("address already in use" in line for line in self._tail)
+        return self.exited and any("address already in use" in line for line in self._child.tail)
 
     async def _start_on_free_port(self, kept: Mapping[str, str], timeout_sec: float) -> str:
         probe = bind_socket()
@@ -137,48 +130,18 @@ class RolloutServerProcess:
             "_OSMOSIS_ROLLOUT_INSTANCE_ID": self.instance_id,
             "PYTHONUNBUFFERED": "1",
         }
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "osmosis_ai.eval._bootstrap",
-            self.entrypoint,
-            cwd=self.rollout_dir,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._pump = asyncio.get_running_loop().create_task(self._read_output())
+        argv = [sys.executable, "-m", "osmosis_ai.eval._bootstrap", self.entrypoint]
+        await self._child.spawn(argv, env=env, cwd=self.rollout_dir)
         self.url = f"http://127.0.0.1:{port}"
         await self._wait_healthy(timeout_sec)
         return self.url
 
-    async def _read_output(self) -> None:
-        # Read chunks, not lines: a line longer than the stream's limit would otherwise end
-        # the reader, the pipe would fill, and the child would block on its next print.
-        assert self._process is not None and self._process.stdout is not None
-        pending = b""
-        while chunk := await self._process.stdout.read(_READ_CHUNK):
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > _MAX_LINE:
-                lines.append(pending[:_MAX_LINE] + b" [line truncated]")
-                pending = b""
-            for raw in lines:
-                self._emit(raw)
-        if pending:
-            self._emit(pending)
-
-    def _emit(self, raw: bytes) -> None:
-        line = self.redact(raw.decode("utf-8", "replace").rstrip())
-        self._tail.append(line)
-        self.log(line)
-
     def _failure(self, why: str) -> RolloutServerError:
-        if not self._tail:
+        tail = self._child.tail
+        if not tail:
             return RolloutServerError(f"{why}; {self.entrypoint} printed nothing")
-        tail = "\n".join(self._tail)
-        return RolloutServerError(f"{why}; last output of {self.entrypoint}:\n{tail}")
+        lines = "\n".join(tail)
+        return RolloutServerError(f"{why}; last output of {self.entrypoint}:\n{lines}")
 
     async def _wait_healthy(self, timeout_sec: float) -> None:
         deadline = time.monotonic() + timeout_sec
@@ -186,7 +149,7 @@ class RolloutServerProcess:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while time.monotonic() < deadline:
                 if self.exited:
-                    await self._drain_output()
+                    await self._child.drain_output()
                     raise self._failure(self._exit_while_starting())
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                     async with http.get(f"{self.url}/health") as response:
@@ -215,25 +178,19 @@ class RolloutServerProcess:
             'port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"])); see docs/eval.md'
         )
 
-    async def _drain_output(self) -> None:
-        if self._pump is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._pump), 2)
-
     @property
     def exited(self) -> bool:
         """Whether the child has exited."""
-        return self._process is not None and self._process.returncode is not None
+        return self._child.exited
 
     @property
     def returncode(self) -> int | None:
         """The child's exit status, once it exited."""
-        return self._process.returncode if self._process else None
+        return self._child.returncode
 
     async def wait(self) -> int:
         """Wait for the child to exit (used to notice a crash during a run)."""
-        assert self._process is not None
-        return await self._process.wait()
+        return await self._child.wait()
 
     async def stop(self, *, grace_sec: float = _STOP_GRACE_SEC) -> None:
         """Cancel its rollouts, SIGTERM its process group, SIGKILL after ``grace_sec``.
@@ -241,23 +198,12 @@ class RolloutServerProcess:
         Cancelling first lets the server publish ``cancelled`` results and save files at
         once instead of waiting out its drain period.
         """
-        process = self._process
-        if process is None or process.returncode is not None:
-            await self._drain_output()
-            return
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            timeout = aiohttp.ClientTimeout(total=5)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
-                http.post(f"{self.url}/rollout/cancel", json={"all": True}),
-            ):
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), grace_sec)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-        await self._drain_output()
+        if self._child.pid is not None and not self._child.exited:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                timeout = aiohttp.ClientTimeout(total=5)
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as http,
+                    http.post(f"{self.url}/rollout/cancel", json={"all": True}),
+                ):
+                    pass
+        await self._child.terminate(grace_sec)

@@ -1,12 +1,14 @@
-"""The training TOML (``configs/training/<name>.toml``): ``[experiment]`` and ``[training]``.
+"""The training TOML (``configs/training/<name>.toml``): ``[experiment]``, ``[training]`` and
+``[vllm]``.
 
 ``[experiment]``, ``[env]`` and ``[secrets]`` are read by the validators the eval config uses;
-``[training]`` is checked here with the same line-numbered errors.
+``[training]`` and ``[vllm]`` are checked here with the same line-numbered errors.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -25,9 +27,9 @@ from osmosis_ai.eval._config_sections import (
 from osmosis_ai.eval._toml_lines import key_lines
 from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
 
-__all__ = ["TrainConfig", "TrainingConfig", "load_train_config"]
+__all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
 
-_SECTIONS = ("experiment", "training", "env", "secrets")
+_SECTIONS = ("experiment", "training", "vllm", "env", "secrets")
 _EXPERIMENT_REQUIRED = ("rollout", "entrypoint", "model", "dataset")
 _EXPERIMENT_KEYS = (*_EXPERIMENT_REQUIRED, "branch", "commit_sha")
 _INTEGERS = (
@@ -56,6 +58,7 @@ _NUMBERS = (
     "max_minutes",
     "lora_alpha",
     "lora_dropout",
+    "tis_cap",
 )
 #: Numbers where 0 is allowed (the rest must be positive).
 _NUMBERS_ZERO_OK = (
@@ -66,6 +69,7 @@ _NUMBERS_ZERO_OK = (
     "clip_high",
     "max_minutes",
     "lora_dropout",
+    "tis_cap",
 )
 #: LoRA settings other than the rank: they mean nothing for a full fine-tune.
 _LORA_OPTIONS = ("lora_alpha", "lora_dropout", "lora_target_modules")
@@ -73,6 +77,7 @@ _CHOICES = {
     "normalisation": ("token", "sequence"),
     "advantage_scale": ("std", "none"),
     "precision": ("auto", "bf16", "fp32"),
+    "engine": ("torch", "vllm"),
 }
 _TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "device", "lora_target_modules")
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
@@ -133,11 +138,40 @@ class TrainingConfig:
     attention and MLP blocks)."""
     keep_checkpoints: int = 1
     """How many of the newest checkpoints stay on disk."""
+    engine: Literal["torch", "vllm"] = "torch"
+    """What generates the rollouts: the learner's own model (``torch``) or a vLLM server
+    (``vllm``, configured by ``[vllm]``) that receives the weights after every step."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling: each policy token's loss is weighted by the learner's
+    probability over the engine's, capped at this (0: off). Corrects for an engine whose
+    logprobs differ from the learner's (vLLM in bf16)."""
 
     @property
     def lora_scale_alpha(self) -> float:
         """``lora_alpha``, or its default of twice the rank."""
         return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+
+@dataclass(frozen=True)
+class VllmConfig:
+    """The ``[vllm]`` section: the vLLM server of ``engine = "vllm"``."""
+
+    python: str = sys.executable
+    """The interpreter whose environment has vLLM (it may be another virtualenv's)."""
+    url: str = ""
+    """A vLLM server already running (with ``VLLM_SERVER_DEV_MODE=1``) to attach to instead
+    of starting one."""
+    dtype: str = "auto"
+    max_model_len: int = 0
+    """0: the model's own context length."""
+    gpu_memory_utilization: float = 0.0
+    """Share of the GPU's memory vLLM takes (0: vLLM's default, 0.9); lower it when the
+    learner shares the GPU."""
+    args: tuple[str, ...] = ()
+    """Extra server flags, e.g. ``["--enforce-eager"]``."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the server, e.g. ``VLLM_CPU_KVCACHE_SPACE = "2"``."""
+    start_timeout_sec: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +186,7 @@ class TrainConfig:
     """``embedded`` or a local HuggingFace-format directory."""
     dataset: Path
     training: TrainingConfig
+    vllm: VllmConfig = field(default_factory=VllmConfig)
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
 
@@ -188,6 +223,13 @@ def load_train_config(path: Path) -> TrainConfig:
     rollout, entrypoint = rollout_location(src, experiment, workspace)
     provenance(src, experiment)
     env = env_table(src, tables["env"])
+    training = _training(src, tables["training"])
+    if tables["vllm"] and training.engine != "vllm":
+        raise src.error(
+            ("vllm",),
+            f'[vllm] configures the vLLM engine, but training.engine is "{training.engine}"; '
+            'set engine = "vllm" in [training], or remove [vllm]',
+        )
     return TrainConfig(
         path=path,
         workspace=workspace,
@@ -195,7 +237,8 @@ def load_train_config(path: Path) -> TrainConfig:
         entrypoint=entrypoint,
         model=_model(src, experiment, workspace),
         dataset=dataset_path(src, experiment, workspace),
-        training=_training(src, tables["training"]),
+        training=training,
+        vllm=_vllm(src, tables["vllm"], workspace),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
     )
@@ -294,3 +337,59 @@ def _choice(src: ConfigSource, table: TOMLTable, key: str) -> str:
             f"training.{key} must be one of {', '.join(allowed)}, got {value!r}",
         )
     return value
+
+
+_VLLM_KEYS = (
+    "python",
+    "url",
+    "dtype",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "args",
+    "env",
+    "start_timeout_sec",
+)
+_VLLM_DTYPES = ("auto", "bfloat16", "float16", "half", "float32")
+
+
+def _vllm(src: ConfigSource, table: TOMLTable, workspace: Path) -> VllmConfig:
+    src.reject_unknown(table, "vllm", _VLLM_KEYS)
+    values: dict[str, object] = {}
+    for key in ("python", "url", "dtype"):
+        if key in table:
+            values[key] = src.string(table, "vllm", key)
+    python = values.get("python")
+    if isinstance(python, str) and os.sep in python:
+        # A relative path is the workspace's, as every path of the config is.
+        values["python"] = os.path.normpath(workspace / Path(python).expanduser())
+    url = values.get("url")
+    if isinstance(url, str) and not url.startswith(("http://", "https://")):
+        raise src.error(("vllm", "url"), f"vllm.url must be an http:// URL, got {url!r}")
+    if values.get("dtype", "auto") not in _VLLM_DTYPES:
+        raise src.error(
+            ("vllm", "dtype"),
+            f"vllm.dtype must be one of {', '.join(_VLLM_DTYPES)}, got {values['dtype']!r}",
+        )
+    if "max_model_len" in table:
+        values["max_model_len"] = src.integer(table, "vllm", "max_model_len", positive=True)
+    if "start_timeout_sec" in table:
+        values["start_timeout_sec"] = src.number(table, "vllm", "start_timeout_sec", positive=True)
+    if "gpu_memory_utilization" in table:
+        share = src.number(table, "vllm", "gpu_memory_utilization", positive=True)
+        if share > 1:
+            raise src.error(
+                ("vllm", "gpu_memory_utilization"),
+                f"vllm.gpu_memory_utilization is a share of the GPU's memory (0 to 1), got {share}",
+            )
+        values["gpu_memory_utilization"] = share
+    if "args" in table:
+        args = table["args"]
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise src.type_error("vllm", "args", args, 'an array of strings (["--enforce-eager"])')
+        values["args"] = tuple(args)
+    if "env" in table:
+        env = table["env"]
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise src.type_error("vllm", "env", env, 'a table of strings ({ NAME = "value" })')
+        values["env"] = dict(env)
+    return VllmConfig(**values)  # type: ignore[arg-type]

@@ -20,8 +20,9 @@ from osmosis_ai.gateway.policies._hf_dir import (
     check_model_dir,
     is_adapter_dir,
     load_model_dir,
+    quiet_transformers,
 )
-from osmosis_ai.train.learner import checkpoint_steps, quiet_transformers
+from osmosis_ai.train.learner import checkpoint_steps
 
 __all__ = ["Exported", "export_merged", "find_checkpoint"]
 

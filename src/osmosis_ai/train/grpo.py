@@ -76,10 +76,15 @@ class GrpoConfig:
     """Gradients are clipped to this global norm (``None``: measured, not clipped)."""
     bf16: bool = False
     """Run the forward pass under bf16 autocast (logprobs are still taken in fp32)."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling (0: off). When set, the ratio is taken against the
+    learner's own logprobs at the start of the step, and each token's loss is weighted by
+    ``min(π_learner / π_behaviour, tis_cap)``: the engine's logprobs (vLLM in bf16) need
+    not match the learner's for the gradient to be the learner's policy gradient."""
     advantage_eps: float = 1e-4
 
     def __post_init__(self) -> None:
-        for name in ("clip_low", "clip_high", "kl_beta"):
+        for name in ("clip_low", "clip_high", "kl_beta", "tis_cap"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
@@ -321,7 +326,18 @@ class LossParts:
     clipped_high: int
     """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage."""
     ratio_sum: float
+    """Sum of ``π_learner / π_behaviour`` at the start of the step."""
     kl_sum: float
+    mismatch_kl_sum: float
+    """Sum of the k3 estimate of KL(behaviour ‖ learner) at the start of the step."""
+    tis_capped: int
+    """Tokens whose importance weight was capped at ``tis_cap``."""
+
+
+def _k3(delta: torch.Tensor) -> torch.Tensor:
+    """The k3 estimate ``exp(δ) - δ - 1`` of a KL divergence, per sample, from the log-ratio
+    δ of the other distribution to the sampling one (non-negative, unbiased)."""
+    return torch.exp(delta) - delta - 1
 
 
 def grpo_loss(
@@ -332,33 +348,42 @@ def grpo_loss(
 ) -> tuple[torch.Tensor, LossParts]:
     """The micro-batch's share of the step loss, and its counts for the step's metrics.
 
-    Per token: ``max(-A·ρ, -A·clip(ρ, 1 - clip_low, 1 + clip_high)) + β·k3`` with
-    ``ρ = exp(logπ - logπ_behaviour)`` and ``k3 = exp(ref - logπ) - (ref - logπ) - 1``; the
-    loss is their sum weighted by ``batch.weights``.
+    Per token: ``w·max(-A·ρ, -A·clip(ρ, 1 - clip_low, 1 + clip_high)) + β·k3`` with
+    ``ρ = exp(logπ - logπ_anchor)`` and ``k3 = exp(ref - logπ) - (ref - logπ) - 1``; the
+    loss is their sum weighted by ``batch.weights``. Without ``tis_cap`` the anchor is the
+    behaviour policy and ``w = 1``; with it, the anchor is the learner's own logprobs (no
+    gradient) and ``w = min(exp(logπ - logπ_behaviour), tis_cap)`` (no gradient).
     """
     mask = batch.loss_mask
     on = mask > 0
     # where, not a product with the mask: padding must not turn an inf into a NaN.
-    ratio = torch.exp(torch.where(on, logprobs - batch.behaviour_logprobs, 0.0))
+    gap = torch.where(on, logprobs.detach() - batch.behaviour_logprobs, 0.0)
+    behaviour_ratio = torch.exp(gap)
+    anchor = logprobs.detach() if config.tis_cap > 0 else batch.behaviour_logprobs
+    ratio = torch.exp(torch.where(on, logprobs - anchor, 0.0))
     advantages = batch.advantages
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    if config.tis_cap > 0:
+        per_token = per_token * torch.clamp(behaviour_ratio, max=config.tis_cap)
     kl = torch.zeros_like(per_token)
     if config.kl_beta > 0:
         if reference_logprobs is None:
             raise ConfigError("kl_beta > 0 needs the reference policy's logprobs")
-        delta = torch.where(on, reference_logprobs - logprobs, 0.0)
-        kl = torch.exp(delta) - delta - 1
+        kl = _k3(torch.where(on, reference_logprobs - logprobs, 0.0))
         per_token = per_token + config.kl_beta * kl
     loss = torch.where(on, per_token * batch.weights, 0.0).sum()
     with torch.no_grad():
+        capped = on & (behaviour_ratio > config.tis_cap) if config.tis_cap > 0 else None
         parts = LossParts(
             tokens=int(on.sum()),
             clipped_low=int((on & (ratio < 1 - config.clip_low) & (advantages < 0)).sum()),
             clipped_high=int((on & (ratio > 1 + config.clip_high) & (advantages > 0)).sum()),
-            ratio_sum=float(ratio[on].sum()),
+            ratio_sum=float(behaviour_ratio[on].sum()),
             kl_sum=float(kl[on].sum()),
+            mismatch_kl_sum=float(_k3(gap)[on].sum()),
+            tis_capped=int(capped.sum()) if capped is not None else 0,
         )
     return loss, parts
 
@@ -380,8 +405,14 @@ class StepMetrics:
     clip_low_fraction: float
     clip_high_fraction: float
     mean_ratio: float
+    """Mean ``π_learner / π_behaviour`` per policy token at the start of the step."""
     kl: float
     """Mean k3 estimate per policy token (0 when ``kl_beta`` is 0)."""
+    engine_mismatch_kl: float
+    """Mean k3 estimate of KL(behaviour ‖ learner) per policy token at the start of the
+    step: how far the engine that generated is from the learner (≈ 0 for the torch engine)."""
+    tis_capped_fraction: float
+    """Share of policy tokens whose importance weight was capped (0 without ``tis_cap``)."""
 
 
 def train_step(
@@ -468,4 +499,6 @@ def train_step(
         clip_high_fraction=high / policy if policy else 0.0,
         mean_ratio=sum(p.ratio_sum for p in parts) / policy if policy else 0.0,
         kl=sum(p.kl_sum for p in parts) / policy if policy else 0.0,
+        engine_mismatch_kl=sum(p.mismatch_kl_sum for p in parts) / policy if policy else 0.0,
+        tis_capped_fraction=sum(p.tis_capped for p in parts) / policy if policy else 0.0,
     )

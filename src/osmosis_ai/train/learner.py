@@ -15,52 +15,32 @@ and ``trainer.pt`` (optimiser, schedule, RNG states, step).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import random
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import (
     import_peft,
     is_adapter_dir,
     load_model_dir,
     quiet_peft,
+    quiet_transformers,
     read_adapter_config,
 )
 from osmosis_ai.gateway.policies._torch_device import update_in_bf16
 from osmosis_ai.train.config import TrainConfig, TrainingConfig
 
-__all__ = ["Learner", "checkpoint_steps", "lora_config", "quiet_transformers"]
+__all__ = ["Learner", "checkpoint_steps", "lora_config"]
 
 _FEATURE = "osmosis train"
 T = TypeVar("T")
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers' progress bars and warnings off while we load or save (restored after).
-
-    They would interleave "Loading weights" and "Writing model shards" bars with the run's
-    own output at every checkpoint.
-    """
-    hf_logging = import_optional("transformers.utils.logging", extra="train", feature=_FEATURE)
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 @dataclass
@@ -157,6 +137,7 @@ class Learner:
             kl_beta=training.kl_beta,
             micro_batch_tokens=training.token_budget,
             bf16=update_in_bf16(device, training.precision, key="training.precision"),
+            tis_cap=training.tis_cap,
         )
         parts = (model, tokenizer, optimizer, scheduler, reference, grpo, device)
         return cls(*parts) if thread is None else cls(*parts, thread=thread)

@@ -46,11 +46,11 @@ from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
+from osmosis_ai.gateway.policies._hf_dir import quiet_transformers
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory, resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
-from osmosis_ai.gateway.policies.engines.base import TokenEngine
-from osmosis_ai.gateway.policies.engines.torch import TorchEngine
+from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
@@ -58,7 +58,8 @@ from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, par
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.config import TrainConfig, load_train_config
-from osmosis_ai.train.learner import Learner, checkpoint_steps, quiet_transformers
+from osmosis_ai.train.generation import Generator, open_generator
+from osmosis_ai.train.learner import Learner, checkpoint_steps
 from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 
@@ -217,7 +218,7 @@ class _Run:
     config: TrainConfig
     run_dir: Path
     items: list[DatasetItem]
-    engine: TokenEngine
+    generator: Generator
     stack: RolloutStack
     log: logging.Logger
     hooks: TrainHooks
@@ -257,15 +258,18 @@ class _Run:
         """
         server = self.stack.server
         exited: asyncio.Future[Any] = asyncio.ensure_future(server.wait())
+        engine_died: asyncio.Future[None] = asyncio.ensure_future(self.generator.died())
         running: asyncio.Future[Any] = asyncio.gather(
             *(self.rollout(row, rid) for row, rid in jobs)
         )
         try:
-            await asyncio.wait((running, exited), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((running, exited, engine_died), return_when=asyncio.FIRST_COMPLETED)
             if exited.done() or server.exited:
                 raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
+            if self.generator.lost:  # its calls failed: the rollouts say nothing
+                raise TrainingStopped(await self.generator.why_lost())
             done: list[RolloutRecords] = await running
-            if self.engine.out_of_memory:  # its calls failed: the rollouts say nothing
+            if self.generator.engine.out_of_memory:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(
                     "out of memory generating the rollouts; lower [training] max_tokens (now "
                     f"{self.config.training.max_tokens}) so each call's cache holds fewer tokens"
@@ -279,9 +283,9 @@ class _Run:
                 f"a rollout could not finish ({exc or type(exc).__name__})"
             ) from None
         finally:
-            for task in (running, exited):
+            for task in (running, exited, engine_died):
                 task.cancel()
-            await asyncio.gather(running, exited, return_exceptions=True)
+            await asyncio.gather(running, exited, engine_died, return_exceptions=True)
 
     async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
         """Pass rate and mean reward of one rollout per held-out row, sampled at
@@ -335,6 +339,8 @@ def _rollout_line(
         "status": _status(result),
         "reward": _reward(result),
         "tokens": sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls),
+        # The weight versions its calls were generated with (the steps applied before).
+        "policy_versions": sorted({c.policy_version for c in calls} - {None}),
         "error_type": (result.err_category.value if result.err_category else None)
         if failed
         else None,
@@ -442,7 +448,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
 
     training = run.config.training
     rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)
-    started, busy = time.monotonic(), run.engine.busy_sec
+    started, busy = time.monotonic(), run.generator.engine.busy_sec
     sampled = await _sample(run, step, rows)
     done = sampled.done
     generated = time.monotonic()
@@ -452,9 +458,10 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
     _check_budget(trained, step, training.token_budget)
     built = time.monotonic()
     metrics = None
+    sync_sec = 0.0
     if trained:
         # No model call runs while the optimizer changes the weights the engine serves.
-        async with run.engine.updating(version=step) as update:
+        async with run.generator.engine.updating(version=step) as update:
             try:
                 # Generation's freed buffers go before the update allocates (and the update's
                 # after it, below), so neither phase holds memory only the other could reuse.
@@ -477,7 +484,12 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
             finally:
                 learner.model.train(False)
                 await learner.run(_return_freed_memory, learner.device)
-            await update.push(learner.served_model)
+            pushing = time.monotonic()
+            try:
+                await update.push(learner.model)
+            except VllmEngineError as exc:  # the engine still has the old weights
+                raise TrainingStopped(f"the new weights did not reach vLLM: {exc}") from None
+            sync_sec = time.monotonic() - pushing
     rewards = [x for x in (_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
     passed = [passes(_status(r.result), _reward(r.result), threshold) for r in done]
@@ -492,15 +504,18 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         "kl": metrics.kl if metrics else None,
         "clip_fraction": metrics.clip_fraction if metrics else None,
         "mean_ratio": metrics.mean_ratio if metrics else None,
+        "engine_mismatch_kl": metrics.engine_mismatch_kl if metrics else None,
+        "tis_capped_fraction": metrics.tis_capped_fraction if metrics else None,
         "grad_norm": metrics.grad_norm if metrics else None,
         "tokens_generated": tokens,
         "tokens_trained": metrics.policy_tokens if metrics else 0,
         "tokens_forwarded": metrics.tokens if metrics else 0,
         "tokens_per_sec": tokens / generation_sec if generation_sec > 0 else None,
         "generation_sec": round(generation_sec, 3),
-        "policy_busy_sec": round(run.engine.busy_sec - busy, 3),
+        "policy_busy_sec": round(run.generator.engine.busy_sec - busy, 3),
         "sequences_sec": round(built - generated, 3),
         "update_sec": round(time.monotonic() - built, 3),
+        "weight_sync_sec": round(sync_sec, 3),
         "drift": stats.drift,
         "excluded": dict(stats.excluded),
         "zero_gradient_groups": len(zero),
@@ -609,7 +624,7 @@ async def _train(
             await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
         outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
         rows = _Rows(dataset.items, train_rows, held_out)
-        await _serve(config, learner, inputs, hooks, outcome, rows)
+        await _serve(config, learner, base, inputs, hooks, outcome, rows)
         return outcome
     finally:
         await asyncio.to_thread(learner.close)
@@ -625,6 +640,7 @@ class _Rows:
 async def _serve(
     config: TrainConfig,
     learner: Learner,
+    base_dir: Path,
     inputs: _StackInputs,
     hooks: TrainHooks,
     outcome: TrainOutcome,
@@ -633,14 +649,6 @@ async def _serve(
     """Serve the learner's model through the gateway, start the rollout server, run the loop."""
     training, secrets, redactor, log = config.training, inputs.secrets, inputs.redactor, inputs.log
     run_dir, start = outcome.run_dir, outcome.steps_done
-    # The seam: the gateway serves the chat front, the trainer pushes weights to the engine.
-    engine = TorchEngine(
-        learner.served_model, learner.tokenizer, version=start, thread=learner.thread
-    )
-    front = ChatFront.of_model(
-        learner.served_model, learner.tokenizer, default_max_tokens=training.max_tokens
-    )
-    policy = EnginePolicy(front, engine, name=f"{run_dir.name}-policy")
     server = RolloutServerProcess(
         rollout_dir=config.rollout_dir,
         entrypoint=config.entrypoint,
@@ -654,18 +662,28 @@ async def _serve(
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
         redact=redactor.text,
     )
+    front = ChatFront.of_model(
+        learner.served_model, learner.tokenizer, default_max_tokens=training.max_tokens
+    )
     try:
-        async with rollout_stack(
-            policy,
-            server,
-            token=inputs.key,
-            secrets=secrets.values(),
-            model_label=config.model,
-            log=log,
-            say=hooks.message,
-            sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
-        ) as stack:
-            run = _Run(config, run_dir, rows.items, engine, stack, log, hooks, redactor)
+        # The seam: the gateway serves the chat front, the trainer pushes weights to the engine.
+        async with (
+            open_generator(
+                config, learner, base_dir=base_dir, run_dir=run_dir, version=start,
+                log=log, redact=redactor.text, say=hooks.message,
+            ) as generator,
+            rollout_stack(
+                EnginePolicy(front, generator.engine, name=f"{run_dir.name}-policy"),
+                server,
+                token=inputs.key,
+                secrets=secrets.values(),
+                model_label=config.model,
+                log=log,
+                say=hooks.message,
+                sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
+            ) as stack,
+        ):  # fmt: skip
+            run = _Run(config, run_dir, rows.items, generator, stack, log, hooks, redactor)
             await _loop(run, learner, outcome, rows.train, rows.held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None

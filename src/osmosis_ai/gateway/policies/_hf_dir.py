@@ -31,6 +31,8 @@ __all__ = [
     "is_adapter_dir",
     "load_model_dir",
     "quiet_peft",
+    "quiet_transformers",
+    "read_adapter_config",
 ]
 
 #: The file that makes a directory a LoRA adapter (peft's ``save_pretrained``).
@@ -77,6 +79,27 @@ def import_xgrammar(feature: str) -> ModuleType:
 def import_peft(feature: str) -> ModuleType:
     """peft (LoRA), or an error naming the ``train`` extra."""
     return import_optional("peft", extra="train", feature=feature)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' progress bars and warnings off while we load or save (restored after).
+
+    They would interleave "Loading weights" and "Writing model shards" bars with the run's
+    own output at every checkpoint.
+    """
+    hf_logging = import_optional(
+        "transformers.utils.logging", extra="train", feature="Loading a transformers model"
+    )
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 @contextmanager

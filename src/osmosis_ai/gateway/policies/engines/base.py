@@ -79,7 +79,11 @@ class WeightUpdate(Protocol):
     """The handle `TokenEngine.updating` yields while generation is held back."""
 
     async def push(self, model: Any) -> None:
-        """Make the engine generate with ``model``'s current weights from now on."""
+        """Make the engine generate with ``model``'s current weights from now on.
+
+        ``model`` is what the trainer trained: a transformers model, or a peft model whose
+        adapter is the trained part (an engine may then load the adapter alone).
+        """
 
 
 class TokenEngine(ABC):
@@ -99,6 +103,8 @@ class TokenEngine(ABC):
     """Seconds spent generating so far, when the engine can tell (0 otherwise)."""
     out_of_memory: bool = False
     """Set once generating ran out of device memory (those calls failed with a 500)."""
+    unreachable: str | None = None
+    """Why the engine's server stopped answering, once it did (those calls failed)."""
 
     async def start(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
         """Acquire what generating needs (threads, a server)."""

