@@ -34,7 +34,12 @@ from tests.gateway.test_embedded_policy import CALCULATOR
 from tests.train.test_gpu_check import run_small_check
 from tests.train.test_runner import _lines, _run, _start, _workspace
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+# Each training run starts its own vLLM server (about 40 s here); the longest test runs three.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.timeout(900),
+]
 
 VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 #: Settings of every server here: the CPU backend, eager (no compile warm-up), a small cache.
