@@ -21,6 +21,7 @@ __all__ = [
     "bind_socket",
     "bound_header_time",
     "bound_header_time_in_lifespan",
+    "free_port",
     "is_loopback_host",
     "new_token",
     "running_server",
@@ -110,6 +111,16 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+def free_port() -> int:
+    """A loopback port free now, for a child process to bind (another process may take it
+    first: the caller retries or fails naming the port)."""
+    probe = bind_socket()
+    try:
+        return int(probe.getsockname()[1])
+    finally:
+        probe.close()
 
 
 def new_token() -> str:

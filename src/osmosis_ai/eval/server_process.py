@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from osmosis_ai._child_process import ChildProcess
-from osmosis_ai._serving import bind_socket
+from osmosis_ai._serving import free_port
 from osmosis_ai.errors import OsmosisError
 
 __all__ = ["RolloutServerError", "RolloutServerProcess"]
@@ -120,9 +120,7 @@ class RolloutServerProcess:
         return self.exited and any("address already in use" in line for line in self._child.tail)
 
     async def _start_on_free_port(self, kept: Mapping[str, str], timeout_sec: float) -> str:
-        probe = bind_socket()
-        port = probe.getsockname()[1]
-        probe.close()
+        port = free_port()
         env = {
             **kept,
             "_OSMOSIS_ROLLOUT_PORT": str(port),

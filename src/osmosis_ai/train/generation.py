@@ -44,7 +44,7 @@ class Generator:
     async def died(self) -> None:
         """Wait until a managed engine server exits (never, for the torch engine or an
         attached server)."""
-        if self.server is None or not self.server.managed:
+        if self.server is None:
             await asyncio.Event().wait()
         assert self.server is not None
         await self.server.wait()

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from osmosis_ai._child_process import BOOTSTRAP, ChildProcess
-from osmosis_ai._serving import bind_socket
+from osmosis_ai._serving import free_port
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL
 from osmosis_ai.train.config import VllmConfig
@@ -122,7 +122,7 @@ class VllmServer:
             await self._check_attached()
             return self.url
         await self._check_python()
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         try:
             await self._child.spawn(self._argv(port), env=self._env())
@@ -245,14 +245,6 @@ class VllmServer:
                 f"[vllm] url = {self.url!r} has no weight-update endpoints; start it with "
                 "VLLM_SERVER_DEV_MODE=1 (and --logprobs-mode processed_logprobs)"
             )
-
-
-def _free_port() -> int:
-    probe = bind_socket()
-    try:
-        return int(probe.getsockname()[1])
-    finally:
-        probe.close()
 
 
 def _session() -> aiohttp.ClientSession:
