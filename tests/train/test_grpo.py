@@ -203,12 +203,15 @@ def test_policy_logprobs_are_those_of_each_unpadded_sequence(model: LlamaForCaus
     batch = collate(sequences, [0.0, 0.0], [0.0, 0.0])
     with torch.no_grad():
         batched = policy_logprobs(model, batch)
+        sharper = policy_logprobs(model, batch, temperature=0.5)
         for row, sequence in enumerate(sequences):
             ids = torch.tensor([sequence.token_ids])
             logits = model(input_ids=ids).logits[0]
-            alone = torch.log_softmax(logits[:-1], dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
             on = torch.tensor(sequence.loss_mask[1:]) > 0
-            assert torch.allclose(batched[row, : len(sequence) - 1][on], alone[on], atol=1e-5)
+            for got, temperature in ((batched, 1.0), (sharper, 0.5)):
+                scaled = torch.log_softmax(logits[:-1] / temperature, dim=-1)
+                alone = scaled.gather(-1, ids[0, 1:, None])[:, 0]
+                assert torch.allclose(got[row, : len(sequence) - 1][on], alone[on], atol=1e-5)
             # Off the mask (context, padding) nothing is computed.
             assert not batched[row, : len(sequence) - 1][~on].any()
             assert not batched[row, len(sequence) - 1 :].any()
@@ -321,6 +324,7 @@ def test_an_empty_step_is_refused(model: LlamaForCausalLM) -> None:
         ("normalisation", "batch"),
         ("micro_batch_tokens", 1),
         ("max_grad_norm", 0.0),
+        ("temperature", 0.0),
     ],
 )
 def test_bad_config_names_the_field(field: str, value: object) -> None:

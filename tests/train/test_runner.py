@@ -167,6 +167,21 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
         assert noise not in out, noise
 
 
+async def test_the_learner_scores_tokens_at_the_rollouts_temperature(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """At the start of a step the learner's logprobs are the engine's (the ratio is 1), at a
+    sampling temperature other than 1 too."""
+    config = _workspace(
+        tmp_path / "ws", tiny_model_dir, 'steps = 1\ntemperature = 0.3\nprecision = "fp32"'
+    )
+    code, out = await _run(config)
+    assert code == 0, out
+    [line] = _lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "metrics.jsonl")
+    assert line["tokens_trained"] > 0, line
+    assert line["engine_mismatch_kl"] < 1e-6 and abs(line["mean_ratio"] - 1) < 1e-4, line
+
+
 async def test_resume_after_sigkill_applies_no_step_twice(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

@@ -81,6 +81,9 @@ class GrpoConfig:
     learner's own logprobs at the start of the step, and each token's loss is weighted by
     ``min(π_learner / π_behaviour, tis_cap)``: the engine's logprobs (vLLM in bf16) need
     not match the learner's for the gradient to be the learner's policy gradient."""
+    temperature: float = 1.0
+    """The rollouts' sampling temperature: the learner divides its logits by it, so that its
+    logprobs are of the distribution the engine sampled from (the behaviour logprobs')."""
     advantage_eps: float = 1e-4
 
     def __post_init__(self) -> None:
@@ -88,6 +91,8 @@ class GrpoConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"temperature must be a finite number > 0, not {self.temperature!r}")
         if self.clip_low >= 1:
             raise ConfigError(
                 f"clip_low must be below 1 (the ratio floor is 1 - clip_low), not {self.clip_low!r}"
@@ -250,10 +255,10 @@ def collate(
 
 
 def policy_logprobs(
-    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False
+    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
 ) -> torch.Tensor:
     """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
-    on the loss mask; 0.0 elsewhere.
+    on the loss mask, under its logits divided by ``temperature``; 0.0 elsewhere.
 
     The vocabulary projection and log-softmax run only at the masked positions: a rollout is
     mostly context (system prompt, tools, tool results), and for a small model the projection
@@ -271,7 +276,7 @@ def policy_logprobs(
         chosen = hidden[:, :-1][on]
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         chunks = [
-            torch.log_softmax(head(part).float(), dim=-1)
+            torch.log_softmax(head(part).float() / temperature, dim=-1)
             .gather(-1, part_targets.unsqueeze(-1))
             .squeeze(-1)
             for part, part_targets in zip(
@@ -285,13 +290,17 @@ def policy_logprobs(
 
 
 def reference_logprobs(
-    reference_model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False
+    reference_model: torch.nn.Module,
+    batch: MicroBatch,
+    *,
+    bf16: bool = False,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """The KL reference's `policy_logprobs` (no gradients); a peft model's are its base
     model's, with the adapter disabled."""
     disabled = getattr(reference_model, "disable_adapter", None)
     with torch.no_grad(), disabled() if disabled is not None else contextlib.nullcontext():
-        return policy_logprobs(reference_model, batch, bf16=bf16)
+        return policy_logprobs(reference_model, batch, bf16=bf16, temperature=temperature)
 
 
 #: Positions whose vocabulary logits are held at once in `policy_logprobs`.
@@ -458,8 +467,10 @@ def train_step(
         ).to(device)
         reference = None
         if reference_model is not None and config.kl_beta > 0:
-            reference = reference_logprobs(reference_model, batch, bf16=config.bf16)
-        logprobs = policy_logprobs(model, batch, bf16=config.bf16)
+            reference = reference_logprobs(
+                reference_model, batch, bf16=config.bf16, temperature=config.temperature
+            )
+        logprobs = policy_logprobs(model, batch, bf16=config.bf16, temperature=config.temperature)
         loss, counted = grpo_loss(logprobs, batch, config, reference)
         value = loss.detach().item()
         if not math.isfinite(value):

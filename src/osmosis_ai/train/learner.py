@@ -138,6 +138,8 @@ class Learner:
             micro_batch_tokens=training.token_budget,
             bf16=update_in_bf16(device, training.precision, key="training.precision"),
             tis_cap=training.tis_cap,
+            # Greedy rollouts record logprobs of the unscaled distribution.
+            temperature=training.temperature or 1.0,
         )
         parts = (model, tokenizer, optimizer, scheduler, reference, grpo, device)
         return cls(*parts) if thread is None else cls(*parts, thread=thread)
