@@ -2,7 +2,9 @@
 serving the embedded model: exact ids and logprobs, tool calls, weight pushes, training runs
 that change the served weights, a server killed mid-run, and the ``[vllm]`` settings' errors.
 
-One server is started for the engine tests (about 40 s); each training run starts its own.
+One server (about 40 s to start, LoRA enabled) serves the module: the engine tests talk to it,
+and the training runs attach to it (``[vllm] url``), but for the run whose own server is
+killed, the start-up errors' and the GPU check's.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from tests.gateway.test_embedded_policy import CALCULATOR
 from tests.train.test_gpu_check import run_small_check
 from tests.train.test_runner import _lines, _run, _start, _workspace
 
-# Each training run starts its own vLLM server (about 40 s here); the longest test runs three.
+# A run that starts its own vLLM server waits about 40 s for it.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.asyncio(loop_scope="module"),
@@ -77,7 +79,7 @@ def _server_config(python: Path, **overrides: Any) -> VllmConfig:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(vllm_python: Path, model_dir: Path) -> AsyncIterator[VllmServer]:
     lines: list[str] = []
-    server = VllmServer(_server_config(vllm_python), model_dir, log=lines.append)
+    server = VllmServer(_server_config(vllm_python), model_dir, lora_rank=4, log=lines.append)
     try:
         await server.start()
         yield server
@@ -217,18 +219,41 @@ async def test_pushed_weights_change_the_answers_and_the_version(
 
 
 def _training_workspace(root: Path, model_dir: Path, python: Path, training: str) -> Path:
+    """A run that starts its own vLLM server with ``python``."""
     config = _workspace(root, model_dir, 'engine = "vllm"\n' + training)
     config.write_text(config.read_text() + SERVER_TOML.format(python=python))
     return config
 
 
-async def test_training_through_vllm_changes_the_served_weights_and_resumes_after_a_crash(
-    tmp_path: Path, model_dir: Path, vllm_python: Path
+def _attached_workspace(root: Path, model_dir: Path, server: VllmServer, training: str) -> Path:
+    """A run that attaches to the module's server."""
+    config = _workspace(root, model_dir, 'engine = "vllm"\n' + training)
+    table = f'[vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
+    config.write_text(config.read_text() + table)
+    return config
+
+
+# Before the full-weight runs: an adapter is pushed onto the base weights the server has.
+async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
+    tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
-    config = _training_workspace(
-        tmp_path / "ws", model_dir, vllm_python,
-        "steps = 2\ntis_cap = 2.0\n",
-    )  # fmt: skip
+    config = _attached_workspace(
+        tmp_path / "ws", model_dir, server, "steps = 2\nlora_rank = 4\nlearning_rate = 0.01"
+    )
+    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
+    code, out = await _run(config, limit_sec=600)
+    assert code == 0, out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    trained = [m for m in _lines(run_dir / "metrics.jsonl") if m["loss"] is not None]
+    assert trained and all(m["weight_sync_sec"] > 0 for m in trained), trained
+    assert (run_dir / "checkpoints" / "latest" / "adapter_config.json").is_file()
+    assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
+
+
+async def test_training_through_vllm_changes_the_served_weights_and_resumes_after_a_crash(
+    tmp_path: Path, model_dir: Path, vllm_python: Path, server: VllmServer
+) -> None:
+    config = _attached_workspace(tmp_path / "ws", model_dir, server, "steps = 2\ntis_cap = 2.0")
     code, out = await _run(config, limit_sec=600)
     assert code == 0, out
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
@@ -247,10 +272,13 @@ async def test_training_through_vllm_changes_the_served_weights_and_resumes_afte
     print(f"vLLM training steps: {trained}")
     # The held-out evaluations are greedy: other answers after the steps are other weights.
     assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
-    assert "vllm" in (run_dir / "logs.txt").read_text()
+    assert f"attaching to the vLLM server at {server.url}" in out
 
-    # Kill the vLLM server during the next run: it stops naming it, and a rerun resumes.
-    config.write_text(config.read_text().replace("steps = 2", "steps = 4"))
+    # The same run goes on with a server of its own, killed once it is up: the run stops
+    # naming it and its last checkpoint.
+    attach = config.read_text()
+    settings = attach.replace("steps = 2", "steps = 3")
+    config.write_text(settings[: settings.index("[vllm]")] + SERVER_TOML.format(python=vllm_python))
     process = await _start(config)
     assert process.stdout is not None
     seen = []
@@ -262,28 +290,19 @@ async def test_training_through_vllm_changes_the_served_weights_and_resumes_afte
                 break
         out = "".join(seen) + (await process.communicate())[0].decode()
     assert process.returncode == 1, out
-    assert "the vLLM server exited" in out and "the last checkpoint is step" in out, out
+    assert "the vLLM server exited" in out and "the last checkpoint is step 2" in out, out
     assert "Traceback" not in out
+    # The rerun resumes; it attaches to the module's server again (a server of its own would
+    # be one more start-up, and resuming is the same either way), which is first given the
+    # checkpoint's weights: the step after it is generated by them.
+    config.write_text(attach.replace("steps = 2", "steps = 3"))
     code, out = await _run(config, limit_sec=600)
     assert code == 0, out
-    assert "resuming after step" in out
-    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")][-1] == 4
-
-
-async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
-    tmp_path: Path, model_dir: Path, vllm_python: Path
-) -> None:
-    config = _training_workspace(
-        tmp_path / "ws", model_dir, vllm_python, "steps = 2\nlora_rank = 4\nlearning_rate = 0.01"
-    )
-    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
-    code, out = await _run(config, limit_sec=600)
-    assert code == 0, out
-    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
-    trained = [m for m in _lines(run_dir / "metrics.jsonl") if m["loss"] is not None]
-    assert trained and all(m["weight_sync_sec"] > 0 for m in trained), trained
-    assert (run_dir / "checkpoints" / "latest" / "adapter_config.json").is_file()
-    assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
+    assert "resuming after step 2" in out
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")][-1] == 3
+    rollouts = _lines(run_dir / "rollouts.jsonl")
+    step_3 = [r["policy_versions"] for r in rollouts if r["rollout_id"].startswith("step-0003-")]
+    assert step_3 and all(versions == [2] for versions in step_3), rollouts
 
 
 def _greedy_answers(run_dir: Path, step: int) -> list[list[str]]:
@@ -363,13 +382,13 @@ async def test_a_python_that_cannot_run_is_named(tmp_path: Path, model_dir: Path
 async def test_the_gpu_check_runs_with_the_vllm_engine_on_the_cpu(vllm_python: Path) -> None:
     code, out = await run_small_check(
         "--engine", "vllm", "--vllm-python", str(vllm_python), "--vllm-arg=--enforce-eager",
-        limit_sec=560,
+        "--modes", "lora", limit_sec=560,
     )  # fmt: skip
     assert code == 0, out
     assert "all checks passed" in out
-    for mode in ("full", "lora"):
-        table = out[out.index(f"{mode}: 2 steps of 2 x 4 rollouts") :]
-        for figure in ("generation: completion tokens / rollout s", "of which the weight sync"):
-            value = re.search(rf"{figure}[^\n]*?([0-9][0-9,.]*) ", table)
-            assert value and float(value.group(1).replace(",", "")) > 0, (mode, figure, out)
-        assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
+    # The LoRA mode only: the full-weight path of a managed server is the training test's.
+    table = out[out.index("lora: 2 steps of 2 x 4 rollouts") :]
+    for figure in ("generation: completion tokens / rollout s", "of which the weight sync"):
+        value = re.search(rf"{figure}[^\n]*?([0-9][0-9,.]*) ", table)
+        assert value and float(value.group(1).replace(",", "")) > 0, (figure, out)
+    assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
