@@ -29,6 +29,7 @@ from osmosis_ai.gateway import (
 from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
 from osmosis_ai.gateway.policies.chat_front import bounded_strings
 from osmosis_ai.gateway.policies.engines import TorchEngine
+from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler, grammar_text
 from osmosis_ai.gateway.request import ChatRequest, parse_chat_request
 from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
 from tests.gateway.conftest import serving, sse_events
@@ -115,11 +116,18 @@ def _engine(policy: TorchPolicy) -> TorchEngine:
     return engine
 
 
-def _compiled_grammar(policy: TorchPolicy, request: ChatRequest) -> Any:
-    """The grammar the policy generates ``request`` under, compiled as its engine does."""
+def _grammar_text(policy: TorchPolicy, request: ChatRequest) -> str:
+    """The EBNF text of the grammar the policy generates ``request`` under."""
     grammar = policy.front.prepare(request).generation.grammar
     assert grammar is not None
-    return _engine(policy).compile_grammar(grammar)
+    return grammar_text(grammar)
+
+
+def _compiled_grammar(policy: TorchPolicy, request: ChatRequest) -> Any:
+    """The grammar the policy generates ``request`` under, compiled for its model."""
+    engine = _engine(policy)
+    compiler = GrammarCompiler.of_model(engine.model, policy.front.tokenizer)
+    return compiler.compile(_grammar_text(policy, request))
 
 
 def _max_delta(a: list[float], b: list[float]) -> float:
@@ -392,7 +400,7 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     policy, gateway = served
-    await _chat(
+    answer = await _chat(
         http,
         "tf-tool",
         messages=_ask("Weather in Oslo?"),
@@ -413,6 +421,9 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
         reference, record, 0.8, grammar, vocab_size=reference.config.vocab_size
     )
     assert _max_delta(list(record.logprobs or ()), expected) <= 1e-3
+    # The record names that grammar (for the learner's replay); the caller never sees it.
+    assert record.grammar == _grammar_text(policy, request)
+    assert record.to_json()["grammar"] == record.grammar and "grammar" not in answer
     # Tokens the grammar forces (e.g. the tool name) come out with logprob 0.
     assert any(logprob == 0 for logprob in record.logprobs or ())
 
@@ -506,6 +517,15 @@ async def test_streamed_answer_arrives_with_its_records(
     record = _one(served[1], "stream")
     assert record.stream and len(record.completion_token_ids or ()) == usage["completion_tokens"]
     assert record.policy_version == _engine(served[0]).version
+    assert record.grammar is None  # free text
+    # A constrained stream: its record keeps the grammar, which no chunk carries.
+    response = await http.post(
+        "/v1/rollouts/stream-tool/chat/completions",
+        json={"messages": _ask("Weather in Oslo?"), "tools": [WEATHER], "stream": True,
+              "tool_choice": "required", "max_tokens": 160, "seed": 2},
+    )  # fmt: skip
+    assert all("grammar" not in event for event in sse_events(response.text)[:-1])
+    assert "root ::=" in (_one(served[1], "stream-tool").grammar or "")
 
 
 @pytest.mark.parametrize(

@@ -167,19 +167,24 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
         assert noise not in out, noise
 
 
-async def test_the_learner_scores_tokens_at_the_rollouts_temperature(
-    tmp_path: Path, tiny_model_dir: Path
+@pytest.mark.parametrize("tools", [False, True], ids=["free-text", "under-a-grammar"])
+async def test_the_learner_scores_tokens_as_the_engine_sampled_them(
+    tmp_path: Path, tiny_model_dir: Path, tools: bool
 ) -> None:
-    """At the start of a step the learner's logprobs are the engine's (the ratio is 1), at a
-    sampling temperature other than 1 too."""
+    """At the start of a step the learner's logprobs are the engine's (the ratio is 1): at a
+    sampling temperature other than 1, and for replies generated under a tool grammar, whose
+    masks the learner replays."""
     config = _workspace(
         tmp_path / "ws", tiny_model_dir, 'steps = 1\ntemperature = 0.3\nprecision = "fp32"'
     )
+    if tools:
+        _write_rows(config.parents[2], metadata={"tools": True})
     code, out = await _run(config)
     assert code == 0, out
     [line] = _lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "metrics.jsonl")
     assert line["tokens_trained"] > 0, line
     assert line["engine_mismatch_kl"] < 1e-6 and abs(line["mean_ratio"] - 1) < 1e-4, line
+    assert (line["constrained_fraction"] == 1.0) is tools, line
 
 
 async def test_resume_after_sigkill_applies_no_step_twice(
@@ -333,7 +338,7 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
     # vocabulary at the policy's positions take 6 x 400 x 49152 x 4 bytes (~470 MB), twice
     # (logits and log-softmax); generation keeps only the last position's logits.
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
-    _write_rows(tmp_path / "ws", random_reward=True)  # an update always follows
+    _write_rows(tmp_path / "ws", metadata={"random_reward": True})  # an update always follows
     text = config.read_text().replace("token_budget = 2048", "token_budget = 8192")
     config.write_text(text.replace("max_tokens = 8", "max_tokens = 400"))
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"

@@ -15,6 +15,7 @@ from osmosis_ai.gateway.calls import CallData
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train import (
     Exclusion,
+    GrammarSpan,
     RolloutRecords,
     SequenceStats,
     TrainingSequence,
@@ -206,8 +207,14 @@ def _record(
     logprobs: list[float],
     *,
     error: str | None = None,
+    grammar: str | None = None,
 ) -> CallRecord:
-    data = CallData(prompt_token_ids=prompt, completion_token_ids=completion, logprobs=logprobs)
+    data = CallData(
+        prompt_token_ids=prompt,
+        completion_token_ids=completion,
+        logprobs=logprobs,
+        grammar=grammar,
+    )
     return CallRecord.from_call(
         rollout_id="r",
         index=index,
@@ -284,6 +291,29 @@ async def test_malformed_json_records_name_the_field(field: str, value: Any) -> 
     record = _record(0, [1], [2], [-0.1]).to_json() | {field: value}
     with pytest.raises(ConfigError, match=rf"rollout 'r'.*'{field}' must be a list"):
         _build([record])
+
+
+async def test_a_json_record_with_a_grammar_that_is_not_text_is_refused() -> None:
+    record = _record(0, [1], [2], [-0.1]).to_json() | {"grammar": 5}
+    with pytest.raises(ConfigError, match=r"rollout 'r'.*'grammar' must be a string"):
+        _build([record])
+
+
+async def test_completions_under_a_grammar_keep_it_as_spans_through_merges_and_realigns() -> None:
+    calls = [
+        _record(0, [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], grammar="tool"),
+        _record(1, [1, 2, 3, 4, 5, 6], [7, 8], [-0.4, -0.5]),
+        _record(2, [1, 2, 3, 4, 5, 6, 7, 8, 9], [10], [-0.6], grammar="answer"),
+    ]
+    (sequence,), _ = _build(calls)
+    assert sequence.grammar_spans == (GrammarSpan(2, 5, "tool"), GrammarSpan(9, 10, "answer"))
+    # The JSON form of the records (GET /v1/rollouts/{id}/calls) carries them too.
+    assert _build([call.to_json() for call in calls])[0] == [sequence]
+    # A realign that cuts into a constrained completion keeps the span's part before the cut.
+    drifted = _record(1, [1, 2, 3, 9], [7], [-0.4], grammar="answer")
+    (realigned,), stats = _build([calls[0], drifted], drift="realign")
+    assert stats.drift == 1 and realigned.token_ids == (1, 2, 3, 9, 7)
+    assert realigned.grammar_spans == (GrammarSpan(2, 3, "tool"), GrammarSpan(4, 5, "answer"))
 
 
 async def test_an_unknown_drift_policy_is_refused() -> None:

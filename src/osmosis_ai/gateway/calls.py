@@ -29,6 +29,8 @@ class CallData:
     logprobs: list[float] = field(default_factory=list)
     policy_version: int | None = None
     """Training step of the weights that answered (policies serving live weights set it)."""
+    grammar: str | None = None
+    """EBNF text of the grammar the completion was generated under (engines that enforce one)."""
 
     def absorb_choice(self, choice: dict[str, Any]) -> None:
         """Add one choice's (or one streamed delta's) tokens and finish reason."""
@@ -58,6 +60,8 @@ class CallData:
             self.prompt_token_ids = obj["prompt_token_ids"]
         if isinstance(obj.get("policy_version"), int):
             self.policy_version = obj["policy_version"]
+        if isinstance(obj.get("grammar"), str):
+            self.grammar = obj["grammar"]
 
 
 def call_data_from_response(response: dict[str, Any]) -> CallData:
@@ -91,7 +95,9 @@ def strip_for_caller(obj: dict[str, Any], request: ChatRequest) -> dict[str, Any
 
     Returns ``None`` for a usage-only stream chunk the caller did not ask for.
     """
-    obj.pop("policy_version", None)  # recorded; not part of an OpenAI answer
+    # Recorded; not part of an OpenAI answer.
+    obj.pop("policy_version", None)
+    obj.pop("grammar", None)
     if not request.want_token_ids:
         obj.pop("prompt_token_ids", None)
     choices = obj.get("choices")

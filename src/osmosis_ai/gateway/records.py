@@ -42,6 +42,8 @@ class CallRecord:
     """Redacted error message of a failed call."""
     policy_version: int | None = None
     """Training step of the weights that answered, when the policy serves live weights."""
+    grammar: str | None = None
+    """EBNF text of the grammar the engine generated the completion under, if any."""
 
     @classmethod
     def from_call(
@@ -76,6 +78,7 @@ class CallRecord:
             logprobs=array("d", data.logprobs) if data.logprobs else None,
             error=error,
             policy_version=data.policy_version,
+            grammar=data.grammar,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +99,7 @@ class CallRecord:
             "logprobs": _listed(self.logprobs),
             "error": self.error,
             "policy_version": self.policy_version,
+            "grammar": self.grammar,
         }
 
     def to_llm_call_metrics(self) -> LlmCallMetrics:

@@ -8,6 +8,7 @@ package loads no torch.
 from osmosis_ai.train.sequences import (
     DriftPolicy,
     Exclusion,
+    GrammarSpan,
     RolloutRecords,
     SequenceStats,
     TrainingSequence,
@@ -17,6 +18,7 @@ from osmosis_ai.train.sequences import (
 __all__ = [
     "DriftPolicy",
     "Exclusion",
+    "GrammarSpan",
     "RolloutRecords",
     "SequenceStats",
     "TrainingSequence",

@@ -10,6 +10,7 @@ The pieces, each usable alone:
   policy, and per-token weights that say how tokens are averaged (``token_weights``).
 - ``pack_micro_batches`` / ``policy_logprobs`` / ``train_step``: gradient accumulation over
   micro-batches under a token budget, gradient clipping, and refusal of non-finite steps.
+  Tokens generated under a grammar are scored under its replayed masks (``grammar_masks``).
 
 TRL's ``selective_log_softmax`` was considered for the logprob gather: ``trl`` 1.16 requires
 ``accelerate``, ``datasets``, ``pandas`` and ``pyarrow>=21``, and its ``trainer/utils.py``
@@ -33,6 +34,12 @@ from osmosis_ai.train.sequences import TrainingSequence
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
+
+from osmosis_ai.train.grammar_masks import (  # noqa: E402
+    TokenMasks,
+    allowed_logits,
+    replayed_masks,
+)
 
 __all__ = [
     "GrpoConfig",
@@ -213,9 +220,15 @@ class MicroBatch:
     """``[B, 1]``."""
     weights: torch.Tensor
     """Loss weight of each token (0 off the mask)."""
+    grammar_masks: torch.Tensor | None = None
+    """``[B, T - 1, W]`` packed masks of the tokens each position's grammar allowed (every
+    bit set where none applied; see ``grammar_masks``), or ``None``: no grammar at all."""
+    unreplayed_tokens: int = 0
+    """Constrained tokens whose grammar could not be replayed (scored unmasked)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
+        masks = self.grammar_masks
         return MicroBatch(
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
@@ -223,14 +236,23 @@ class MicroBatch:
             behaviour_logprobs=self.behaviour_logprobs.to(device),
             advantages=self.advantages.to(device),
             weights=self.weights.to(device),
+            grammar_masks=masks.to(device) if masks is not None else None,
+            unreplayed_tokens=self.unreplayed_tokens,
         )
 
 
 def collate(
-    sequences: Sequence[TrainingSequence], advantages: Sequence[float], weights: Sequence[float]
+    sequences: Sequence[TrainingSequence],
+    advantages: Sequence[float],
+    weights: Sequence[float],
+    grammars: TokenMasks | None = None,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
-    on the CPU (`MicroBatch.to` moves it)."""
+    on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``.
+
+    Raises:
+        ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
+    """
     width = max(len(sequence) for sequence in sequences)
     rows = len(sequences)
     input_ids = torch.zeros(rows, width, dtype=torch.long)
@@ -244,6 +266,14 @@ def collate(
         mask[row, :length] = torch.tensor(sequence.loss_mask, dtype=torch.float32)
         behaviour[row, :length] = torch.tensor(sequence.behaviour_logprobs, dtype=torch.float32)
     loss_mask = mask[:, 1:]
+    packed, unreplayed = None, 0
+    if any(sequence.grammar_spans for sequence in sequences):
+        if grammars is None:
+            raise ConfigError(
+                "sequences generated under a grammar need the model's grammar compiler to be "
+                "scored (pass grammars=)"
+            )
+        packed, unreplayed = replayed_masks(sequences, width, grammars)
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -251,6 +281,8 @@ def collate(
         behaviour_logprobs=behaviour[:, 1:],
         advantages=torch.tensor(advantages, dtype=torch.float32).unsqueeze(1),
         weights=loss_mask * torch.tensor(weights, dtype=torch.float32).unsqueeze(1),
+        grammar_masks=packed,
+        unreplayed_tokens=unreplayed,
     )
 
 
@@ -258,7 +290,8 @@ def policy_logprobs(
     model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
 ) -> torch.Tensor:
     """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
-    on the loss mask, under its logits divided by ``temperature``; 0.0 elsewhere.
+    on the loss mask, under its logits divided by ``temperature`` and restricted to what the
+    batch's grammar masks allow (as the engine sampled them); 0.0 elsewhere.
 
     The vocabulary projection and log-softmax run only at the masked positions: a rollout is
     mostly context (system prompt, tools, tool results), and for a small model the projection
@@ -269,22 +302,23 @@ def policy_logprobs(
     on = batch.loss_mask > 0  # position t predicts token t + 1
     targets = batch.input_ids[:, 1:][on]
     device = batch.input_ids.device
+    masks = batch.grammar_masks[on] if batch.grammar_masks is not None else None
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = _body(model)(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
         ).last_hidden_state
         chosen = hidden[:, :-1][on]
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
-        chunks = [
-            torch.log_softmax(head(part).float() / temperature, dim=-1)
-            .gather(-1, part_targets.unsqueeze(-1))
-            .squeeze(-1)
-            for part, part_targets in zip(
-                torch.split(chosen, _LOGIT_CHUNK),
-                torch.split(targets, _LOGIT_CHUNK),
-                strict=True,
-            )
-        ]
+        chunks = []
+        for index, (part, part_targets) in enumerate(
+            zip(torch.split(chosen, _LOGIT_CHUNK), torch.split(targets, _LOGIT_CHUNK), strict=True)
+        ):
+            logits = head(part).float() / temperature
+            if masks is not None:
+                start = index * _LOGIT_CHUNK
+                logits = allowed_logits(logits, masks[start : start + len(part)])
+            picked = torch.log_softmax(logits, dim=-1).gather(-1, part_targets.unsqueeze(-1))
+            chunks.append(picked.squeeze(-1))
     values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
     return torch.zeros(on.shape, dtype=torch.float32, device=device).masked_scatter(on, values)
 
@@ -341,6 +375,10 @@ class LossParts:
     """Sum of the k3 estimate of KL(behaviour ‖ learner) at the start of the step."""
     tis_capped: int
     """Tokens whose importance weight was capped at ``tis_cap``."""
+    constrained: int
+    """Tokens scored under their grammar's replayed mask."""
+    unreplayed: int
+    """Constrained tokens the replay did not accept (scored unmasked)."""
 
 
 def _k3(delta: torch.Tensor) -> torch.Tensor:
@@ -393,8 +431,17 @@ def grpo_loss(
             kl_sum=float(kl[on].sum()),
             mismatch_kl_sum=float(_k3(gap)[on].sum()),
             tis_capped=int(capped.sum()) if capped is not None else 0,
+            constrained=_constrained(batch, on),
+            unreplayed=batch.unreplayed_tokens,
         )
     return loss, parts
+
+
+def _constrained(batch: MicroBatch, on: torch.Tensor) -> int:
+    """Policy tokens of ``batch`` whose grammar mask restricts them."""
+    if batch.grammar_masks is None:
+        return 0
+    return int((on & (batch.grammar_masks != -1).any(dim=-1)).sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +469,11 @@ class StepMetrics:
     step: how far the engine that generated is from the learner (≈ 0 for the torch engine)."""
     tis_capped_fraction: float
     """Share of policy tokens whose importance weight was capped (0 without ``tis_cap``)."""
+    constrained_fraction: float = 0.0
+    """Share of policy tokens generated under a grammar, scored under its replayed mask."""
+    unreplayed_tokens: int = 0
+    """Tokens generated under a grammar that the replay did not accept (scored unmasked: the
+    engine enforced another grammar than the one recorded)."""
 
 
 def train_step(
@@ -433,13 +485,15 @@ def train_step(
     step: int,
     reference_model: torch.nn.Module | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    grammars: TokenMasks | None = None,
 ) -> StepMetrics:
     """Apply one GRPO update from ``sequences`` (micro-batched, gradients accumulated) on
     the model's device.
 
     ``reference_model`` is the KL reference: a frozen model, or a peft (LoRA) model, whose
     logprobs are then taken with its adapter disabled, the base model, which is usually
-    ``model`` itself (no second copy of the weights).
+    ``model`` itself (no second copy of the weights). ``grammars`` (the model's
+    ``GrammarCompiler``) replays the grammars that constrained tokens were generated under.
 
     Raises:
         ConfigError: No sequences, a sequence over the token budget, or ``kl_beta > 0``
@@ -464,6 +518,7 @@ def train_step(
             [sequences[i] for i in indices],
             [advantages[i] for i in indices],
             [weights[i] for i in indices],
+            grammars,
         ).to(device)
         reference = None
         if reference_model is not None and config.kl_beta > 0:
@@ -512,4 +567,6 @@ def train_step(
         kl=sum(p.kl_sum for p in parts) / policy if policy else 0.0,
         engine_mismatch_kl=sum(p.mismatch_kl_sum for p in parts) / policy if policy else 0.0,
         tis_capped_fraction=sum(p.tis_capped for p in parts) / policy if policy else 0.0,
+        constrained_fraction=sum(p.constrained for p in parts) / policy if policy else 0.0,
+        unreplayed_tokens=sum(p.unreplayed for p in parts),
     )

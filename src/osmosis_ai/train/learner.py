@@ -35,6 +35,7 @@ from osmosis_ai.gateway.policies._hf_dir import (
     read_adapter_config,
 )
 from osmosis_ai.gateway.policies._torch_device import update_in_bf16
+from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler
 from osmosis_ai.train.config import TrainConfig, TrainingConfig
 
 __all__ = ["Learner", "checkpoint_steps", "lora_config"]
@@ -57,6 +58,8 @@ class Learner:
     taken with the adapter disabled), or ``None`` without KL."""
     grpo: Any
     device: Any
+    grammars: GrammarCompiler
+    """Replays the grammars of constrained completions for the update (``train_step``)."""
     thread: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
     )
@@ -141,7 +144,9 @@ class Learner:
             # Greedy rollouts record logprobs of the unscaled distribution.
             temperature=training.temperature or 1.0,
         )
-        parts = (model, tokenizer, optimizer, scheduler, reference, grpo, device)
+        base = model.get_base_model() if training.lora_rank else model
+        grammars = GrammarCompiler.of_model(base, tokenizer)
+        parts = (model, tokenizer, optimizer, scheduler, reference, grpo, device, grammars)
         return cls(*parts) if thread is None else cls(*parts, thread=thread)
 
     def save(self, directory: Path, step: int) -> None:

@@ -475,6 +475,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
                     step=step,
                     reference_model=learner.reference,
                     scheduler=learner.scheduler,
+                    grammars=learner.grammars,
                 )
             except (MemoryError, RuntimeError) as exc:
                 stopped = out_of_memory(exc, step=step, token_budget=training.token_budget)
@@ -484,6 +485,13 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
             finally:
                 learner.model.train(False)
                 await learner.run(_return_freed_memory, learner.device)
+            if metrics.unreplayed_tokens:
+                run.log.warning(
+                    "step %d: %d tokens generated under a grammar did not replay under it "
+                    "(scored without its mask); the engine enforced another grammar",
+                    step,
+                    metrics.unreplayed_tokens,
+                )
             pushing = time.monotonic()
             try:
                 await update.push(learner.model)
@@ -506,6 +514,7 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         "mean_ratio": metrics.mean_ratio if metrics else None,
         "engine_mismatch_kl": metrics.engine_mismatch_kl if metrics else None,
         "tis_capped_fraction": metrics.tis_capped_fraction if metrics else None,
+        "constrained_fraction": metrics.constrained_fraction if metrics else None,
         "grad_norm": metrics.grad_norm if metrics else None,
         "tokens_generated": tokens,
         "tokens_trained": metrics.policy_tokens if metrics else 0,

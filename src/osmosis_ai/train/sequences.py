@@ -19,7 +19,9 @@ few sequences as the token ids allow:
   new sequence is realigned like drift, so policy tokens of earlier calls that its prompt no
   longer holds are dropped from training (counted in ``realign_dropped_tokens``).
 
-Nothing is ever re-tokenised: every token comes from a record.
+Nothing is ever re-tokenised: every token comes from a record. A completion generated under
+a grammar keeps it as a `GrammarSpan`, so that the learner scores its tokens under the same
+masks (``grpo.policy_logprobs``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from osmosis_ai.rollout.types import RolloutResultResponse
 __all__ = [
     "DriftPolicy",
     "Exclusion",
+    "GrammarSpan",
     "RolloutRecords",
     "SequenceStats",
     "TrainingSequence",
@@ -80,6 +83,17 @@ class RolloutRecords:
 
 
 @dataclass(frozen=True, slots=True)
+class GrammarSpan:
+    """Policy tokens ``start..end - 1`` of a sequence, one completion generated under a
+    grammar (from its first token on)."""
+
+    start: int
+    end: int
+    grammar: str
+    """The grammar's EBNF text, as the engine compiled it."""
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingSequence:
     """One token sequence to train on, with its loss mask and behaviour logprobs."""
 
@@ -91,6 +105,8 @@ class TrainingSequence:
     """1 on tokens the policy generated, 0 on context (prompt, tool results, template)."""
     behaviour_logprobs: tuple[float, ...]
     """Logprob the sampling policy gave each token; 0.0 where the mask is 0."""
+    grammar_spans: tuple[GrammarSpan, ...] = ()
+    """The completions generated under a grammar."""
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
@@ -159,6 +175,7 @@ class _CallTokens:
     prompt: list[int]
     completion: list[int]
     logprobs: list[float]
+    grammar: str | None = None
 
 
 @dataclass(slots=True)
@@ -169,11 +186,21 @@ class _Building:
     mask: list[int]
     logprobs: list[float]
     last_completion_start: int
+    spans: list[GrammarSpan] = field(default_factory=list)
 
     def append(self, tokens: Sequence[int], *, policy: Sequence[float] | None) -> None:
         self.tokens.extend(tokens)
         self.mask.extend([0 if policy is None else 1] * len(tokens))
         self.logprobs.extend([0.0] * len(tokens) if policy is None else policy)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` tokens (and the grammar spans' parts among them)."""
+        del self.tokens[length:], self.mask[length:], self.logprobs[length:]
+        self.spans = [
+            GrammarSpan(span.start, min(span.end, length), span.grammar)
+            for span in self.spans
+            if span.start < length
+        ]
 
 
 def build_sequences(
@@ -256,6 +283,7 @@ def _rollout_sequences(
             token_ids=tuple(building.tokens),
             loss_mask=tuple(building.mask),
             behaviour_logprobs=tuple(building.logprobs),
+            grammar_spans=tuple(building.spans),
         )
         for building in chained
         if 1 in building.mask
@@ -284,7 +312,7 @@ def _chain(
             stats.drift += 1
             if drift == "realign":
                 stats.realign_dropped_tokens += sum(best.mask[shared:])
-                del best.tokens[shared:], best.mask[shared:], best.logprobs[shared:]
+                best.truncate(shared)
                 best.append(call.prompt[shared:], policy=None)
             else:
                 best = None
@@ -296,8 +324,10 @@ def _chain(
             best = _Building([], [], [], 0)
             best.append(call.prompt, policy=None)
             chained.append(best)
-        best.last_completion_start = len(best.tokens)
+        start = best.last_completion_start = len(best.tokens)
         best.append(call.completion, policy=call.logprobs)
+        if call.grammar is not None and call.completion:
+            best.spans.append(GrammarSpan(start, len(best.tokens), call.grammar))
     return chained
 
 
@@ -325,11 +355,13 @@ def _call_tokens(
         prompt: object = call.prompt_token_ids
         completion: object = call.completion_token_ids
         logprobs: object = call.logprobs
+        grammar: object = call.grammar
     else:
         status = call.get("status", "ok")
         prompt = call.get("prompt_token_ids")
         completion = call.get("completion_token_ids")
         logprobs = call.get("logprobs")
+        grammar = call.get("grammar")
     if status == "error":
         return None
     if prompt is None:
@@ -346,10 +378,15 @@ def _call_tokens(
     )
     if len(completion_logprobs) != len(completion_ids):
         return Exclusion.BAD_LOGPROBS
+    if grammar is not None and not isinstance(grammar, str):
+        raise ConfigError(
+            f"call record of rollout {rollout_id!r}: 'grammar' must be a string (EBNF) or null"
+        )
     return _CallTokens(
         prompt=prompt_ids,
         completion=completion_ids,
         logprobs=[float(value) for value in completion_logprobs],
+        grammar=grammar,
     )
 
 

@@ -83,8 +83,9 @@ def chunks_of(response: dict[str, Any]) -> list[dict[str, Any]]:
             }
         ],
     }
-    if "policy_version" in response:
-        first["policy_version"] = response["policy_version"]
+    for recorded in ("policy_version", "grammar"):  # call-record fields, stripped later
+        if recorded in response:
+            first[recorded] = response[recorded]
     last = {
         **envelope,
         "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}],

@@ -109,13 +109,16 @@ def completion_response(
     pieces: Sequence[str] | None = None,
     top_logprobs: Sequence[Sequence[tuple[str, int, float]]] | None = None,
     version: int | None = None,
+    grammar: str | None = None,
 ) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` carrying the exact token data of one generation.
 
     ``pieces`` (each token's text) and ``top_logprobs`` (per token, (text, id, logprob)
     alternatives) fill in the ``logprobs`` entries a caller may have asked for; without
     ``pieces`` the entries hold only ids and logprobs (what the call record needs).
-    ``version`` is reported as ``policy_version``. The id lists are used as they are (an
+    ``version`` is reported as ``policy_version`` and ``grammar`` (the EBNF text the engine
+    constrained the completion with) as ``grammar``: both are recorded, then removed from
+    what the caller gets. The id lists are used as they are (an
     answer is built once per call, on a hot path), not copied.
     """
     entries: list[dict[str, Any]]
@@ -162,6 +165,8 @@ def completion_response(
     }
     if version is not None:
         response["policy_version"] = version
+    if grammar is not None:
+        response["grammar"] = grammar
     return response
 
 
@@ -339,6 +344,7 @@ class ChatFront:
             pieces=pieces,
             top_logprobs=top or None,
             version=generation.version,
+            grammar=generation.grammar,
         )
 
 

@@ -73,6 +73,9 @@ class Generation:
     """Per token, the ``Sampling.top_logprobs`` most likely alternatives (id, logprob)."""
     stop_at: int | None = None
     """Character offset, in the decoded text, of the stop string that ended it."""
+    grammar: str | None = None
+    """The EBNF text of the grammar the engine constrained it with (``grammar_text`` of the
+    request's), ``None`` when it did not: the learner replays it to score the same masks."""
 
 
 class WeightUpdate(Protocol):

@@ -14,27 +14,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from osmosis_ai.errors import MissingExtraError, PolicyError
-from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.errors import PolicyError
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
     GenerationRequest,
-    JsonGrammar,
     TokenEngine,
+)
+from osmosis_ai.gateway.policies.engines.grammar import (
+    GrammarCompiler,
+    grammar_text,
+    stop_token_ids,
 )
 
 __all__ = ["TorchEngine"]
 
 T = TypeVar("T")
-_FEATURE = "The torch engine's JSON grammar (tool calls, response_format)"
-
-
-def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """The ids that end a completion: the tokenizer's EOS and the generation config's."""
-    stated = getattr(model.generation_config, "eos_token_id", None)
-    ids = {tokenizer.eos_token_id, *(stated if isinstance(stated, list | tuple) else [stated])}
-    return frozenset(i for i in ids if isinstance(i, int))
 
 
 @dataclass
@@ -78,8 +73,9 @@ class TorchEngine(TokenEngine):
     an idle engine wait ``batch_window_sec`` for others to start with them. Generation runs
     in the model's own dtype (fp32 master weights in training) with fp32 logits.
 
-    JSON grammars are compiled with xgrammar (imported when the first one arrives; without
-    it only unconstrained calls work, and a constrained one fails naming the install).
+    JSON grammars are compiled with xgrammar from their EBNF text (`grammar_text`, which
+    the answer records), imported when the first one arrives; without it only unconstrained
+    calls work, and a constrained one fails naming the install.
 
     Args:
         model: The model to serve; a trainer passes the one it trains (shared, not copied).
@@ -119,9 +115,11 @@ class TorchEngine(TokenEngine):
         #: How many times each number of calls joined generation together (tests, metrics).
         self.batch_sizes: Counter[int] = Counter()
         self.busy_sec = 0.0
-        self._stop_ids = _stop_token_ids(model, tokenizer)
+        self._stop_ids = stop_token_ids(model, tokenizer)
         self._torch: Any = None
-        self._compiler: Any = None
+        self._compiler = GrammarCompiler(
+            tokenizer, vocab_size=model.config.vocab_size, stop_ids=self._stop_ids
+        )
         # Calls not yet generating; the worker thread takes them between decoding steps.
         self._inbox: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
@@ -185,11 +183,10 @@ class TorchEngine(TokenEngine):
         if self._dispatcher is None:
             raise PolicyError("the torch engine is not started", status_code=503)
         loop = asyncio.get_running_loop()
-        grammar = None
+        grammar, text = None, None
         if request.grammar is not None:
-            grammar = await loop.run_in_executor(
-                self._grammars, self.compile_grammar, request.grammar
-            )
+            text = await loop.run_in_executor(self._grammars, grammar_text, request.grammar)
+            grammar = await loop.run_in_executor(self._grammars, self._compiler.compile, text)
         job = GenerationJob(list(request.prompt_ids), request.sampling, grammar=grammar)
         pending = _Pending(job, loop.create_future())
         self._inbox.append(pending)
@@ -202,29 +199,7 @@ class TorchEngine(TokenEngine):
             version=version,
             top_logprobs=job.top_logprobs,
             stop_at=job.stop_at,
-        )
-
-    def compile_grammar(self, grammar: JsonGrammar) -> Any:
-        """The compiled xgrammar grammar of ``grammar`` (blocking; xgrammar caches compiles).
-
-        Raises:
-            PolicyError: xgrammar is not installed (the message gives the install command).
-        """
-        if self._compiler is None:
-            try:
-                xgrammar = import_xgrammar(_FEATURE)
-            except MissingExtraError as exc:
-                raise PolicyError(str(exc), status_code=500) from None
-            info = xgrammar.TokenizerInfo.from_huggingface(
-                self._tokenizer,
-                vocab_size=self.model.config.vocab_size,
-                stop_token_ids=sorted(self._stop_ids),
-            )
-            self._compiler = xgrammar.GrammarCompiler(info, max_threads=1)
-        if grammar.max_whitespace is None:
-            return self._compiler.compile_json_schema(grammar.schema, any_whitespace=False)
-        return self._compiler.compile_json_schema(
-            grammar.schema, max_whitespace_cnt=grammar.max_whitespace
+            grammar=text,
         )
 
     async def _dispatch(self) -> None:

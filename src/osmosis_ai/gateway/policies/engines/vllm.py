@@ -4,9 +4,10 @@ Every call is one ``POST /v1/completions`` whose ``prompt`` is the token ids the
 rendered (no re-tokenisation), with ``return_token_ids`` and ``logprobs: 0``: the answer
 carries the completion's ids and one behaviour logprob per token. With the server started
 as ``--logprobs-mode processed_logprobs`` those are taken under the distribution sampled from
-(after temperature, top-k and top-p), as the torch engine records them. A tool plan's or a
-``response_format``'s JSON grammar is sent as ``structured_outputs``. vLLM batches the calls
-that arrive together.
+(after the grammar's mask, temperature, top-k and top-p), as the torch engine records them.
+A tool plan's or a ``response_format``'s grammar is sent as ``structured_outputs`` in its
+EBNF text (``grammar_text``), the one the torch engine compiles and the learner replays.
+vLLM batches the calls that arrive together.
 
 New weights arrive between steps (`VllmEngine.updating`): once the running calls are done,
 ``push`` writes them into a directory (a tmpfs when there is room) and has the server reload
@@ -34,6 +35,7 @@ from osmosis_ai.gateway.policies.engines.base import (
     GenerationRequest,
     TokenEngine,
 )
+from osmosis_ai.gateway.policies.engines.grammar import grammar_text
 
 __all__ = ["VllmEngine", "VllmEngineError"]
 
@@ -190,17 +192,22 @@ class VllmEngine(TokenEngine):
         """One completion of ``request`` from the server (concurrent calls batch there)."""
         while not self._open.is_set():
             await self._open.wait()
+        # The grammar's text, not its JSON schema: vLLM then enforces exactly the masks the
+        # torch engine would and the learner replays (its own schema compile differs).
+        grammar = None
+        if request.grammar is not None:
+            grammar = await asyncio.to_thread(grammar_text, request.grammar)
         self._running += 1
         version = self.version
         try:
-            answer = await self.call("/v1/completions", self._body(request))
+            answer = await self.call("/v1/completions", self._body(request, grammar))
         finally:
             self._running -= 1
             async with self._idle:
                 self._idle.notify_all()
-        return _generation(answer, version)
+        return _generation(answer, version, grammar)
 
-    def _body(self, request: GenerationRequest) -> dict[str, Any]:
+    def _body(self, request: GenerationRequest, grammar: str | None) -> dict[str, Any]:
         sampling = request.sampling
         body: dict[str, Any] = {
             "model": self.model_name,
@@ -220,15 +227,12 @@ class VllmEngine(TokenEngine):
             body["stop"] = list(sampling.stop)
         if sampling.top_logprobs:
             body["return_tokens_as_token_ids"] = True  # alternatives named by id, not text
-        if request.grammar is not None:
-            body["structured_outputs"] = {
-                "json": json.loads(request.grammar.schema),
-                "disable_any_whitespace": request.grammar.max_whitespace is None,
-            }
+        if grammar is not None:
+            body["structured_outputs"] = {"grammar": grammar}
         return body
 
 
-def _generation(answer: Any, version: int) -> Generation:
+def _generation(answer: Any, version: int, grammar: str | None) -> Generation:
     """The `Generation` in a ``/v1/completions`` answer.
 
     Raises:
@@ -261,6 +265,7 @@ def _generation(answer: Any, version: int) -> Generation:
         top_logprobs=top if any(top) else [],
         # A stop string: vLLM's text ends before it (the ids include the tokens that made it).
         stop_at=len(choice.get("text") or "") if isinstance(stop_reason, str) else None,
+        grammar=grammar,
     )
 
 

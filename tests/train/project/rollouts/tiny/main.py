@@ -19,6 +19,20 @@ from osmosis_ai.rollout import (
 )
 from osmosis_ai.rollout.server import create_rollout_server
 
+#: Offered with ``tool_choice="required"`` to rows with ``tools`` metadata: every reply is
+#: generated under the tool plan's grammar.
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+
 
 class Reply(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
@@ -27,10 +41,13 @@ class Reply(AgentWorkflow):
             await asyncio.to_thread(_count, ctx.metadata or {})
         rollout = get_rollout_context()
         assert rollout is not None
+        body: dict[str, Any] = {"model": "policy", "messages": ctx.prompt}
+        if (ctx.metadata or {}).get("tools"):
+            body.update(tools=[CALCULATOR], tool_choice="required")
         async with httpx.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
-                json={"model": "policy", "messages": ctx.prompt},
+                json=body,
                 headers={"Authorization": f"Bearer {rollout.api_key}"},
             )
         response.raise_for_status()
