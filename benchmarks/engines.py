@@ -12,9 +12,11 @@ the median over rollouts of (b)'s excess over the (a) run just before it; the pe
 is the slope, the per-rollout cost the rest. Both wall time and the process's
 CPU time are measured; the overheads judged against the targets are CPU time, which other
 jobs on a shared machine do not inflate (everything measured, stub included, runs in this
-process, and an instant upstream leaves nothing to wait for). Drift: the calculator example
-through the SkyRL path on the embedded model (llama.cpp returns token ids and logprobs), and
-what SkyRL's ``merge_stepwise_output`` makes of the rows.
+process, and an instant upstream leaves nothing to wait for; the stub answers the token-in
+``/v1/completions`` the generator's default prompts use). Drift: the calculator example
+through the SkyRL path on the embedded model, with chat prompts (llama.cpp renders them and
+returns token ids and logprobs) and with token-in prompts (vLLM from ``.venv-vllm``, the chat
+front rendering them), and what SkyRL's ``merge_stepwise_output`` makes of the rows.
 
 verl overhead: the same workflow and baseline, against (b) ``OsmosisAgentLoop.run`` (built
 per sample by ``hydra.utils.instantiate`` from one trainer config and registry entry, as
@@ -34,10 +36,11 @@ import json
 import ssl
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import hydra
@@ -62,10 +65,14 @@ from osmosis_ai.rollout import (
     get_rollout_context,
 )
 from osmosis_ai.testing import ChatStub
+from osmosis_ai.train.config import VllmConfig
 from osmosis_ai.train.engines.skyrl import OsmosisGenerator
 from osmosis_ai.train.engines.verl import close_shared_rollouts
+from osmosis_ai.train.model import embedded_model_dir
+from osmosis_ai.train.vllm_server import VllmServer
 
 ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 ROLLOUTS = 200
 WARMUP = 20
 DRIFT_ROWS = 8
@@ -188,27 +195,37 @@ async def _skyrl_overhead(
         await generator.aclose()
 
 
-async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
+async def _skyrl_drift(tokenizer: Any, prompts: Literal["tokens", "chat"]) -> dict[str, float]:
+    """The calculator example through ``OsmosisGenerator`` on the embedded model: with chat
+    prompts on llama.cpp (which renders them), with token-in prompts on vLLM (``.venv-vllm``)."""
     lines = (ROOT / "examples/calculator/data/arithmetic.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines][:DRIFT_ROWS]
-    prompts = [
+    batch = _batch(
+        [{"reward_spec": {"ground_truth": row["ground_truth"]}} for row in rows],
         [
-            {"role": "system", "content": row["system_prompt"]},
-            {"role": "user", "content": row["user_prompt"]},
-        ]
-        for row in rows
-    ]
-    extras = [{"reward_spec": {"ground_truth": row["ground_truth"]}} for row in rows]
-    async with Gateway(EmbeddedPolicy(n_parallel=4)) as engine:
+            [
+                {"role": "system", "content": row["system_prompt"]},
+                {"role": "user", "content": row["user_prompt"]},
+            ]
+            for row in rows
+        ],
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        if prompts == "chat":
+            engine = await stack.enter_async_context(Gateway(EmbeddedPolicy(n_parallel=4)))
+            url, key = engine.chat_completions_url("engine"), engine.token
+        else:
+            url, key = await stack.enter_async_context(_vllm_server()) + "/v1", None
         generator = OsmosisGenerator(
             "calculator.main:CalculatorWorkflow",
             grader="calculator.main:ExactAnswer",
-            base_url=engine.chat_completions_url("engine"),
-            api_key=engine.token,
+            base_url=url,
+            api_key=key,
             tokenizer=tokenizer,
+            prompts=prompts,
         )
         try:
-            output = await generator.generate(_batch(extras, prompts))
+            output = await generator.generate(batch)
         finally:
             await generator.aclose()
     metrics = output["rollout_metrics"]
@@ -218,11 +235,30 @@ async def _skyrl_drift(tokenizer: Any) -> dict[str, float]:
     return {
         "calls": calls,
         "drift_per_transition": metrics["osmosis/drift"] / transitions,
+        "new_contexts": metrics["osmosis/new_contexts"],
         "rows": float(len(output["response_ids"])),
         "merged_rows": float(len(merged["response_ids"])),
         "reward_mean": metrics["osmosis/reward_mean"],
         "excluded": sum(v for k, v in metrics.items() if k.startswith("osmosis/excluded/")),
     }
+
+
+@contextlib.asynccontextmanager
+async def _vllm_server() -> AsyncIterator[str]:
+    """vLLM (from ``.venv-vllm``) serving the embedded model on the CPU; its base URL."""
+    with tempfile.TemporaryDirectory() as models:
+        config = VllmConfig(
+            python=str(VLLM_PYTHON),
+            dtype="bfloat16",
+            max_model_len=4096,
+            args=("--enforce-eager",),
+            env={"VLLM_CPU_KVCACHE_SPACE": "2"},
+        )
+        server = VllmServer(config, embedded_model_dir(Path(models)), log=lambda line: None)
+        try:
+            yield await server.start()
+        finally:
+            await server.stop()
 
 
 async def _overhead_figures(
@@ -284,19 +320,25 @@ async def _overhead_figures(
 async def skyrl_figures(tokenizer: Any) -> None:
     """The SkyRL adapter's table."""
     figures = await _overhead_figures("OsmosisGenerator", _skyrl_overhead, tokenizer)
-    drift = await _skyrl_drift(tokenizer)
-    figures += [
-        Figure("calculator via SkyRL: model calls", drift["calls"], "calls"),
-        Figure(
-            "calculator via SkyRL: drift per chained call", drift["drift_per_transition"] * 100, "%"
-        ),
-        Figure("calculator via SkyRL: step-wise rows", drift["rows"], "rows"),
-        Figure(
-            "calculator via SkyRL: rows after merge_stepwise_output", drift["merged_rows"], "rows"
-        ),
-        Figure("calculator via SkyRL: mean reward", drift["reward_mean"], ""),
-        Figure("calculator via SkyRL: excluded rollouts", drift["excluded"], "rollouts"),
+    variants: list[tuple[Literal["tokens", "chat"], str]] = [
+        ("chat", "llama.cpp"),
+        ("tokens", "vLLM"),
     ]
+    for prompts, engine in variants:
+        if prompts == "tokens" and not VLLM_PYTHON.is_file():
+            print(f"(no {VLLM_PYTHON}: `make install-vllm` for the token-in figures)")
+            continue
+        drift = await _skyrl_drift(tokenizer, prompts)
+        name = f"calculator via SkyRL, {prompts} prompts ({engine})"
+        figures += [
+            Figure(f"{name}: model calls", drift["calls"], "calls"),
+            Figure(f"{name}: drift per chained call", drift["drift_per_transition"] * 100, "%"),
+            Figure(f"{name}: new contexts", drift["new_contexts"], "calls"),
+            Figure(f"{name}: step-wise rows", drift["rows"], "rows"),
+            Figure(f"{name}: rows after merge_stepwise_output", drift["merged_rows"], "rows"),
+            Figure(f"{name}: mean reward", drift["reward_mean"], ""),
+            Figure(f"{name}: excluded rollouts", drift["excluded"], "rollouts"),
+        ]
     print_table("SkyRL adapter (OsmosisGenerator)", figures)
 
 

@@ -423,3 +423,19 @@ def test_key_lines_step_over_multiline_values_and_comments():
     assert ("not_a_table",) not in lines
     assert ("fake",) not in lines
     assert ("experiment", "fake") not in lines
+
+
+# --- --set overrides ------------------------------------------------------------------------------
+
+
+def test_overrides_replace_the_files_values_and_are_checked_like_them(tmp_path):
+    path = write_config(tmp_path, EXPERIMENT + "[evaluation]\nn = 2\n")
+    config = load_eval_config(path, ["evaluation.n=5", "experiment.model_path=embedded"])
+    assert config.evaluation.n == 5 and config.experiment.model_path == "embedded"
+    with pytest.raises(ConfigError) as info:
+        load_eval_config(path, ["evaluation.n=0"])
+    assert str(info.value).startswith(f"{path}, --set evaluation.n=0: evaluation.n must be")
+    with pytest.raises(ConfigError, match=r"--set evaluation.nn=1: unknown key 'evaluation.nn'"):
+        load_eval_config(path, ["evaluation.nn=1"])
+    with pytest.raises(ConfigError, match=r"--set evaluation.n: write --set section.key=value"):
+        load_eval_config(path, ["evaluation.n"])

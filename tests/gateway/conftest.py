@@ -25,13 +25,13 @@ async def gateway(stub: ChatStub) -> AsyncIterator[Gateway]:
 
 @contextlib.asynccontextmanager
 async def serving(
-    policy: Policy, **gateway_options: Any
+    policy: Policy, *, client_timeout_sec: float = 30, **gateway_options: Any
 ) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
     """A running gateway for ``policy`` and a client that sends its token."""
     async with Gateway(policy, **gateway_options) as running:
         headers = {"Authorization": f"Bearer {running.token}"}
         async with httpx.AsyncClient(
-            base_url=running.base_url, headers=headers, timeout=30
+            base_url=running.base_url, headers=headers, timeout=client_timeout_sec
         ) as http:
             yield running, http
 

@@ -22,6 +22,7 @@ from osmosis_ai.gateway.policies import ChatFront, EnginePolicy
 from osmosis_ai.gateway.policies.engines import (
     Generation,
     GenerationRequest,
+    JsonGrammar,
     TokenEngine,
     WeightUpdate,
 )
@@ -147,7 +148,7 @@ async def test_tool_calls_are_planned_constrained_and_parsed_by_the_front(
     assert json.loads(call["function"]["arguments"]) == {"expression": "2+2"}
     # The engine got the plan's grammar: a call of the tool, free strings bounded.
     grammar = engine.requests[0].grammar
-    assert grammar is not None and grammar.max_whitespace == 12
+    assert isinstance(grammar, JsonGrammar) and grammar.max_whitespace == 12
     schema = json.loads(grammar.schema)
     (option,) = schema["anyOf"]  # required: no answer allowed
     assert option["properties"]["name"] == {"const": "calculator"}

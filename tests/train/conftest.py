@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,3 +80,31 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
     """A checkpoint directory of a tiny random Llama with a real tokenizer (no download)."""
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), tokenizer_dir)
+
+
+#: A hermes-style chat template (tools in the system turn, ``<tool_call>`` JSON), as models
+#: with native tool calls ship one.
+HERMES_TEMPLATE = Path(__file__).resolve().parents[1] / "gateway" / "templates" / "hermes.jinja"
+
+
+def with_chat_template(source: Path, directory: Path, template: Path = HERMES_TEMPLATE) -> Path:
+    """A copy of the model directory ``source`` whose tokenizer has ``template``."""
+    shutil.copytree(source, directory)
+    (directory / "chat_template.jinja").write_text(template.read_text())
+    return directory
+
+
+@pytest.fixture(scope="session")
+def hermes_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The tiny model with a chat template that renders tools and hermes tool calls."""
+    return with_chat_template(tiny_model_dir, tmp_path_factory.mktemp("hermes") / "model")
+
+
+def first_turn_calls(source: str) -> str:
+    """The calculator example's ``main.py`` with a first turn that must call a tool
+    (``tool_choice`` "required"; the turns after a tool result stay free): SmolLM2 was never
+    taught hermes calls and answers in prose when free to."""
+    tools = '"tools": [CALCULATOR],'
+    assert tools in source
+    required = '"tool_choice": "required" if len(messages) <= 2 else "auto",'
+    return source.replace(tools, f"{tools}\n{required}")

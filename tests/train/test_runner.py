@@ -133,10 +133,10 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
 ) -> None:
     secret = "tiny-secret-value-0123456789"
     monkeypatch.setenv("TINY_SECRET", secret)  # the child inherits it
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 2\ncheckpoint_every = 2")
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 5\ncheckpoint_every = 2")
     config.write_text(config.read_text() + '[secrets]\nrequired = ["TINY_SECRET"]\n')
     _write_rows(tmp_path / "ws", metadata={"leak": True})  # key and secret in every output
-    code, out = await _run(config)
+    code, out = await _run(config, "--set", "training.steps=2")
     assert code == 0, out
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
     assert "debug " in (run_dir / "logs.txt").read_text(), "the rollout's output is logged"
@@ -153,6 +153,10 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
         # The policy's own generating time is part of the rollout phase, not all of it.
         assert 0 < line["policy_busy_sec"] <= line["generation_sec"], line
     events = _lines(run_dir / "events.jsonl")
+    # The journal keeps the settings the run used: the file's, with the --set override.
+    (start,) = [e for e in events if e["event"] == "start"]
+    assert start["overrides"] == ["training.steps=2"] and start["steps"] == 2
+    assert start["training"]["steps"] == 2 and start["training"]["checkpoint_every"] == 2
     assert [e["step"] for e in events if e["event"] == "eval"] == [0, 2]
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2]
     checkpoint = run_dir / "checkpoints" / "step-0002"
@@ -275,6 +279,45 @@ async def test_cli_reports_a_config_error_on_one_line(tmp_path: Path, tiny_model
     assert code == 2
     line = config.read_text().splitlines().index("[extra]") + 1
     assert out.strip().count("\n") == 0 and f"line {line}: unknown section or key 'extra'" in out
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("training.stepz=3", "--set training.stepz=3: unknown key 'training.stepz'"),
+        ("training.steps=0", "--set training.steps=0: training.steps must be"),
+        ("training.engine=tpu", "--set training.engine=tpu: training.engine must be one of"),
+        ("steps=3", "--set steps=3: write --set section.key=value"),
+    ],
+)
+async def test_a_bad_override_is_named_by_its_flag_on_one_line(
+    tmp_path: Path, tiny_model_dir: Path, override: str, expected: str
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "")
+    code, out = await _run(config, "--set", override, limit_sec=60)
+    assert code == 2 and out.strip().count("\n") == 0, out
+    assert expected in out
+
+
+def test_overrides_are_checked_like_the_file(tmp_path: Path, tiny_model_dir: Path) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 4")
+    loaded = load_train_config(
+        config, ["training.steps=7", "training.learning_rate=1e-5", 'training.precision="fp32"']
+    )
+    assert loaded.training.steps == 7 and loaded.training.learning_rate == 1e-5
+    assert loaded.training.precision == "fp32"
+    assert loaded.overrides == (
+        "training.steps=7", "training.learning_rate=1e-5", 'training.precision="fp32"'
+    )  # fmt: skip
+    # A value that is not TOML is a string: the same check as a string in the file.
+    assert load_train_config(config, ["training.precision=fp32"]).training.precision == "fp32"
+    # A table the file lacks is created; one the file has cannot be replaced by a value.
+    vllm = load_train_config(config, ["training.engine=vllm", "vllm.max_model_len=512"]).vllm
+    assert vllm.max_model_len == 512
+    with pytest.raises(ConfigError, match="--set training=3: write --set section.key=value"):
+        load_train_config(config, ["training=3"])
+    with pytest.raises(ConfigError, match=r"--set vllm.env=1: vllm.env must be a table"):
+        load_train_config(config, ["training.engine=vllm", "vllm.env=1"])
 
 
 def test_held_out_split_is_seeded_disjoint_and_sized_by_count_or_fraction() -> None:

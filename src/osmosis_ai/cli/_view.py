@@ -67,7 +67,7 @@ async def watch_training(
     from osmosis_ai.train.config import load_train_config
     from osmosis_ai.train.runner import run_training
 
-    config = await asyncio.to_thread(load_train_config, options.config_path)
+    config = await asyncio.to_thread(load_train_config, options.config_path, options.overrides)
     # The runner's run name: --name, else the config's file name.
     name = options.name or options.config_path.stem
     page = f"/train/{quote(name)}"

@@ -6,6 +6,7 @@ import typer
 
 from osmosis_ai import __version__
 from osmosis_ai.cli._logging import quiet_logging_errors
+from osmosis_ai.cli._options import OsmosisTyper
 from osmosis_ai.cli.eval import eval_app
 from osmosis_ai.cli.gateway import gateway_command
 from osmosis_ai.cli.rollout import rollout_app
@@ -14,7 +15,7 @@ from osmosis_ai.cli.view import view_command
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(
+app = OsmosisTyper(
     name="osmosis",
     help="Run AgentWorkflow rollouts: local evaluation, rollout servers and tools around them.",
     no_args_is_help=True,

@@ -15,7 +15,7 @@ import typer
 
 from osmosis_ai.cli._asyncio import run
 from osmosis_ai.cli._logging import configure_logging
-from osmosis_ai.cli._options import upstream_timeout_option
+from osmosis_ai.cli._options import OsmosisTyper, set_option, upstream_timeout_option
 from osmosis_ai.cli._output import error_exit, plain_console
 from osmosis_ai.cli._view import keep_viewing, open_viewer
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["eval_app"]
 
-eval_app = typer.Typer(help="Evaluate rollouts locally.", no_args_is_help=True)
+eval_app = OsmosisTyper(help="Evaluate rollouts locally.", no_args_is_help=True)
 
 
 def _render_results(outcome: Any, console: Any) -> None:
@@ -218,6 +218,7 @@ def run_command(
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
     ),
+    overrides: list[str] | None = set_option(),
 ) -> None:
     """Run the rollout over the dataset against the model, then print the results table."""
     from osmosis_ai.eval.runner import EvalOptions
@@ -229,6 +230,7 @@ def run_command(
     console = plain_console(stderr=as_json)
     options = EvalOptions(
         config_path=config,
+        overrides=tuple(overrides or ()),
         name=name,
         output=output,
         model=model,

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import typer
 
+from osmosis_ai.cli._options import OsmosisTyper
 from osmosis_ai.cli._output import error_exit
 
 __all__ = ["rollout_app"]
 
-rollout_app = typer.Typer(help="Create and check rollouts.", no_args_is_help=True)
+rollout_app = OsmosisTyper(help="Create and check rollouts.", no_args_is_help=True)
 
 
 @rollout_app.command("init")

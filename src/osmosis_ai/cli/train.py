@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from osmosis_ai.cli._asyncio import run
+from osmosis_ai.cli._options import OsmosisTyper, set_option
 from osmosis_ai.cli._output import error_exit, plain_console, silence_tqdm
 from osmosis_ai.cli._view import watch_training
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["train_app"]
 
-train_app = typer.Typer(
+train_app = OsmosisTyper(
     help="Train the policy on your AgentWorkflow and Grader (GRPO; CPU or GPU; full or LoRA).",
     no_args_is_help=True,
 )
@@ -123,6 +124,7 @@ def run_command(
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while training, until Ctrl-C."
     ),
+    overrides: list[str] | None = set_option(),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
     silence_tqdm()  # before transformers imports it: no library progress bars in our output
@@ -130,7 +132,13 @@ def run_command(
     from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
 
     console = plain_console()
-    options = TrainOptions(config_path=config, name=name, fresh=fresh, backend=backend)
+    options = TrainOptions(
+        config_path=config,
+        overrides=tuple(overrides or ()),
+        name=name,
+        fresh=fresh,
+        backend=backend,
+    )
     hooks = _Hooks(console)
     try:
 

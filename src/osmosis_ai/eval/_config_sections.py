@@ -6,24 +6,29 @@ and dataset keys, ``[env]`` and ``[secrets]``, validated here with line-numbered
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval._toml_lines import key_lines
 from osmosis_ai.eval.datasets import DATASET_FORMATS
 from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = [
     "ConfigSource",
     "TOMLTable",
+    "apply_overrides",
     "dataset_path",
     "env_table",
     "kind_of",
     "provenance",
+    "read_config",
     "read_toml",
     "rollout_location",
     "secret_names",
@@ -79,19 +84,86 @@ def workspace_of(path: Path) -> Path:
     return path.parent
 
 
-class ConfigSource:
-    """The file being validated, and where each key appears in it."""
+def apply_overrides(
+    data: TOMLTable, overrides: Sequence[str]
+) -> tuple[TOMLTable, dict[tuple[str, ...], str]]:
+    """``data`` with each ``section.key=value`` of ``overrides`` set (pure), and the flag
+    that set each key path.
 
-    def __init__(self, path: Path, lines: dict[tuple[str, ...], int]) -> None:
+    The value is read as a TOML value (``3``, ``1e-5``, ``true``, ``"text"``, ``["a"]``); one
+    that is not TOML is taken as a string (``--set experiment.model=embedded``). Validation
+    happens afterwards, exactly as for the file.
+
+    Raises:
+        ConfigError: An override without ``=`` or without a dotted key, or one that would
+            replace a table with a value (or a value with a table).
+    """
+    merged = copy.deepcopy(data)
+    flags: dict[tuple[str, ...], str] = {}
+    for override in overrides:
+        flag = f"--set {override}"
+        name, equals, text = override.partition("=")
+        path = tuple(part.strip() for part in name.split("."))
+        if not equals or len(path) < 2 or not all(path):
+            raise ConfigError(
+                f"{flag}: write --set section.key=value (for example --set training.steps=3)"
+            )
+        try:
+            value = tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = text
+        table = merged
+        for depth, part in enumerate(path[:-1]):
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"{flag}: {'.'.join(path[: depth + 1])} is not a table")
+        if isinstance(table.get(path[-1]), dict):
+            raise ConfigError(f"{flag}: {name.strip()} is a table; set one of its keys")
+        table[path[-1]] = value
+        flags[path] = flag
+    return merged, flags
+
+
+def read_config(
+    path: Path, kind: str, overrides: Sequence[str] = ()
+) -> tuple[TOMLTable, ConfigSource]:
+    """The tables of the TOML file ``path`` with ``overrides`` applied, and the source that
+    places an error at its line, or at the ``--set`` flag that gave the value.
+
+    Raises:
+        ConfigError: See `read_toml` and `apply_overrides`.
+    """
+    text, data = read_toml(path, kind)
+    data, flags = apply_overrides(data, overrides)
+    return data, ConfigSource(path, key_lines(text), flags)
+
+
+class ConfigSource:
+    """The file being validated, where each key appears in it, and the ``--set`` flags that
+    override some."""
+
+    def __init__(
+        self,
+        path: Path,
+        lines: dict[tuple[str, ...], int],
+        flags: dict[tuple[str, ...], str] | None = None,
+    ) -> None:
         self.path = path
         self.lines = lines
+        self.flags = flags or {}
 
     def error(self, key: tuple[str, ...], message: str) -> ConfigError:
+        flag = self.flags.get(key)
+        if flag is not None:
+            return ConfigError(f"{self.path}, {flag}: {message}")
         # tomllib keeps no positions: fall back to the nearest enclosing table that has one.
         for end in range(len(key), 0, -1):
             line = self.lines.get(key[:end])
             if line is not None:
                 return ConfigError(f"{self.path}, line {line}: {message}")
+            flag = next((f for k, f in self.flags.items() if k[:end] == key[:end]), None)
+            if flag is not None:  # a table only overrides made
+                return ConfigError(f"{self.path}, {flag}: {message}")
         return ConfigError(f"{self.path}: {message}")
 
     def table(self, data: TOMLTable, name: str) -> TOMLTable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,12 +14,11 @@ from osmosis_ai.eval._config_sections import (
     dataset_path,
     env_table,
     provenance,
-    read_toml,
+    read_config,
     rollout_location,
     secret_names,
     workspace_of,
 )
-from osmosis_ai.eval._toml_lines import key_lines
 
 __all__ = ["EvalConfig", "EvaluationConfig", "ExperimentConfig", "load_eval_config"]
 
@@ -116,7 +116,7 @@ class EvalConfig:
         return self.rollout_dir / self.experiment.entrypoint
 
 
-def load_eval_config(path: Path) -> EvalConfig:
+def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
     """Read and validate an eval TOML file.
 
     Relative paths inside the file (``experiment.dataset``) are resolved against the
@@ -126,6 +126,8 @@ def load_eval_config(path: Path) -> EvalConfig:
 
     Args:
         path: The TOML file, usually ``configs/eval/<name>.toml``.
+        overrides: ``section.key=value`` settings that replace the file's (``--set``),
+            validated as if the file held them; an error names the flag.
 
     Returns:
         The validated config.
@@ -136,8 +138,7 @@ def load_eval_config(path: Path) -> EvalConfig:
             entry point does not exist. The message names the file, the line and the key.
     """
     path = Path(os.path.abspath(path))
-    text, data = read_toml(path, "eval config")
-    src = ConfigSource(path, key_lines(text))
+    data, src = read_config(path, "eval config", overrides)
     for name in data:
         if name not in _SECTIONS:
             what = f"section [{name}]" if isinstance(data[name], dict) else f"key {name!r}"

@@ -28,6 +28,8 @@ class EvalOptions:
     """What ``osmosis eval run`` was asked to do."""
 
     config_path: Path
+    overrides: tuple[str, ...] = ()
+    """``section.key=value`` settings that replace the file's (``--set``)."""
     name: str | None = None
     output: Path | None = None
     model: str | None = None
@@ -152,7 +154,7 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
         ConfigError: Bad config, backend, dataset, rows or secrets.
     """
     parse_backend_spec(options.backend, label="--backend")
-    config = load_eval_config(options.config_path)
+    config = load_eval_config(options.config_path, options.overrides)
     if options.model is not None:
         config = replace(config, experiment=replace(config.experiment, model_path=options.model))
     secrets = secret_values(config.secrets)

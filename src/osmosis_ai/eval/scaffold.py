@@ -121,6 +121,7 @@ lora_rank = 0                    # 0: train every weight; r > 0: train a LoRA ad
 keep_checkpoints = 1             # how many of the newest checkpoints stay on disk
 engine = "torch"                 # what generates: the learner's model, or "vllm" (a [vllm] table)
 tis_cap = 0.0                    # > 0 (e.g. 2.0): weight tokens by the learner/engine ratio, capped
+tool_format = "auto"             # tool calls: the model's own syntax ("native"), or "instruction"
 seed = 0                         # picks the held-out rows and each step's rows
 """
 

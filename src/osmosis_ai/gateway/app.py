@@ -414,6 +414,7 @@ def create_gateway_app(
         redactor=Redactor((token, *policy.secrets(), *secrets)),
         sampling=check_sampling(sampling or {}),
     )
+    state.records.on_release.append(policy.forget)
 
     chat = _ChatCompletions(state)
     app = _GatewayApp(

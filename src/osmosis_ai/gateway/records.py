@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -142,6 +143,8 @@ class CallRecords:
         self.ttl_sec = ttl_sec
         self._by_rollout: OrderedDict[str, tuple[float, list[CallRecord]]] = OrderedDict()
         self._next_index: dict[str, int] = {}
+        self.on_release: list[Callable[[str], None]] = []
+        """Called with each released rollout's id (the policy forgets its history)."""
 
     def __len__(self) -> int:
         return len(self._by_rollout)
@@ -170,6 +173,8 @@ class CallRecords:
         """Forget ``rollout_id``; returns how many records were dropped."""
         self._next_index.pop(rollout_id, None)
         entry = self._by_rollout.pop(rollout_id, None)
+        for listener in self.on_release:
+            listener(rollout_id)
         return len(entry[1]) if entry else 0
 
     def report(self, rollout_id: str) -> TrajectoryReport | None:

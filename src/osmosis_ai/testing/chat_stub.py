@@ -4,6 +4,10 @@ It listens on 127.0.0.1 (an ephemeral port), answers instantly, and records ever
 so tests exercise real HTTP without any model. Queue behaviours with ``push``; when the
 queue is empty it asks ``respond(body)`` if given (a per-request rule, e.g. for concurrent
 conversations), else echoes the last user message.
+
+It also answers vLLM's token-in ``/v1/completions`` (a prompt of token ids in; the reply's
+token ids and one logprob per token out), for a chat front in front of a token engine: the
+reply's ``token_ids``, else its text through ``encode``, else one made-up id per word.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ class StubReply:
 
     content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    token_ids: list[int] | None = None
+    """The completion's ids on ``/v1/completions`` (chat answers ignore them)."""
     delay_sec: float = 0.0
     finish_reason: str | None = None
     usage: dict[str, int] = field(
@@ -62,9 +68,11 @@ class ChatStub(ServedApp):
         model: str = "stub-model",
         delay_sec: float = 0.0,
         respond: Callable[[dict[str, Any]], Behaviour] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> None:
         self.model = model
         self._respond = respond
+        self._encode = encode
         self.delay_sec = delay_sec
         """Delay of the default (echo) answer; change it at any time."""
         self.requests: list[dict[str, Any]] = []
@@ -73,7 +81,10 @@ class ChatStub(ServedApp):
         routing = import_optional("starlette.routing", extra="server", feature="ChatStub")
         super().__init__(
             starlette.Starlette(
-                routes=[routing.Route("/v1/chat/completions", self._handle, methods=["POST"])]
+                routes=[
+                    routing.Route("/v1/chat/completions", self._handle, methods=["POST"]),
+                    routing.Route("/v1/completions", self._handle, methods=["POST"]),
+                ]
             )
         )
 
@@ -112,10 +123,38 @@ class ChatStub(ServedApp):
         if isinstance(behaviour, StubFailure):
             error = {"error": {"message": behaviour.message, "type": "stub_error"}}
             return responses.JSONResponse(error, behaviour.status)
+        if request.url.path.endswith("/v1/completions"):
+            return responses.JSONResponse(self._token_completion(body, behaviour))
         answer = _completion(self.model, body, behaviour)
         if not body.get("stream"):
             return responses.JSONResponse(answer)
         return responses.StreamingResponse(_sse(answer, body), media_type="text/event-stream")
+
+    def _token_completion(self, body: dict[str, Any], reply: StubReply) -> dict[str, Any]:
+        """A vLLM-style ``/v1/completions`` answer: token ids and their logprobs."""
+        text = reply.content or ""
+        if reply.token_ids is not None:
+            ids = list(reply.token_ids)
+        elif self._encode is not None:
+            ids = self._encode(text)
+        else:
+            ids = list(range(100, 100 + len(text.split())))
+        logprobs = {"tokens": [str(i) for i in ids], "token_logprobs": [-0.5] * len(ids)}
+        choice = {"index": 0, "text": text, "token_ids": ids, "logprobs": logprobs,
+                  "finish_reason": reply.finish_reason or "stop"}  # fmt: skip
+        prompt = body.get("prompt") or []
+        return {
+            "id": "cmpl-stub",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(ids),
+                "total_tokens": len(prompt) + len(ids),
+            },  # fmt: skip
+        }
 
 
 def _completion(model: str, body: dict[str, Any], reply: StubReply) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,12 +20,11 @@ from osmosis_ai.eval._config_sections import (
     dataset_path,
     env_table,
     provenance,
-    read_toml,
+    read_config,
     rollout_location,
     secret_names,
     workspace_of,
 )
-from osmosis_ai.eval._toml_lines import key_lines
 from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
 
 __all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
@@ -78,6 +78,7 @@ _CHOICES = {
     "advantage_scale": ("std", "none"),
     "precision": ("auto", "bf16", "fp32"),
     "engine": ("torch", "vllm"),
+    "tool_format": ("auto", "native", "instruction"),
 }
 _TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "device", "lora_target_modules")
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
@@ -145,6 +146,10 @@ class TrainingConfig:
     """Truncated importance sampling: each policy token's loss is weighted by the learner's
     probability over the engine's, capped at this (0: off). Corrects for an engine whose
     logprobs differ from the learner's (vLLM in bf16)."""
+    tool_format: Literal["auto", "native", "instruction"] = "auto"
+    """How the policy calls tools: ``native`` (the model's own syntax, which its chat template
+    renders: hermes's ``<tool_call>``), ``instruction`` (a JSON format described in the system
+    message, for templates without tools), or ``auto`` (native when the template has it)."""
 
     @property
     def lora_scale_alpha(self) -> float:
@@ -189,6 +194,8 @@ class TrainConfig:
     vllm: VllmConfig = field(default_factory=VllmConfig)
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    """The ``--set`` flags applied over the file."""
 
     @property
     def rollout_dir(self) -> Path:
@@ -196,16 +203,16 @@ class TrainConfig:
         return self.workspace / "rollouts" / self.rollout
 
 
-def load_train_config(path: Path) -> TrainConfig:
-    """Read and validate a training TOML file.
+def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read and validate a training TOML file, with ``overrides`` (``section.key=value``, the
+    ``--set`` flags) validated as if the file held them.
 
     Raises:
         ConfigError: Unreadable or invalid TOML, or an unknown, missing or out-of-range
             section or key; the message names the file, the line and the key.
     """
     path = Path(os.path.abspath(path))
-    text, data = read_toml(path, "training config")
-    src = ConfigSource(path, key_lines(text))
+    data, src = read_config(path, "training config", overrides)
     for name in data:
         if name not in _SECTIONS:
             raise src.error(
@@ -241,6 +248,7 @@ def load_train_config(path: Path) -> TrainConfig:
         vllm=_vllm(src, tables["vllm"], workspace),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
+        overrides=tuple(overrides),
     )
 
 

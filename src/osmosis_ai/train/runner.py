@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import json
 import logging
 import os
@@ -114,6 +115,8 @@ class TrainOptions:
     """What ``osmosis train run`` was asked to do."""
 
     config_path: Path
+    overrides: tuple[str, ...] = ()
+    """``section.key=value`` settings that replace the file's (``--set``)."""
     name: str | None = None
     fresh: bool = False
     """Delete the run directory first instead of resuming it."""
@@ -526,6 +529,9 @@ async def _step(run: _Run, learner: Learner, train_rows: list[int], step: int) -
         "update_sec": round(time.monotonic() - built, 3),
         "weight_sync_sec": round(sync_sec, 3),
         "drift": stats.drift,
+        "new_contexts": stats.new_contexts,
+        "merges": stats.merges,
+        "sequences": stats.sequences,
         "excluded": dict(stats.excluded),
         "zero_gradient_groups": len(zero),
         "resampled_groups": sampled.resampled,
@@ -576,7 +582,7 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     """
     hooks = hooks or QuietHooks()
     parse_backend_spec(options.backend, label="--backend")
-    config = await asyncio.to_thread(load_train_config, options.config_path)
+    config = await asyncio.to_thread(load_train_config, options.config_path, options.overrides)
     # Before anything loads: a device that is not there is the config's error.
     device = await asyncio.to_thread(
         resolve_device, config.training.device, key="[training] device", feature=_FEATURE
@@ -616,8 +622,16 @@ async def _train(
     train_rows, held_out = split_rows(len(dataset.items), training.eval_rows, training.seed)
     events = await asyncio.to_thread(_read_lines, events_path)
     start = _last_checkpoint(events)
-    # The viewer reads the run's length and model from this line.
-    started = {"event": "start", "step": start, "steps": training.steps, "model": config.model}
+    # The viewer reads the run's length and model from this line; the settings are the ones
+    # this session trains with (the file's, with its --set overrides).
+    started = {
+        "event": "start",
+        "step": start,
+        "steps": training.steps,
+        "model": config.model,
+        "training": dataclasses.asdict(training),
+        "overrides": list(config.overrides),
+    }
     await asyncio.to_thread(_append, events_path, started)
     hooks.message(
         f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
@@ -672,8 +686,15 @@ async def _serve(
         redact=redactor.text,
     )
     front = ChatFront.of_model(
-        learner.served_model, learner.tokenizer, default_max_tokens=training.max_tokens
+        learner.served_model,
+        learner.tokenizer,
+        default_max_tokens=training.max_tokens,
+        tool_format=training.tool_format,
     )
+    native = front.tool_format
+    tool_calls = f"tool calls: {f'native ({native.name})' if native else 'instruction'} format"
+    hooks.message(tool_calls)
+    log.info("%s", tool_calls)
     try:
         # The seam: the gateway serves the chat front, the trainer pushes weights to the engine.
         async with (

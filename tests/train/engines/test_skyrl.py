@@ -58,9 +58,10 @@ def _generator(
 
 
 def _on(engine: Gateway, tokenizer: Any, tmp_path: Path, **options: Any) -> OsmosisGenerator:
-    """A generator whose inference engine is ``engine``."""
+    """A generator whose inference engine is ``engine`` (chat completions: the engine renders
+    prompts; token-in prompts on a real vLLM are ``test_skyrl_vllm``'s)."""
     url = engine.chat_completions_url(ENGINE)
-    return _generator(url, engine.token, tokenizer, tmp_path, **options)
+    return _generator(url, engine.token, tokenizer, tmp_path, prompts="chat", **options)
 
 
 def _input(rows: list[tuple[str, dict[str, Any]]]) -> GeneratorInput:

@@ -38,6 +38,12 @@ def test_osmosis_arguments_are_split_from_skyrls() -> None:
         split_arguments([f"osmosis.workflow={WORKFLOW}", "osmosis.bakend=ray"])
     with pytest.raises(ConfigError, match="max_in_flight must be a number"):
         split_arguments([f"osmosis.workflow={WORKFLOW}", "osmosis.max_in_flight=many"])
+    options, _ = split_arguments(
+        [f"osmosis.workflow={WORKFLOW}", "osmosis.prompts=chat", "osmosis.tool_format=native"]
+    )
+    assert options == {"workflow": WORKFLOW, "prompts": "chat", "tool_format": "native"}
+    with pytest.raises(ConfigError, match="osmosis.prompts=text: prompts must be one of tokens"):
+        split_arguments([f"osmosis.workflow={WORKFLOW}", "osmosis.prompts=text"])
 
 
 def test_the_config_must_ask_for_step_wise_rows() -> None:
@@ -75,7 +81,13 @@ async def test_the_experiment_runs_the_workflow_on_skyrls_inference_client(
         finally:
             await generator.aclose()
     validate_generator_output(1, output, step_wise=True)
-    assert [r["body"]["model"] for r in stub.requests] == ["served-policy"]
+    # Token-in: the prompt's ids went to the completions API, under SkyRL's model name.
+    (request,) = stub.requests
+    assert request["body"]["model"] == "served-policy"
+    assert request["body"]["prompt"] == tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True,
+        return_dict=False,
+    )  # fmt: skip
     # No grader: nothing to train, so the prompt keeps one zero-weight row.
     assert output["rollout_metrics"]["osmosis/excluded/no_reward"] == 1
     assert output["loss_masks"] == [[0]]

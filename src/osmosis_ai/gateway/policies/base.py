@@ -40,6 +40,9 @@ class Policy(ABC):
         """Values that must never appear in answers, errors or logs (provider keys)."""
         return ()
 
+    def forget(self, rollout_id: str) -> None:  # noqa: B027 -- optional hook
+        """Drop what the policy keeps about a rollout whose records were released."""
+
     @abstractmethod
     async def complete(self, request: ChatRequest) -> dict[str, Any]:
         """Answer ``request`` in one ``chat.completion`` object."""

@@ -4,7 +4,9 @@ Every policy that generates from token ids sits on it (the engines of ``engines/
 servers): it renders the model's chat template to the exact prompt ids, plans tool calls
 (``_tool_prompt``: an instruction plus a JSON grammar), parses replies, and builds the
 OpenAI answer with the token data the gateway records for training (prompt ids, completion
-ids, one behaviour logprob per token, the weight version). Nothing here generates.
+ids, one behaviour logprob per token, the weight version). A call that continues an earlier
+call of its rollout is prompted with that call's exact ids (``_history``), so the model's own
+replies are never re-tokenised either. Nothing here generates.
 """
 
 from __future__ import annotations
@@ -12,22 +14,31 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from osmosis_ai.errors import ChatRequestError
+from osmosis_ai.gateway.policies._history import History, Turn, message_meaning
 from osmosis_ai.gateway.policies._prompt_tokens import PieceTokenizer
+from osmosis_ai.gateway.policies._tool_formats import (
+    NativePlan,
+    ToolFormatSetting,
+    native_format,
+    plan_native_tools,
+)
 from osmosis_ai.gateway.policies._tool_prompt import (
+    JSON_WHITESPACE,
     ToolPlan,
     plan_tools,
     render_messages,
-    reply_message,
 )
 from osmosis_ai.gateway.policies.base import requested_max_tokens
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
     GenerationRequest,
+    Grammar,
     JsonGrammar,
     Sampling,
 )
@@ -36,15 +47,16 @@ from osmosis_ai.gateway.request import ChatRequest
 __all__ = [
     "ChatFront",
     "PreparedCall",
+    "Prompt",
+    "PromptParts",
     "bounded_strings",
     "completion_response",
     "template_messages",
 ]
 
 DEFAULT_MAX_TOKENS = 1_024
-# JSON replies may lay themselves out as the model likes (it was trained on indented JSON;
-# a forced one-line layout pushes it off its own tokens), bounded so it cannot run on.
-_MAX_WHITESPACE = 12
+#: How one request uses tools: in the instruction format or the model's own.
+Plan = ToolPlan | NativePlan
 
 
 def bounded_strings(schema: Any, max_length: int) -> Any:
@@ -171,12 +183,41 @@ def completion_response(
 
 
 @dataclass(frozen=True, slots=True)
+class Prompt:
+    """A call's prompt: its ids and the template text they stand for."""
+
+    ids: list[int]
+    text: str
+    rollout_id: str | None
+    messages: tuple[Hashable, ...]
+    """The meanings of the request's messages (``_history.message_meaning``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptParts:
+    """A prompt before its new text is encoded: the ids it replays, and the text after them."""
+
+    text: str
+    rollout_id: str | None
+    messages: tuple[Hashable, ...]
+    replayed: list[int]
+    """An earlier call's prompt and completion ids this prompt continues (or none)."""
+    rest: str
+    """The template's text after them, still to encode."""
+
+    def prompt(self, rest_ids: list[int]) -> Prompt:
+        """The prompt, given the ids of `rest`."""
+        return Prompt([*self.replayed, *rest_ids], self.text, self.rollout_id, self.messages)
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedCall:
     """A request turned into what an engine generates, and what its answer needs."""
 
     generation: GenerationRequest
-    plan: ToolPlan | None
+    plan: Plan | None
     """The tool plan the reply is parsed with (``None``: free text)."""
+    prompt: Prompt
 
 
 class ChatFront:
@@ -186,14 +227,23 @@ class ChatFront:
     runs them on a thread of its own). They only read the tokenizer (every encode uses the
     same settings, so the fast tokenizer is never reconfigured), so threads may share it.
 
+    Tools are called in the model's own format when its chat template renders tools in a
+    format known here (``_tool_formats``: hermes's ``<tool_call>``), else in the
+    instruction format (``_tool_prompt``); ``tool_format`` forces either.
+
     Args:
         tokenizer: The model's Hugging Face tokenizer (with its chat template).
         context_length: The model's context (prompt + completion), if it has one.
         max_tokens_cap: The completion cap when a request sets none.
         max_string_length: ``maxLength`` given to unbounded strings in tool arguments.
-        answer_after_tool_result: Constrain an ``auto`` turn right after a tool result to
-            an answer, as the embedded policy does.
+        answer_after_tool_result: In the instruction format, constrain an ``auto`` turn
+            right after a tool result to an answer, as the embedded policy does.
         chat_template_kwargs: Extra ``apply_chat_template`` arguments (``enable_thinking``).
+        tool_format: ``auto`` (the model's own format when its template has one),
+            ``native`` (required) or ``instruction``.
+
+    Raises:
+        ConfigError: An unknown ``tool_format``, or ``native`` for a template without one.
     """
 
     def __init__(
@@ -205,14 +255,20 @@ class ChatFront:
         max_string_length: int = 64,
         answer_after_tool_result: bool = True,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        tool_format: ToolFormatSetting = "auto",
     ) -> None:
         self.tokenizer = tokenizer
+        self.tool_format = native_format(tokenizer, tool_format)
+        """The model's own tool-call format, or ``None``: the instruction format."""
         self.context_length = context_length
         self.max_tokens_cap = max_tokens_cap
         self.max_string_length = max_string_length
         self.answer_after_tool_result = answer_after_tool_result
         self._template_kwargs = dict(chat_template_kwargs or {})
         self._pieces = PieceTokenizer.of(tokenizer)
+        self.history = History()
+        """The rollouts' answered calls, which later calls continue exactly."""
+        self._special_ids = _special_token_ids(tokenizer)
 
     @classmethod
     def of_model(
@@ -229,9 +285,14 @@ class ChatFront:
         )
 
     def render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        generation_prompt: bool = True,
     ) -> str:
-        """The chat template's text for ``messages`` (and ``tools``), ready for the reply.
+        """The chat template's text for ``messages`` (and ``tools``), ready for the reply
+        (without ``generation_prompt``: the conversation as it stands).
 
         Raises:
             ChatRequestError: The template refuses the conversation (roles, order).
@@ -240,7 +301,7 @@ class ChatFront:
             text: str = self.tokenizer.apply_chat_template(
                 template_messages(messages),
                 tools=tools or None,
-                add_generation_prompt=True,
+                add_generation_prompt=generation_prompt,
                 tokenize=False,
                 **self._template_kwargs,
             )
@@ -280,8 +341,14 @@ class ChatFront:
                     "temperature, top_p, top_k, max_tokens, seed and stop)",
                     param=name,
                 )
-        plan = plan_tools(request, answer_after_tool_result=self.answer_after_tool_result)
-        prompt_ids = self.encode(self.render(render_messages(request.messages, plan)))
+        plan = self._plan(request)
+        if plan is not None:
+            prompt = self.prompt(request, plan.render, plan.template_tools)
+        elif self.tool_format is not None:  # the template renders the history's calls
+            prompt = self.prompt(request, _as_sent)
+        else:
+            prompt = self.prompt(request, lambda messages: render_messages(messages, None))
+        prompt_ids = prompt.ids
         max_tokens = requested_max_tokens(request, self.max_tokens_cap)
         context = self.context_length
         if context is not None and len(prompt_ids) + max_tokens > context:
@@ -301,21 +368,101 @@ class ChatFront:
             top_logprobs=_field(body, "top_logprobs", 0, integer=True),
         )
         return PreparedCall(
-            GenerationRequest(prompt_ids, sampling, grammar=self._grammar(body, plan)), plan
+            GenerationRequest(
+                prompt_ids,
+                sampling,
+                grammar=self._grammar(body, plan),
+                session=request.rollout_id,
+            ),
+            plan,
+            prompt,
         )
 
-    def _grammar(self, body: dict[str, Any], plan: ToolPlan | None) -> JsonGrammar | None:
+    def prompt(
+        self,
+        request: ChatRequest,
+        rendered: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Prompt:
+        """The prompt of ``request`` (see `prompt_parts`), encoded (blocking)."""
+        parts = self.prompt_parts(request, rendered, tools)
+        return parts.prompt(self.encode(parts.rest))
+
+    def prompt_parts(
+        self,
+        request: ChatRequest,
+        rendered: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> PromptParts:
+        """The prompt of ``request``, all but the encoding of its new text: its messages as
+        ``rendered`` turns them into template messages (the tool plan's instruction, ...),
+        rendered with ``tools``.
+
+        When the messages continue an earlier answered call of the rollout (its messages,
+        then its reply, then more) and the template renders that call's prompt unchanged,
+        then its reply up to an end-of-turn token that ends the completion too, the ids
+        start with that call's prompt ids + completion ids, and only the text after that
+        token is new: the model's reply is replayed as it generated it, not re-tokenised.
+        """
+        text = self.render(rendered(request.messages), tools)
+        messages = tuple(message_meaning(message) for message in request.messages)
+        rollout = request.rollout_id
+        turn = self.history.continued(rollout, messages) if rollout is not None else None
+        if turn is not None:
+            through = rendered(request.messages[: len(turn.messages) + 1])
+            replayed = self._replayed_text(turn, through, tools)
+            if replayed is not None and text.startswith(replayed):
+                ids = [*turn.prompt_ids, *turn.completion_ids]
+                return PromptParts(text, rollout, messages, ids, text[len(replayed) :])
+        return PromptParts(text, rollout, messages, [], text)
+
+    def _replayed_text(
+        self, turn: Turn, through_reply: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str | None:
+        """The template's text of ``turn``'s conversation up to the end-of-turn token that
+        closes its reply, when the completion ended with that token and the template renders
+        the turn's prompt unchanged before it; else ``None``."""
+        if not turn.completion_ids or turn.completion_ids[-1] not in self._special_ids:
+            return None  # cut short (max_tokens, a stop string): no token to cut at
+        end = self.tokenizer.convert_ids_to_tokens(turn.completion_ids[-1])
+        history = self.render(through_reply, tools, generation_prompt=False)
+        if not history.startswith(turn.prompt_text):
+            return None  # the template renders the earlier prompt otherwise now
+        position = history.find(end, len(turn.prompt_text))
+        return None if position < 0 else history[: position + len(end)]
+
+    def remember(self, prompt: Prompt, message: dict[str, Any], completion_ids: list[int]) -> None:
+        """Keep an answered call of a rollout, for the calls that continue it."""
+        if prompt.rollout_id is None or not completion_ids:
+            return
+        turn = Turn(
+            prompt.messages,
+            message_meaning(message),
+            prompt.text,
+            array("q", prompt.ids),
+            array("q", completion_ids),
+        )
+        self.history.remember(prompt.rollout_id, turn)
+
+    def _plan(self, request: ChatRequest) -> Plan | None:
+        if self.tool_format is not None:
+            return plan_native_tools(request, self.tool_format)
+        # The instruction stays the same text on every call, so history replays exactly.
+        return plan_tools(
+            request, answer_after_tool_result=self.answer_after_tool_result, stable=True
+        )
+
+    def _grammar(self, body: dict[str, Any], plan: Plan | None) -> Grammar | None:
         if plan is not None:
             # Only tool arguments are bounded: an answer may be as long as max_tokens allows.
-            tools = [_bounded_tool(tool, self.max_string_length) for tool in plan.tools]
-            schema = ToolPlan(tools, allow_answer=plan.allow_answer).schema()
-            return JsonGrammar(json.dumps(schema), max_whitespace=_MAX_WHITESPACE)
+            bound = self.max_string_length
+            return plan.grammar(lambda parameters: bounded_strings(parameters, bound))
         response_format = body.get("response_format") or {}
         if response_format.get("type") == "json_object":  # OpenAI: any JSON object
             return JsonGrammar(json.dumps({"type": "object"}), max_whitespace=None)
         if response_format.get("type") == "json_schema":
             schema = (response_format.get("json_schema") or {}).get("schema") or {}
-            return JsonGrammar(json.dumps(schema), max_whitespace=_MAX_WHITESPACE)
+            return JsonGrammar(json.dumps(schema), max_whitespace=JSON_WHITESPACE)
         return None
 
     def answer(self, call: PreparedCall, generation: Generation, *, model: str) -> dict[str, Any]:
@@ -327,8 +474,9 @@ class ChatFront:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish_reason: str = generation.finish_reason
         if call.plan is not None:
-            message, tool_finish = reply_message(text)
+            message, tool_finish = call.plan.reply(text)
             finish_reason = tool_finish or finish_reason
+        self.remember(call.prompt, message, generation.token_ids)
         pieces = self.tokenizer.batch_decode([[token] for token in generation.token_ids])
         top = [
             [(self.tokenizer.decode([alt]), alt, value) for alt, value in alternatives]
@@ -346,6 +494,18 @@ class ChatFront:
             version=generation.version,
             grammar=generation.grammar,
         )
+
+
+def _as_sent(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return messages
+
+
+def _special_token_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of the tokenizer's special tokens (end-of-turn tokens among them)."""
+    ids = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    ids.update(index for index, token in added.items() if getattr(token, "special", False))
+    return frozenset(int(index) for index in ids)
 
 
 def _field(body: dict[str, Any], name: str, default: Any, *, integer: bool = False) -> Any:
@@ -367,9 +527,3 @@ def _stops(stop: object) -> tuple[str, ...]:
     if isinstance(stop, list) and all(isinstance(item, str) for item in stop):
         return tuple(stop)
     raise ChatRequestError("'stop' must be a string or a list of strings", param="stop")
-
-
-def _bounded_tool(tool: dict[str, Any], max_length: int) -> dict[str, Any]:
-    function = tool["function"]
-    parameters = bounded_strings(function.get("parameters") or {"type": "object"}, max_length)
-    return {**tool, "function": {**function, "parameters": parameters}}

@@ -86,6 +86,15 @@ class EnginePolicy(Policy):
             await self.engine.aclose()
         await asyncio.to_thread(self._prep.shutdown, wait=True)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The engine's (its server's API key)."""
+        return self._parts[1].secrets() if self._parts is not None else ()
+
+    def forget(self, rollout_id: str) -> None:
+        """Drop the rollout's answered calls from the front's history."""
+        if self._parts is not None:
+            self._parts[0].history.forget(rollout_id)
+
     async def complete(self, request: ChatRequest) -> dict[str, Any]:
         """One ``chat.completion`` with token ids, logprobs and the weight version."""
         if not self._started:

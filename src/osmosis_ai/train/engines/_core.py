@@ -352,7 +352,8 @@ def batch_metrics(
     """Per-batch figures both adapters log (pure).
 
     ``reward_mean`` over rollouts with a reward; ``drift`` transitions where re-tokenisation
-    broke a prefix; ``calls_per_rollout`` mean; ``rollout_seconds_mean``/``_max``;
+    broke a prefix; ``new_contexts`` calls that left the conversation before its last reply;
+    ``calls_per_rollout`` mean; ``rollout_seconds_mean``/``_max``;
     ``failed`` rollouts and ``failed/<category>``; ``excluded/<reason>`` counts.
     """
     rewards = [r.reward for r in rollouts if r.reward is not None]
@@ -362,6 +363,7 @@ def batch_metrics(
         "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
         "rewarded": float(len(rewards)),
         "drift": float(sum(r.stats.drift for r in rollouts)),
+        "new_contexts": float(sum(r.stats.new_contexts for r in rollouts)),
         "calls_per_rollout": statistics.fmean(len(r.calls) for r in rollouts) if rollouts else 0.0,
         "rollout_seconds_mean": statistics.fmean(seconds) if seconds else 0.0,
         "rollout_seconds_max": max(seconds, default=0.0),

@@ -1,12 +1,17 @@
 """SkyRL: an AgentWorkflow and its Grader as the generator of a SkyRL training run.
 
 ``OsmosisGenerator`` runs one rollout per input trajectory through ``AgentRollouts``, with the
-gateway's upstream set to SkyRL's inference router (``OpenAICompatiblePolicy`` asking for
-token ids and logprobs, and a sticky ``X-Session-ID`` per rollout). It returns SkyRL's
-step-wise rows: one row per model call, exactly the engine's prompt and completion token ids
-and logprobs, the rows of a trajectory contiguous and its last row marked ``is_last_step``.
-Run it with ``generator.step_wise_trajectories=true`` and ``generator.merge_stepwise_output=true``
-(SkyRL then merges the calls whose prompts chain).
+gateway's policy on SkyRL's inference router (a sticky ``X-Session-ID`` per rollout). By
+default the policy is our chat front on the router's token-in ``/v1/completions``
+(``EnginePolicy(ChatFront, VllmEngine)``): prompts are rendered here, an agent's earlier
+replies are replayed as the ids the model generated, and tools are called in the model's own
+format when its template has one. ``prompts="chat"`` sends chat completions instead (the
+engine renders the template: re-tokenised history). It returns SkyRL's step-wise rows: one
+row per model call, exactly the engine's prompt and completion token ids and logprobs, the
+rows of a trajectory contiguous and its last row marked ``is_last_step``. Run it with
+``generator.step_wise_trajectories=true`` and ``generator.merge_stepwise_output=true`` (SkyRL
+then merges the calls whose prompts chain: with token-in prompts, every turn of a
+conversation).
 
 Failures and removed samples: a rollout that failed, timed out, was removed by its grader
 or gave nothing to train has **no rows** when another rollout of its prompt has some (so it
@@ -24,17 +29,28 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
 from skyrl.train.generators.utils import get_rollout_metrics
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies._tool_formats import ToolFormatSetting
+from osmosis_ai.gateway.policies.base import Policy
+from osmosis_ai.gateway.policies.chat_front import ChatFront
+from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
+from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL, VllmEngine
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
 from osmosis_ai.gateway.request import SAMPLING_FIELDS
 from osmosis_ai.train.engines._core import AgentRollouts, EngineRollout, EngineTask, batch_metrics
 
-__all__ = ["OsmosisGenerator", "rollout_id", "task_for", "to_generator_output"]
+__all__ = [
+    "OsmosisGenerator",
+    "rollout_id",
+    "sampling_overrides",
+    "task_for",
+    "to_generator_output",
+]
 
 SESSION_HEADER = "X-Session-ID"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -80,9 +96,22 @@ def task_for(input_batch: GeneratorInput, index: int, batch: int) -> EngineTask:
     )
 
 
-def _sampling(params: dict[str, Any] | None) -> dict[str, Any]:
-    """The engine's sampling parameters the gateway imposes on every call."""
-    return {k: v for k, v in (params or {}).items() if k in SAMPLING_FIELDS and v is not None}
+#: SkyRL's values that mean "off" (its defaults: ``top_k=-1``, ``min_p=0.0``).
+_NEUTRAL = {"top_k": (-1, 0), "min_p": (0, 0.0), "presence_penalty": (0, 0.0),
+            "frequency_penalty": (0, 0.0), "repetition_penalty": (1, 1.0)}  # fmt: skip
+
+
+def sampling_overrides(params: dict[str, Any] | None) -> dict[str, Any]:
+    """The engine's sampling parameters the gateway imposes on every call (SkyRL's
+    ``max_generate_length`` is ``max_tokens``; values that mean "off" are left out)."""
+    params = dict(params or {})
+    if "max_tokens" not in params and params.get("max_generate_length") is not None:
+        params["max_tokens"] = params["max_generate_length"]
+    return {
+        k: v
+        for k, v in params.items()
+        if k in SAMPLING_FIELDS and v is not None and v not in _NEUTRAL.get(k, ())
+    }
 
 
 def to_generator_output(
@@ -192,11 +221,17 @@ class OsmosisGenerator(GeneratorInterface):  # type: ignore[misc]  # untyped wit
         workflow: The ``AgentWorkflow`` class or ``"module:Class"`` path (None with
             ``server_url``: a rollout server runs the workflow).
         base_url: The engine's OpenAI base URL (``<proxy_url>/v1``).
-        tokenizer: The policy's tokenizer (zero-weight rows use its chat template).
+        tokenizer: The policy's tokenizer (token-in prompts are rendered with its chat
+            template; zero-weight rows use it too).
         model: The model name the engine serves.
         api_key: The engine's bearer key, if it has one.
         session_header: Header carrying the rollout id (SkyRL's router is sticky on it).
         policy_timeout_sec: Longest wait for the engine's next byte.
+        prompts: ``"tokens"`` (default): the chat front renders each call and sends its ids
+            to the engine's ``/v1/completions`` (vLLM's token-in API): exact history, the
+            model's own tool format. ``"chat"``: chat completions, rendered by the engine.
+        tool_format: With token-in prompts, ``"auto"`` (the model's own tool-call format
+            when its template has a known one), ``"native"`` or ``"instruction"``.
         **options: `AgentRollouts` keywords (grader, configs, backend, server_url,
             agent_timeout_sec, drift, max_in_flight...).
     """
@@ -211,17 +246,35 @@ class OsmosisGenerator(GeneratorInterface):  # type: ignore[misc]  # untyped wit
         api_key: str | None = None,
         session_header: str = SESSION_HEADER,
         policy_timeout_sec: float = 600.0,
+        prompts: Literal["tokens", "chat"] = "tokens",
+        tool_format: ToolFormatSetting = "auto",
         **options: Any,
     ) -> None:
         self.tokenizer = tokenizer
-        policy = OpenAICompatiblePolicy(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout_sec=policy_timeout_sec,
-            token_data=True,
-            session_header=session_header,
-        )
+        policy: Policy
+        self._refused: tuple[str, ...] = ()
+        if prompts == "tokens":
+            engine = VllmEngine(
+                base_url.rstrip("/").removesuffix("/v1"),
+                api_key=api_key,
+                session_header=session_header,
+                read_timeout_sec=policy_timeout_sec,
+                model=model or SERVED_MODEL,
+            )
+            front = ChatFront(tokenizer, tool_format=tool_format)
+            policy = EnginePolicy(front, engine, name=engine.model_name)
+            self._refused = engine.refused_sampling
+        elif prompts == "chat":
+            policy = OpenAICompatiblePolicy(
+                base_url,
+                model=model,
+                api_key=api_key,
+                timeout_sec=policy_timeout_sec,
+                token_data=True,
+                session_header=session_header,
+            )
+        else:
+            raise ConfigError(f'OsmosisGenerator prompts={prompts!r}: use "tokens" or "chat"')
         self.rollouts = AgentRollouts(workflow, policy=policy, **options)
         self._batch = 0
         self._state = "new"  # -> "started" -> "closed"
@@ -253,7 +306,9 @@ class OsmosisGenerator(GeneratorInterface):  # type: ignore[misc]  # untyped wit
             batch = self._batch
         tasks = [task_for(input_batch, i, batch) for i in range(len(input_batch["prompts"]))]
         # The trainer's sampling (train or eval phase) applies to every call of the batch.
-        self.rollouts.gateway.sampling = _sampling(input_batch.get("sampling_params"))
+        sampling = sampling_overrides(input_batch.get("sampling_params"))
+        self._check_sampling(sampling)
+        self.rollouts.gateway.sampling = sampling
         done = await self.rollouts.run(tasks)
         return to_generator_output(done, input_batch["trajectory_ids"], self._placeholder)
 
@@ -263,6 +318,14 @@ class OsmosisGenerator(GeneratorInterface):  # type: ignore[misc]  # untyped wit
             if self._state == "started":
                 await self.rollouts.__aexit__(None, None, None)
             self._state = "closed"
+
+    def _check_sampling(self, sampling: dict[str, Any]) -> None:
+        for name in self._refused:
+            if name in sampling:
+                raise ConfigError(
+                    f"generator.sampling_params.{name} = {sampling[name]!r} is not supported "
+                    'with token-in prompts; remove it, or set prompts="chat"'
+                )
 
     def _placeholder(self, task: EngineTask) -> tuple[list[int], list[int]]:
         prompt = self.tokenizer.apply_chat_template(

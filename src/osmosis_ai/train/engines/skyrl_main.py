@@ -7,7 +7,8 @@
 
 ``osmosis.*`` arguments configure the generator (``workflow``, ``grader``,
 ``workflow_config``, ``grader_config`` as ``module:name``; ``backend``; ``server_url``;
-``agent_timeout_sec``, ``grader_timeout_sec``; ``drift``; ``max_in_flight``); every other
+``agent_timeout_sec``, ``grader_timeout_sec``; ``drift``; ``max_in_flight``; ``prompts``:
+``tokens`` or ``chat``; ``tool_format``: ``auto``, ``native`` or ``instruction``); every other
 argument is SkyRL's (``SkyRLTrainConfig.from_cli_overrides``). Importing this module imports
 SkyRL's trainer (and sets multiprocessing to ``spawn``, as SkyRL does).
 """
@@ -32,6 +33,7 @@ __all__ = ["OsmosisPPOExp", "main", "split_arguments"]
 _PREFIX = "osmosis."
 _TEXT = ("workflow", "grader", "workflow_config", "grader_config", "backend", "server_url", "drift")
 _NUMBERS = ("agent_timeout_sec", "grader_timeout_sec", "max_in_flight")
+_CHOICES = {"prompts": ("tokens", "chat"), "tool_format": ("auto", "native", "instruction")}
 
 
 def split_arguments(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -50,13 +52,17 @@ def split_arguments(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         key, _, value = arg[len(_PREFIX) :].partition("=")
         if key in _TEXT:
             options[key] = value
+        elif key in _CHOICES:
+            if value not in _CHOICES[key]:
+                raise ConfigError(f"{arg}: {key} must be one of {', '.join(_CHOICES[key])}")
+            options[key] = value
         elif key in _NUMBERS:
             try:
                 options[key] = int(value) if key == "max_in_flight" else float(value)
             except ValueError:
                 raise ConfigError(f"{arg}: {key} must be a number") from None
         else:
-            known = ", ".join(_PREFIX + k for k in (*_TEXT, *_NUMBERS))
+            known = ", ".join(_PREFIX + k for k in (*_TEXT, *_CHOICES, *_NUMBERS))
             raise ConfigError(f"unknown argument {arg!r}; the osmosis options are {known}")
     if "workflow" not in options and "server_url" not in options:
         raise ConfigError(

@@ -6,8 +6,10 @@ server's ``/v1/completions`` from token ids, with weight reloads.
 """
 
 from osmosis_ai.gateway.policies.engines.base import (
+    EbnfGrammar,
     Generation,
     GenerationRequest,
+    Grammar,
     JsonGrammar,
     Sampling,
     TokenEngine,
@@ -17,8 +19,10 @@ from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngine, VllmEngineError
 
 __all__ = [
+    "EbnfGrammar",
     "Generation",
     "GenerationRequest",
+    "Grammar",
     "JsonGrammar",
     "Sampling",
     "TokenEngine",

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 __all__ = [
+    "EbnfGrammar",
     "Generation",
     "GenerationRequest",
+    "Grammar",
     "JsonGrammar",
     "Sampling",
     "TokenEngine",
@@ -50,12 +52,27 @@ class JsonGrammar:
 
 
 @dataclass(frozen=True, slots=True)
+class EbnfGrammar:
+    """Generation constrained by a grammar given as xgrammar's EBNF text (a model's own
+    tool-call format: an answer, or calls between its tags)."""
+
+    text: str
+
+
+#: What may constrain a generation.
+Grammar = JsonGrammar | EbnfGrammar
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One completion to generate from exact prompt ids."""
 
     prompt_ids: list[int]
     sampling: Sampling
-    grammar: JsonGrammar | None = None
+    grammar: Grammar | None = None
+    session: str | None = None
+    """The rollout the call belongs to: an engine in front of several servers sends a
+    rollout's calls to one of them (its prefix cache holds the conversation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +114,16 @@ class TokenEngine(ABC):
 
     #: Short name, reported as the gateway's policy kind.
     kind: ClassVar[str] = ""
-    #: Request fields the engine cannot honour; the chat front refuses them by name.
-    refused_sampling: ClassVar[tuple[str, ...]] = ()
+    #: Request fields the engine cannot honour; the chat front refuses them by name. Those
+    #: `Sampling` does not carry, by default: the learner scores tokens with the temperature
+    #: alone, so a penalty or a logit bias would make behaviour and learner disagree.
+    refused_sampling: ClassVar[tuple[str, ...]] = (
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "logit_bias",
+    )
 
     version: int = 0
     """The weight version new generations get."""
@@ -111,6 +136,10 @@ class TokenEngine(ABC):
 
     async def start(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
         """Acquire what generating needs (threads, a server)."""
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values (an API key) that must never appear in answers, errors or logs."""
+        return ()
 
     async def aclose(self) -> None:  # noqa: B027 -- optional hook, nothing to do by default
         """Stop generating; calls still waiting fail."""

@@ -1,6 +1,7 @@
 """Grammars that constrain generation: one text that every engine and the learner compile.
 
-A request's grammar (`JsonGrammar`) becomes xgrammar's EBNF text once (`grammar_text`). The
+A request's grammar (a `JsonGrammar`, or an `EbnfGrammar` such as `tagged_calls_grammar`
+builds for a model's own tool-call format) is xgrammar's EBNF text (`grammar_text`). The
 torch engine and vLLM both compile that text, so they enforce the same token masks; the
 call record keeps it; and the trainer replays it over the recorded tokens
 (`GrammarCompiler.token_masks`), so that the learner scores each token under the mask the
@@ -12,14 +13,15 @@ different policy, and the PPO ratio of every constrained token starts far from 1
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from osmosis_ai.errors import MissingExtraError, PolicyError
 from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
-from osmosis_ai.gateway.policies.engines.base import JsonGrammar
+from osmosis_ai.gateway.policies.engines.base import EbnfGrammar, Grammar, JsonGrammar
 
-__all__ = ["GrammarCompiler", "grammar_text", "stop_token_ids"]
+__all__ = ["GrammarCompiler", "grammar_text", "stop_token_ids", "tagged_calls_grammar"]
 
 _FEATURE = "A JSON grammar (tool calls, response_format)"
 
@@ -32,21 +34,59 @@ def _xgrammar() -> Any:
         raise PolicyError(str(exc), status_code=500) from None
 
 
+def grammar_text(grammar: Grammar) -> str:
+    """The EBNF text of ``grammar`` (equal grammars give the same string object).
+
+    Raises:
+        PolicyError: xgrammar is not installed (for a `JsonGrammar`).
+    """
+    if isinstance(grammar, EbnfGrammar):
+        return grammar.text
+    return _json_text(grammar)
+
+
 @functools.lru_cache(maxsize=256)
-def grammar_text(grammar: JsonGrammar) -> str:
-    """The EBNF text of ``grammar`` (cached: equal grammars give the same string object).
+def _json_text(grammar: JsonGrammar) -> str:
+    return str(_json_grammar(grammar))
+
+
+@functools.lru_cache(maxsize=256)
+def _json_grammar(grammar: JsonGrammar) -> Any:
+    """xgrammar's grammar of ``grammar`` (cached)."""
+    xgrammar = _xgrammar()
+    if grammar.max_whitespace is None:
+        return xgrammar.Grammar.from_json_schema(grammar.schema, any_whitespace=False)
+    return xgrammar.Grammar.from_json_schema(
+        grammar.schema, any_whitespace=True, max_whitespace_cnt=grammar.max_whitespace
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def tagged_calls_grammar(
+    call: JsonGrammar, opening: str, closing: str, *, allow_answer: bool, max_calls: int
+) -> EbnfGrammar:
+    """A reply that is a plain answer (with ``allow_answer``: any text that does not start
+    with ``<``, so never a half-written call) or 1 to ``max_calls`` tool calls, each
+    ``opening`` + a JSON object of ``call`` + ``closing``, separated by a newline.
 
     Raises:
         PolicyError: xgrammar is not installed.
     """
     xgrammar = _xgrammar()
-    if grammar.max_whitespace is None:
-        built = xgrammar.Grammar.from_json_schema(grammar.schema, any_whitespace=False)
-    else:
-        built = xgrammar.Grammar.from_json_schema(
-            grammar.schema, any_whitespace=True, max_whitespace_cnt=grammar.max_whitespace
-        )
-    return str(built)
+    literal = functools.partial(_literal_grammar, xgrammar)
+    one = xgrammar.Grammar.concat(literal(opening), _json_grammar(call), literal(closing))
+    calls = one
+    for _ in range(max_calls - 1):  # nested, so the text grows linearly with max_calls
+        calls = xgrammar.Grammar.union(one, xgrammar.Grammar.concat(one, literal("\n"), calls))
+    if allow_answer:
+        answer = xgrammar.Grammar.from_ebnf('root ::= "" | [^<] [^]*')
+        calls = xgrammar.Grammar.union(answer, calls)
+    return EbnfGrammar(str(calls))
+
+
+def _literal_grammar(xgrammar: Any, text: str) -> Any:
+    """A grammar of exactly ``text``."""
+    return xgrammar.Grammar.from_ebnf(f"root ::= {json.dumps(text, ensure_ascii=False)}")
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:

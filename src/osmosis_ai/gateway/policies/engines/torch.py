@@ -90,13 +90,6 @@ class TorchEngine(TokenEngine):
     """
 
     kind = "torch"
-    refused_sampling = (
-        "min_p",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "logit_bias",
-    )
 
     def __init__(
         self,

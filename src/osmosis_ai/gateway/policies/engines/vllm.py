@@ -59,21 +59,24 @@ class _Reload:
 
     async def push(self, model: Any) -> None:
         engine = self._engine
+        directory = engine.weights_dir
+        if directory is None:
+            raise VllmEngineError(
+                "this vLLM engine has no weights directory to push through (its server gets "
+                "new weights another way)",
+                status_code=500,
+            )
         started = time.perf_counter()
         if hasattr(model, "peft_config"):  # LoRA: the adapter alone
-            await engine.run(_save_adapter, model, engine.weights_dir)
+            await engine.run(_save_adapter, model, directory)
             await engine.call(
                 "/v1/load_lora_adapter",
-                {
-                    "lora_name": ADAPTER_NAME,
-                    "lora_path": str(engine.weights_dir),
-                    "load_inplace": True,
-                },
+                {"lora_name": ADAPTER_NAME, "lora_path": str(directory), "load_inplace": True},
             )
             engine.model_name = ADAPTER_NAME
         else:
-            await engine.run(_save_weights, model, engine.weights_dir, engine.weights_dtype)
-            reload = {"weights_path": str(engine.weights_dir), "is_checkpoint_format": True}
+            await engine.run(_save_weights, model, directory, engine.weights_dtype)
+            reload = {"weights_path": str(directory), "is_checkpoint_format": True}
             await engine.call("/collective_rpc", {"method": "reload_weights", "kwargs": reload})
         # Cached prefixes hold keys and values of the old weights.
         await engine.call("/reset_prefix_cache", None)
@@ -86,7 +89,8 @@ class VllmEngine(TokenEngine):
     Args:
         url: The server's base URL (``http://127.0.0.1:PORT``).
         weights_dir: Where ``push`` writes new weights for the server to read (it must see
-            the same path: the server runs on this machine).
+            the same path: the server runs on this machine); ``None`` for a server that gets
+            its weights another way (SkyRL's, whose trainer syncs them).
         version: The weight version of the served weights.
         weights_dtype: The server's dtype name; full weights are written in it (bf16 halves
             the bytes to write and read), except ``auto``/``float32``.
@@ -95,6 +99,10 @@ class VllmEngine(TokenEngine):
             (default: asyncio's).
         max_concurrency: Calls sent at once (vLLM batches them; more wait here).
         read_timeout_sec: How long a call may go without a byte of answer.
+        api_key: Sent as a bearer token (a server started with ``--api-key``).
+        session_header: A header naming each call's rollout (`GenerationRequest.session`),
+            for a router that keeps a rollout on one server (SkyRL's ``X-Session-ID``).
+        model: The name the server serves the model under.
     """
 
     kind = "vllm"
@@ -103,23 +111,28 @@ class VllmEngine(TokenEngine):
         self,
         url: str,
         *,
-        weights_dir: Path,
+        weights_dir: Path | None = None,
         version: int = 0,
         weights_dtype: str = "auto",
         executor: Executor | None = None,
         max_concurrency: int = 256,
         read_timeout_sec: float = 900.0,
+        api_key: str | None = None,
+        session_header: str | None = None,
+        model: str = SERVED_MODEL,
     ) -> None:
         self.url = url.rstrip("/")
         self.weights_dir = weights_dir
         self.version = version
         self.weights_dtype = weights_dtype
-        self.model_name = SERVED_MODEL
+        self.model_name = model
         self.weight_sync_sec = 0.0
         """Seconds the last weight update took (write, reload, cache reset)."""
         self._executor = executor
         self._max_concurrency = max_concurrency
         self._read_timeout_sec = read_timeout_sec
+        self._api_key = api_key
+        self._session_header = session_header
         self._upstream: Upstream | None = None
         self._running = 0
         self._idle = asyncio.Condition()
@@ -135,6 +148,7 @@ class VllmEngine(TokenEngine):
                 max_connections=self._max_concurrency,
                 connect_timeout_sec=10.0,
                 read_timeout_sec=self._read_timeout_sec,
+                headers={"Authorization": f"Bearer {self._api_key}"} if self._api_key else None,
             )
 
     async def aclose(self) -> None:
@@ -147,7 +161,13 @@ class VllmEngine(TokenEngine):
         """``function(*args)`` on the engine's executor (blocking torch work)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
 
-    async def call(self, path: str, body: dict[str, Any] | None) -> Any:
+    def secrets(self) -> tuple[str, ...]:
+        """The API key, which never appears in an error or log."""
+        return (self._api_key,) if self._api_key else ()
+
+    async def call(
+        self, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None = None
+    ) -> Any:
         """POST ``body`` to ``path`` of the server; its JSON answer (or its text).
 
         Raises:
@@ -157,7 +177,8 @@ class VllmEngine(TokenEngine):
             raise VllmEngineError("the vLLM engine is not started", status_code=503)
         payload = json.dumps(body if body is not None else {}).encode("utf-8")
         try:
-            status, content = await self._upstream.post(self._upstream.request(path, payload))
+            request = self._upstream.request(path, payload, headers)
+            status, content = await self._upstream.post(request)
         except (UpstreamConnectionError, OSError, TimeoutError) as exc:
             raise VllmEngineError(
                 f"the vLLM server at {self.url} did not answer {path}: {type(exc).__name__}: {exc}",
@@ -200,7 +221,10 @@ class VllmEngine(TokenEngine):
         self._running += 1
         version = self.version
         try:
-            answer = await self.call("/v1/completions", self._body(request, grammar))
+            headers = None
+            if self._session_header and request.session:
+                headers = {self._session_header: request.session}
+            answer = await self.call("/v1/completions", self._body(request, grammar), headers)
         finally:
             self._running -= 1
             async with self._idle:
