@@ -281,6 +281,24 @@ async def test_cli_reports_a_config_error_on_one_line(tmp_path: Path, tiny_model
     assert out.strip().count("\n") == 0 and f"line {line}: unknown section or key 'extra'" in out
 
 
+async def test_a_missing_xgrammar_stops_the_run_before_anything_starts(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An xgrammar that is not there: a package ahead of the real one on the child's path
+    # whose import fails as a missing module's does.
+    blocked = tmp_path / "blocked" / "xgrammar"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'xgrammar'\", name='xgrammar')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(blocked.parent))
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    code, out = await _run(config, limit_sec=60)
+    assert code == 2 and out.strip().count("\n") == 0, out
+    assert "missing 'xgrammar'" in out and "pip install --no-deps xgrammar" in out
+    assert not (tmp_path / "ws" / ".osmosis" / "train" / "tiny").exists(), "nothing started"
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

@@ -47,7 +47,12 @@ from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
-from osmosis_ai.gateway.policies._hf_dir import quiet_transformers
+from osmosis_ai.gateway.policies._hf_dir import (
+    import_peft,
+    import_torch_stack,
+    import_xgrammar,
+    quiet_transformers,
+)
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory, resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
@@ -583,10 +588,12 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     hooks = hooks or QuietHooks()
     parse_backend_spec(options.backend, label="--backend")
     config = await asyncio.to_thread(load_train_config, options.config_path, options.overrides)
-    # Before anything loads: a device that is not there is the config's error.
+    # Before anything loads or starts: a device that is not there is the config's error, a
+    # missing dependency one line with its install command.
     device = await asyncio.to_thread(
         resolve_device, config.training.device, key="[training] device", feature=_FEATURE
     )
+    await asyncio.to_thread(_check_dependencies, config)
     name = check_run_name(options.name or options.config_path.stem)
     output_root = config.workspace / ".osmosis" / "train"
     with contextlib.ExitStack() as held:
@@ -602,6 +609,19 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log)
         return await _train(config, run_dir, device, stack, hooks)
+
+
+def _check_dependencies(config: TrainConfig) -> None:
+    """Import what training will need, so a missing package stops the run before any server
+    starts (xgrammar: the grammars of tool calls, which the learner also replays).
+
+    Raises:
+        MissingExtraError: A package is missing; the message gives its install command.
+    """
+    import_torch_stack(_FEATURE)
+    import_xgrammar(_FEATURE)
+    if config.training.lora_rank:
+        import_peft(_FEATURE)
 
 
 @dataclass(frozen=True)
