@@ -281,6 +281,31 @@ async def test_cli_reports_a_config_error_on_one_line(tmp_path: Path, tiny_model
     assert out.strip().count("\n") == 0 and f"line {line}: unknown section or key 'extra'" in out
 
 
+async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1\nprompts_per_step = 6")
+    text = config.read_text().replace("eval_rows = 2\n", "").replace("prompts_per_step = 2\n", "")
+    setting = 'eval_dataset = "data/held.jsonl"\n'
+    config.write_text(text.replace("[training]\n", f"[training]\n{setting}"))
+    held = [{"user_prompt": f"held {i}", "ground_truth": str(i)} for i in range(3)]
+    held_file = tmp_path / "ws" / "data" / "held.jsonl"
+    held_file.write_text("".join(json.dumps(r) + "\n" for r in held))
+    run_dir = (await _train_here(config)).run_dir
+    lines = _lines(run_dir / "rollouts.jsonl")
+    # The three held-out rows come after the six training rows, which all train in step 1.
+    assert {line["row"] for line in lines if line["rollout_id"].startswith("eval-")} == {6, 7, 8}
+    assert {line["row"] for line in lines if line["rollout_id"].startswith("step-")} == set(
+        range(6)
+    )
+    (start,) = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "start"]
+    assert start["eval_dataset"] == str(held_file)
+    with pytest.raises(ConfigError, match="training.eval_rows splits the dataset"):
+        load_train_config(config, ["training.eval_rows=2"])
+    with pytest.raises(ConfigError, match=r"training.eval_dataset 'held.txt' must be a local"):
+        load_train_config(config, ['training.eval_dataset="held.txt"'])
+
+
 async def test_a_missing_xgrammar_stops_the_run_before_anything_starts(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

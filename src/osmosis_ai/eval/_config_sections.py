@@ -251,14 +251,21 @@ def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tu
     return rollout, entrypoint
 
 
-def dataset_path(src: ConfigSource, table: TOMLTable, workspace: Path) -> Path:
-    """``experiment.dataset``: a local file of a known format, made absolute."""
-    dataset_text = src.string(table, "experiment", "dataset")
+def dataset_path(
+    src: ConfigSource,
+    table: TOMLTable,
+    workspace: Path,
+    section: str = "experiment",
+    key: str = "dataset",
+) -> Path:
+    """``experiment.dataset`` (or ``section.key``): a local file of a known format, made
+    absolute against the workspace."""
+    dataset_text = src.string(table, section, key)
     dataset = Path(dataset_text).expanduser()
     if dataset.suffix.lower().lstrip(".") not in DATASET_FORMATS:
         raise src.error(
-            ("experiment", "dataset"),
-            f"experiment.dataset {dataset_text!r} must be a local file ending in "
+            (section, key),
+            f"{section}.{key} {dataset_text!r} must be a local file ending in "
             + ", ".join(f".{ext}" for ext in DATASET_FORMATS),
         )
     return Path(os.path.normpath(workspace / dataset))

@@ -103,6 +103,7 @@ normalisation = "token"          # loss averaged over all tokens ("token") or pe
 advantage_scale = "std"          # divide by the row's reward std ("std") or not ("none")
 kl_beta = 0.0                    # KL penalty to the initial model (> 0 loads a second copy)
 eval_rows = 2                    # held-out rows (not trained on), evaluated at start and end
+# eval_dataset = "data/heldout.jsonl"  # or a held-out file of its own (instead of eval_rows)
 eval_every = 0                   # also evaluate every N steps (0: only at start and end)
 checkpoint_every = 2             # checkpoint every N steps and at the end; a rerun resumes there
 max_tokens = 64                  # token limit of every model call

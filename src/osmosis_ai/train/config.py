@@ -80,7 +80,9 @@ _CHOICES = {
     "engine": ("torch", "vllm"),
     "tool_format": ("auto", "native", "instruction"),
 }
-_TRAINING_KEYS = (*_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "device", "lora_target_modules")
+_TRAINING_KEYS = (
+    *_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "eval_dataset", "device", "lora_target_modules"
+)  # fmt: skip
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
 #: output head).
 ALL_LINEAR = "all-linear"
@@ -109,6 +111,8 @@ class TrainingConfig:
     checkpoint_every: int = 1
     eval_rows: float = 0.2
     """Held-out split: a row count (>= 1) or a fraction of the dataset (< 1)."""
+    eval_dataset: str | None = None
+    """A held-out file as written (``TrainConfig.eval_dataset`` is its resolved path)."""
     seed: int = 0
     max_minutes: float = 0.0
     """Stop once the steps have taken this long (0: no limit); evaluations and checkpoints
@@ -192,6 +196,8 @@ class TrainConfig:
     dataset: Path
     training: TrainingConfig
     vllm: VllmConfig = field(default_factory=VllmConfig)
+    eval_dataset: Path | None = None
+    """``[training] eval_dataset``: the held-out rows, instead of a split of ``dataset``."""
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
@@ -244,12 +250,25 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         entrypoint=entrypoint,
         model=_model(src, experiment, workspace),
         dataset=dataset_path(src, experiment, workspace),
+        eval_dataset=_eval_dataset(src, tables["training"], workspace),
         training=training,
         vllm=_vllm(src, tables["vllm"], workspace),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
         overrides=tuple(overrides),
     )
+
+
+def _eval_dataset(src: ConfigSource, table: TOMLTable, workspace: Path) -> Path | None:
+    if "eval_dataset" not in table:
+        return None
+    if "eval_rows" in table:
+        raise src.error(
+            ("training", "eval_rows"),
+            "training.eval_rows splits the dataset, but training.eval_dataset names the "
+            "held-out rows; keep one",
+        )
+    return dataset_path(src, table, workspace, "training", "eval_dataset")
 
 
 def _model(src: ConfigSource, table: TOMLTable, workspace: Path) -> str:
@@ -282,6 +301,8 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
                 raise src.error(("training", key), f"training.{key} must not be negative")
         elif key == "eval_rows":
             values[key] = src.number(table, "training", key, positive=True)
+        elif key == "eval_dataset":
+            values[key] = src.string(table, "training", key)
         elif key == "device":
             values[key] = _device(src, table)
         elif key == "lora_target_modules":

@@ -202,6 +202,17 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return parsed
 
 
+def _dataset_rows(config: TrainConfig) -> tuple[list[DatasetItem], list[int], list[int]]:
+    """The rows (training rows, then held-out ones from ``eval_dataset``), and the indices
+    of each part: with no ``eval_dataset``, a seeded split of ``dataset`` (blocking)."""
+    items = load_dataset(config.dataset).items
+    if config.eval_dataset is None:
+        return items, *split_rows(len(items), config.training.eval_rows, config.training.seed)
+    held = load_dataset(config.eval_dataset).items
+    everything = [*items, *held]
+    return everything, list(range(len(items))), list(range(len(items), len(everything)))
+
+
 def split_rows(count: int, eval_rows: float, seed: int) -> tuple[list[int], list[int]]:
     """``(train, held_out)`` row indices: a seeded shuffle, the held-out part first."""
     held = int(eval_rows) if eval_rows >= 1 else max(1, round(eval_rows * count))
@@ -638,8 +649,7 @@ async def _train(
     config: TrainConfig, run_dir: Path, device: Any, inputs: _StackInputs, hooks: TrainHooks
 ) -> TrainOutcome:
     training, events_path = config.training, run_dir / "events.jsonl"
-    dataset = await asyncio.to_thread(load_dataset, config.dataset)
-    train_rows, held_out = split_rows(len(dataset.items), training.eval_rows, training.seed)
+    items, train_rows, held_out = await asyncio.to_thread(_dataset_rows, config)
     events = await asyncio.to_thread(_read_lines, events_path)
     start = _last_checkpoint(events)
     # The viewer reads the run's length and model from this line; the settings are the ones
@@ -650,6 +660,7 @@ async def _train(
         "steps": training.steps,
         "model": config.model,
         "training": dataclasses.asdict(training),
+        "eval_dataset": str(config.eval_dataset) if config.eval_dataset else None,
         "overrides": list(config.overrides),
     }
     await asyncio.to_thread(_append, events_path, started)
@@ -666,7 +677,7 @@ async def _train(
             await learner.run(learner.restore, source)
             await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
         outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
-        rows = _Rows(dataset.items, train_rows, held_out)
+        rows = _Rows(items, train_rows, held_out)
         await _serve(config, learner, base, inputs, hooks, outcome, rows)
         return outcome
     finally:
