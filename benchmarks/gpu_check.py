@@ -5,8 +5,9 @@ and no model download: by default it trains a randomly initialised model of Smol
 shape (``--shape qwen2.5-1.5b`` or ``--config <config.json>`` for another shape, ``--model
 <dir>`` for a real model directory) with the embedded model's tokenizer, or the tokenizer
 directory given with ``--tokenizer`` (write one where the embedded model is installed with
-``--save-tokenizer DIR``: a few MB to copy). It needs torch, transformers, peft and this
-project's pure-Python dependencies; no xgrammar, llama.cpp or vLLM.
+``--save-tokenizer DIR``: a few MB to copy). It needs torch, transformers, peft, xgrammar
+(``pip install --no-deps xgrammar``: the trainer checks for it before it starts) and this
+project's pure-Python dependencies; no llama.cpp or vLLM.
 
 Each mode (``full``, ``lora``) runs ``--steps`` steps of a built-in single-turn task
 ("write the numbers from 1 to N"; the reward is the reply's similarity to them) through the
