@@ -155,7 +155,9 @@ async def test_a_model_with_a_native_tool_format_calls_tools_in_it(
     output = await _generate(hermes, vllm_url, tmp_path, batch, native=True)
     validate_generator_output(len(batch["prompts"]), output, step_wise=True)
     metrics = output["rollout_metrics"]
-    assert metrics["osmosis/failed"] == 0 and metrics["osmosis/drift"] == 0, metrics
+    # (Chaining is the calculator test's: a reply cut short by max_tokens at temperature 1
+    # has no end-of-turn token to replay up to, and is re-rendered.)
+    assert metrics["osmosis/failed"] == 0, metrics
     # The calls' completions are in the template's own syntax, which the gateway parsed
     # into the tool calls the workflow ran.
     from transformers import AutoTokenizer
@@ -163,7 +165,7 @@ async def test_a_model_with_a_native_tool_format_calls_tools_in_it(
     tokenizer = AutoTokenizer.from_pretrained(str(hermes), local_files_only=True)
     completions = [str(tokenizer.decode(ids)) for ids in output["response_ids"]]
     assert any(text.startswith("<tool_call>\n{") for text in completions), completions
-    assert len(merge_stepwise_output(output)["response_ids"]) == 2
+    validate_generator_output(2, merge_stepwise_output(output), step_wise=True)
 
 
 def test_skyrls_neutral_sampling_values_are_left_out() -> None:
