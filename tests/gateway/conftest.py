@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 import pytest_asyncio
 
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy, Policy
@@ -34,6 +35,19 @@ async def serving(
             base_url=running.base_url, headers=headers, timeout=client_timeout_sec
         ) as http:
             yield running, http
+
+
+@pytest.fixture(scope="module")
+def served(running: tuple[Policy, Gateway, httpx.AsyncClient]) -> tuple[Policy, Gateway]:
+    """``(policy, gateway)`` of a module's ``running`` fixture (a policy served by
+    `serving`), for a module that defines one."""
+    return running[0], running[1]
+
+
+@pytest.fixture(scope="module")
+def http(running: tuple[Policy, Gateway, httpx.AsyncClient]) -> httpx.AsyncClient:
+    """The client of a module's ``running`` fixture."""
+    return running[2]
 
 
 @pytest_asyncio.fixture

@@ -52,16 +52,6 @@ async def running(
         yield policy, gateway, http
 
 
-@pytest.fixture(scope="module")
-def served(running: tuple[TorchPolicy, Gateway, httpx.AsyncClient]) -> tuple[TorchPolicy, Gateway]:
-    return running[0], running[1]
-
-
-@pytest.fixture(scope="module")
-def http(running: tuple[TorchPolicy, Gateway, httpx.AsyncClient]) -> httpx.AsyncClient:
-    return running[2]
-
-
 async def _reply(
     http: httpx.AsyncClient, rollout: str, messages: list[dict[str, Any]], **body: Any
 ) -> dict[str, Any]:

@@ -42,16 +42,6 @@ async def running(
         yield policy, gateway, http
 
 
-@pytest.fixture(scope="module")
-def served(running: tuple[TorchPolicy, Gateway, httpx.AsyncClient]) -> tuple[TorchPolicy, Gateway]:
-    return running[0], running[1]
-
-
-@pytest.fixture(scope="module")
-def http(running: tuple[TorchPolicy, Gateway, httpx.AsyncClient]) -> httpx.AsyncClient:
-    return running[2]
-
-
 async def _answer(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
     body = {"messages": ASK, "tools": [CALCULATOR, WEATHER], "max_tokens": 200, **body}
     response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
