@@ -36,6 +36,14 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("apache-tvm-ffi", "tvm_ffi"),
         ("peft", "peft"),
     ),
+    "track": (
+        ("tensorboard", "tensorboard"),
+        ("wandb", "wandb"),
+        ("mlflow-skinny", "mlflow"),
+        ("sqlalchemy", "sqlalchemy"),
+        ("alembic", "alembic"),
+        ("trackio", "trackio"),
+    ),
     "skyrl": (("skyrl", "skyrl"),),
     "verl": (("verl", "verl"),),
 }

@@ -23,6 +23,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.run_dir import run_lock
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.runner import (
+    FlatStepsHint,
     TrainingStopped,
     TrainOptions,
     TrainOutcome,
@@ -558,6 +559,19 @@ async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
     # Only while the runner loads and saves: the caller's settings are back.
     assert hf_logging.is_progress_bar_enabled()
     assert hf_logging.get_verbosity() == logging.WARNING
+
+
+def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
+    hint = FlatStepsHint(groups=4, resample=0)
+    flat, mixed = {"zero_gradient_groups": 3}, {"zero_gradient_groups": 2}  # 2 of 4: not most
+    assert [hint.after(m) for m in (flat, flat, mixed, flat, flat)] == [None] * 5
+    said = hint.after(flat)
+    assert said is not None and "3 steps in a row" in said
+    assert "set resample_zero_gradient = 2" in said
+    assert [hint.after(flat) for _ in range(5)] == [None] * 5  # once per run
+    already = FlatStepsHint(groups=4, resample=2)
+    assert [already.after(flat) for _ in range(2)] == [None, None]
+    assert "raise resample_zero_gradient (now 2) or group_size" in (already.after(flat) or "")
 
 
 def test_step_line_says_how_many_groups_were_resampled() -> None:

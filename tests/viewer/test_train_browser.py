@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,14 @@ from tests.viewer.conftest import TRAIN_RUN, copy_run, read_lines
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-#: The four curves of the run page: chart title and the metrics key it draws.
-CHARTS = {"reward": "reward_mean", "pass rate": "pass_rate", "loss": "loss", "KL": "kl"}
+#: The four curves of the run page: chart title and the metrics key it draws. The tiny run
+#: has no KL penalty (its KL is 0 throughout): its fourth chart is the engine's mismatch.
+CHARTS = {
+    "reward": "reward_mean",
+    "pass rate": "pass_rate",
+    "loss": "loss",
+    "engine/learner mismatch (KL)": "engine_mismatch_kl",
+}
 
 
 async def _points(page: Page, chart: str) -> tuple[int, int]:
@@ -45,14 +52,56 @@ async def test_the_run_page_draws_a_point_per_step_and_marks_held_out_points(
             steps = [m for m in metrics if isinstance(m[key], float | int)]
             assert len(steps) == 3, key  # every step of the tiny run has each value
             assert await _points(page, chart) == (len(steps), len(steps)), chart
-        marks = page.locator('svg[aria-label="pass rate"] circle.mark title')
-        titles = await marks.all_text_contents()
-        assert [t.split(":")[0] for t in titles] == [
-            f"held-out after step {e['step']}" for e in evals
-        ]
-        assert await page.locator("svg circle.mark").count() == len(evals)  # on that chart only
+        assert await page.locator('svg[aria-label="KL"]').count() == 0
+        for chart in ("pass rate", "reward"):  # held-out pass rate and mean reward, as rings
+            marks = page.locator(f'svg[aria-label="{chart}"] circle.mark title')
+            titles = await marks.all_text_contents()
+            assert [t.split(":")[0] for t in titles] == [
+                f"held-out after step {e['step']}" for e in evals
+            ]
+        assert await page.locator("svg circle.mark").count() == 2 * len(evals)
+        cards = await _cards(page)
+        before, after = evals[0], evals[-1]
+        assert cards["held-out mean reward"] == (
+            f"{_fixed(before['mean_reward'])} → {_fixed(after['mean_reward'])}"
+        )
+        assert cards["held-out pass rate"].count("%") == 2
+        assert not any(label.startswith("held-out pass@") for label in cards)
         rows = page.locator("#train-steps tbody tr")
         assert [await r.get_attribute("data-step") for r in await rows.all()] == ["1", "2", "3"]
+
+
+def _fixed(value: float) -> str:
+    """A number as the page writes it (``fmt``: integers as they are, else 3 decimals)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+
+
+async def _cards(page: Page) -> dict[str, str]:
+    labels = await page.locator(".cards .label").all_inner_texts()
+    values = await page.locator(".cards .value").all_inner_texts()
+    return {label.lower(): value for label, value in zip(labels, values, strict=True)}
+
+
+async def test_a_kl_penalty_draws_kl_and_several_samples_draw_pass_at_k(
+    page: Page, train_run_root: Path, tmp_path: Path
+) -> None:
+    run_dir = copy_run(train_run_root / "train" / TRAIN_RUN, tmp_path / "train")
+    events = read_lines(run_dir / "events.jsonl")
+    for event in events:  # as a run with kl_beta > 0 and eval_samples = 3 journals them
+        if event["event"] == "start":
+            event["training"]["kl_beta"] = 0.05
+        elif event["event"] == "eval":
+            event["pass_at_k"] = {"1": 0.25, "2": 0.5, "3": 0.75}
+    _write(run_dir / "events.jsonl", events)
+    async with Viewer(tmp_path) as viewer:
+        await _open_run(page, viewer.url)
+        assert await _points(page, "KL") == (3, 3)
+        assert await page.locator('svg[aria-label^="engine/learner"]').count() == 0
+        last = [e for e in events if e["event"] == "eval"][-1]["step"]
+        chart = page.locator(f'svg[aria-label="held-out pass@k (after step {last})"]')
+        tips = await chart.locator("circle.dot title").all_text_contents()
+        assert tips == ["pass@1 = 25.0%", "pass@2 = 50.0%", "pass@3 = 75.0%"]
+        assert (await _cards(page))["held-out pass@3"] == "75.0% → 75.0%"
 
 
 async def test_clicking_a_step_lists_its_rollouts_and_one_shows_its_trajectory(
@@ -73,9 +122,7 @@ async def test_clicking_a_step_lists_its_rollouts_and_one_shows_its_trajectory(
         await page.wait_for_selector("#steps .step")
         sources = await page.locator("#steps .step .src").all_inner_texts()
         assert [s.lower() for s in sources] == ["user", "agent"]
-        labels = await page.locator(".cards .label").all_inner_texts()
-        values = await page.locator(".cards .value").all_inner_texts()
-        cards = {label.lower(): value for label, value in zip(labels, values, strict=True)}
+        cards = await _cards(page)
         assert cards["status"] == "success"
         assert float(cards["reward"]) == pytest.approx(first["reward"], abs=1e-3)
         assert "step 2" in await page.locator("#crumbs").inner_text()
@@ -89,6 +136,8 @@ async def test_the_runs_page_lists_the_training_run(page: Page, train_run_root: 
         assert await row.locator(".steps").inner_text() == "3 / 3"
         assert await row.locator(".status-finished").inner_text() == "finished"
         assert "→" in await row.locator(".held-out").inner_text()
+        reward = await row.locator(".held-out-reward").inner_text()
+        assert re.fullmatch(r"[-0-9.]+ → [-0-9.]+", reward), reward
         await row.locator("a").click()
         await page.wait_for_selector("#train-steps")
 

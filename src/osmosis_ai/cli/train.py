@@ -92,8 +92,13 @@ class _Hooks:
     def eval_done(self, point: EvalPoint) -> None:
         self.console.print(
             f"held-out after step {point.step}: pass rate {point.pass_rate:.2f}, "
-            f"mean reward {point.mean_reward:.3f}"
+            f"mean reward {point.mean_reward:.3f}{_pass_at_k(point)}"
         )
+
+
+def _pass_at_k(point: EvalPoint) -> str:
+    """``, pass@1 0.40, pass@2 0.55, ...`` (several samples per held-out row), or nothing."""
+    return "".join(f", pass@{k} {value:.2f}" for k, value in point.pass_at_k.items())
 
 
 def _render_results(outcome: TrainOutcome, console: Console) -> None:
@@ -103,13 +108,21 @@ def _render_results(outcome: TrainOutcome, console: Console) -> None:
     if not outcome.evals:
         return
     table = Table(title=f"held-out results ({outcome.run_dir})")
-    for column in ("", "step", "pass rate", "mean reward"):
-        table.add_column(column)
     rows = [("before", outcome.evals[0])]
     if len(outcome.evals) > 1:
         rows.append(("after", outcome.evals[-1]))
+    ks = sorted({k for _, point in rows for k in point.pass_at_k})
+    for column in ("", "step", "pass rate", "mean reward", *(f"pass@{k}" for k in ks)):
+        table.add_column(column)
     for label, point in rows:
-        table.add_row(label, str(point.step), f"{point.pass_rate:.2f}", f"{point.mean_reward:.3f}")
+        at_k = [point.pass_at_k.get(k) for k in ks]
+        table.add_row(
+            label,
+            str(point.step),
+            f"{point.pass_rate:.2f}",
+            f"{point.mean_reward:.3f}",
+            *("-" if value is None else f"{value:.2f}" for value in at_k),
+        )
     console.print(table)
 
 

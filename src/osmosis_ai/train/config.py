@@ -26,6 +26,7 @@ from osmosis_ai.eval._config_sections import (
     workspace_of,
 )
 from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
+from osmosis_ai.train.trackers import TRACKERS
 
 __all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
 
@@ -44,6 +45,7 @@ _INTEGERS = (
     "resample_zero_gradient",
     "lora_rank",
     "keep_checkpoints",
+    "eval_samples",
 )
 #: Integers where 0 means "off" (the rest must be positive).
 _ZERO_OK = ("eval_every", "seed", "resample_zero_gradient", "lora_rank")
@@ -81,7 +83,8 @@ _CHOICES = {
     "tool_format": ("auto", "native", "instruction"),
 }
 _TRAINING_KEYS = (
-    *_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "eval_dataset", "device", "lora_target_modules"
+    *_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "eval_dataset", "device", "lora_target_modules",
+    "report_to",
 )  # fmt: skip
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
 #: output head).
@@ -122,6 +125,9 @@ class TrainingConfig:
     """Sampling temperature of the training rollouts (imposed by the gateway)."""
     eval_temperature: float = 0.0
     """Sampling temperature of the held-out evaluation (0: greedy)."""
+    eval_samples: int = 1
+    """Rollouts per held-out row; above 1 (with ``eval_temperature`` > 0) the evaluation
+    reports pass@1..k, estimated as ``osmosis eval`` does."""
     pass_threshold: float = 1.0
     token_budget: int = 2048
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
@@ -150,6 +156,9 @@ class TrainingConfig:
     """Truncated importance sampling: each policy token's loss is weighted by the learner's
     probability over the engine's, capped at this (0: off). Corrects for an engine whose
     logprobs differ from the learner's (vLLM in bf16)."""
+    report_to: tuple[str, ...] = ()
+    """Experiment trackers that get every step's metrics and every held-out evaluation:
+    any of ``tensorboard``, ``wandb``, ``mlflow``, ``trackio`` (the ``track`` extra)."""
     tool_format: Literal["auto", "native", "instruction"] = "auto"
     """How the policy calls tools: ``native`` (the model's own syntax, which its chat template
     renders: hermes's ``<tool_call>``), ``instruction`` (a JSON format described in the system
@@ -307,10 +316,37 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
             values[key] = _device(src, table)
         elif key == "lora_target_modules":
             values[key] = _target_modules(src, table)
+        elif key == "report_to":
+            values[key] = _report_to(src, table)
         else:
             values[key] = _choice(src, table, key)
     _check_lora(src, table, values)
+    samples = values.get("eval_samples", 1)
+    if isinstance(samples, int) and samples > 1 and not values.get("eval_temperature"):
+        raise src.error(
+            ("training", "eval_samples"),
+            "training.eval_samples > 1 needs training.eval_temperature > 0 (greedy samples "
+            "are all the same); set eval_temperature, e.g. 1.0",
+        )
     return TrainingConfig(**values)  # type: ignore[arg-type]
+
+
+def _report_to(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:
+    value = table["report_to"]
+    names = ", ".join(f'"{name}"' for name in TRACKERS)
+    if not (isinstance(value, list) and all(isinstance(name, str) for name in value)):
+        raise src.error(
+            ("training", "report_to"),
+            f'training.report_to must be an array of tracker names, e.g. ["tensorboard"]; '
+            f"the trackers are {names}",
+        )
+    for name in value:
+        if name not in TRACKERS:
+            raise src.error(
+                ("training", "report_to"),
+                f"training.report_to: unknown tracker {name!r}; the trackers are {names}",
+            )
+    return tuple(dict.fromkeys(value))
 
 
 def _device(src: ConfigSource, table: TOMLTable) -> str:

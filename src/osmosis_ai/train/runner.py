@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
-from osmosis_ai.eval.metrics import passes
+from osmosis_ai.eval.metrics import pass_at_k, passes
 from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
@@ -68,15 +68,26 @@ from osmosis_ai.train.generation import Generator, open_generator
 from osmosis_ai.train.learner import Learner, checkpoint_steps
 from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
+from osmosis_ai.train.trackers import (
+    CREDENTIAL_ENV,
+    TrackedRun,
+    TrackerError,
+    Trackers,
+    check_trackers,
+    open_trackers,
+    scalars,
+)
 
 __all__ = [
     "LATEST_CHECKPOINT",
     "EvalPoint",
+    "FlatStepsHint",
     "QuietHooks",
     "TrainHooks",
     "TrainOptions",
     "TrainOutcome",
     "TrainingStopped",
+    "held_out_pass_at_k",
     "out_of_memory",
     "run_training",
     "split_rows",
@@ -136,6 +147,36 @@ class EvalPoint:
     step: int
     pass_rate: float
     mean_reward: float
+    pass_at_k: dict[int, float] = field(default_factory=dict)
+    """pass@1..k when ``eval_samples`` is k > 1 (empty for one sample per row)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal's ``eval`` line."""
+        line: dict[str, Any] = {
+            "event": "eval",
+            "step": self.step,
+            "pass_rate": self.pass_rate,
+            "mean_reward": self.mean_reward,
+        }
+        if self.pass_at_k:
+            line["pass_at_k"] = {str(k): value for k, value in self.pass_at_k.items()}
+        return line
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> EvalPoint:
+        """The point of a journal's ``eval`` line."""
+        return cls(
+            int(line["step"]),
+            float(line["pass_rate"]),
+            float(line["mean_reward"]),
+            {int(k): float(v) for k, v in (line.get("pass_at_k") or {}).items()},
+        )
+
+    def scalars(self) -> dict[str, float]:
+        """What the trackers get: ``eval/pass_rate``, ``eval/mean_reward``, ``eval/pass@k``."""
+        values = {"eval/pass_rate": self.pass_rate, "eval/mean_reward": self.mean_reward}
+        values.update({f"eval/pass@{k}": value for k, value in self.pass_at_k.items()})
+        return values
 
 
 @dataclass
@@ -242,6 +283,7 @@ class _Run:
     log: logging.Logger
     hooks: TrainHooks
     redactor: Redactor
+    trackers: Trackers
     semaphore: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_MAX_IN_FLIGHT))
 
     async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
@@ -307,29 +349,48 @@ class _Run:
             await asyncio.gather(running, exited, engine_died, return_exceptions=True)
 
     async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
-        """Pass rate and mean reward of one rollout per held-out row, sampled at
-        ``eval_temperature`` (greedy by default, so that two points compare policies, not luck)."""
+        """Pass rate and mean reward of ``eval_samples`` rollouts per held-out row, sampled at
+        ``eval_temperature`` (greedy by default, so that two points compare policies, not
+        luck); with several samples, pass@1..k as ``osmosis eval`` estimates it."""
         gateway, training = self.stack.gateway, self.config.training
+        samples = training.eval_samples
+        jobs = [
+            (row, f"eval-{step:04d}-row-{row}" + (f"-{index}" if samples > 1 else ""))
+            for row in held_out
+            for index in range(samples)
+        ]
         sampling = gateway.sampling
         gateway.sampling = {**sampling, "temperature": training.eval_temperature}
         try:
-            done = await self.rollouts([(row, f"eval-{step:04d}-row-{row}") for row in held_out])
+            done = await self.rollouts(jobs)
         finally:
             gateway.sampling = sampling
         rewards = [_reward(r.result) for r in done]
-        threshold = self.config.training.pass_threshold
+        threshold = training.pass_threshold
         passed = [
             passes(_status(r.result), reward, threshold)
             for r, reward in zip(done, rewards, strict=True)
         ]
         point = EvalPoint(
-            step, sum(passed) / len(passed), statistics.fmean(x or 0.0 for x in rewards)
+            step,
+            sum(passed) / len(passed),
+            statistics.fmean(x or 0.0 for x in rewards),
+            held_out_pass_at_k(passed, samples) if samples > 1 else {},
         )
-        await asyncio.to_thread(
-            _append, self.run_dir / "events.jsonl", {"event": "eval", **point.__dict__}
-        )
+        await asyncio.to_thread(_append, self.run_dir / "events.jsonl", point.to_json())
+        await asyncio.to_thread(self.trackers.log, point.scalars(), step)
         self.hooks.eval_done(point)
         return point
+
+
+def held_out_pass_at_k(passed: Sequence[bool], samples: int) -> dict[int, float]:
+    """pass@1..``samples`` of outcomes listed row by row, ``samples`` per row: the mean over
+    the rows of the unbiased estimate (`pass_at_k`)."""
+    rows = [passed[start : start + samples] for start in range(0, len(passed), samples)]
+    return {
+        k: statistics.fmean(pass_at_k(samples, sum(row), k) for row in rows)
+        for k in range(1, samples + 1)
+    }
 
 
 def _reward(result: RolloutResultResponse) -> float | None:
@@ -616,7 +677,8 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
         secrets = secret_values(config.secrets)
         key = token_urlsafe(32)
-        redactor = Redactor((key, *secrets.values()))
+        credentials = (os.environ.get(name) for name in CREDENTIAL_ENV)
+        redactor = Redactor((key, *secrets.values(), *filter(None, credentials)))
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log)
         return await _train(config, run_dir, device, stack, hooks)
@@ -633,6 +695,7 @@ def _check_dependencies(config: TrainConfig) -> None:
     import_xgrammar(_FEATURE)
     if config.training.lora_rank:
         import_peft(_FEATURE)
+    check_trackers(config.training.report_to, "[training] report_to")
 
 
 @dataclass(frozen=True)
@@ -667,21 +730,44 @@ async def _train(
     hooks.message(
         f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
     )
-    base = await asyncio.to_thread(_resolve_quietly, config.model)
-    source = _checkpoint_dir(run_dir, start) if start else base
-    learner = await Learner.load(config, source, base, device)
+    tracked = TrackedRun(
+        run_dir,
+        run_dir.name,
+        params={"dataset": str(config.dataset), **_without(started, "event", "step", "steps")},
+        resumed_after=start,
+        mlflow_default_uri=f"sqlite:///{config.workspace / '.osmosis' / 'mlflow.db'}",
+    )
+
+    def say(text: str) -> None:  # a tracker's error may quote its credential
+        hooks.message(inputs.redactor.text(text))
+        inputs.log.warning("%s", inputs.redactor.text(text))
+
     try:
-        # Also before the first checkpoint: steps applied but not checkpointed run again.
-        await asyncio.to_thread(_rewind, run_dir, start)
-        if start:
-            await learner.run(learner.restore, source)
-            await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
-        outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
-        rows = _Rows(items, train_rows, held_out)
-        await _serve(config, learner, base, inputs, hooks, outcome, rows)
-        return outcome
+        trackers = await asyncio.to_thread(open_trackers, training.report_to, tracked, say)
+    except TrackerError as exc:
+        raise TrackerError(inputs.redactor.text(str(exc))) from None
+    try:
+        base = await asyncio.to_thread(_resolve_quietly, config.model)
+        source = _checkpoint_dir(run_dir, start) if start else base
+        learner = await Learner.load(config, source, base, device)
+        try:
+            # Also before the first checkpoint: steps applied but not checkpointed run again.
+            await asyncio.to_thread(_rewind, run_dir, start)
+            if start:
+                await learner.run(learner.restore, source)
+                await asyncio.to_thread(_append, events_path, {"event": "resume", "step": start})
+            outcome = TrainOutcome(run_dir, steps_done=start, evals=_evals(events, start))
+            rows = _Rows(items, train_rows, held_out)
+            await _serve(config, learner, base, inputs, hooks, outcome, rows, trackers)
+            return outcome
+        finally:
+            await asyncio.to_thread(learner.close)
     finally:
-        await asyncio.to_thread(learner.close)
+        await asyncio.to_thread(trackers.close)
+
+
+def _without(line: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: value for key, value in line.items() if key not in keys}
 
 
 @dataclass(frozen=True)
@@ -699,6 +785,7 @@ async def _serve(
     hooks: TrainHooks,
     outcome: TrainOutcome,
     rows: _Rows,
+    trackers: Trackers,
 ) -> None:
     """Serve the learner's model through the gateway, start the rollout server, run the loop."""
     training, secrets, redactor, log = config.training, inputs.secrets, inputs.redactor, inputs.log
@@ -744,7 +831,9 @@ async def _serve(
                 sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
             ) as stack,
         ):  # fmt: skip
-            run = _Run(config, run_dir, rows.items, generator, stack, log, hooks, redactor)
+            run = _Run(
+                config, run_dir, rows.items, generator, stack, log, hooks, redactor, trackers
+            )
             await _loop(run, learner, outcome, rows.train, rows.held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None
@@ -759,11 +848,8 @@ def _resolve_quietly(model: str) -> Path:
 
 def _evals(events: list[dict[str, Any]], start: int) -> list[EvalPoint]:
     """Held-out results already journaled up to the checkpoint a resume starts from."""
-    return [
-        EvalPoint(int(e["step"]), float(e["pass_rate"]), float(e["mean_reward"]))
-        for e in events
-        if e.get("event") == "eval" and int(e["step"]) <= start
-    ]
+    evals = [e for e in events if e.get("event") == "eval"]
+    return [EvalPoint.from_json(e) for e in evals if int(e["step"]) <= start]
 
 
 async def _loop(
@@ -782,6 +868,7 @@ async def _loop(
         )
         return
     run.hooks.started(outcome.steps_done + 1, training.steps)
+    flat_steps = FlatStepsHint(training.prompts_per_step, training.resample_zero_gradient)
     for step in range(outcome.steps_done + 1, training.steps + 1):
         try:
             metrics = await _step(run, learner, train_rows, step)
@@ -799,7 +886,12 @@ async def _loop(
             raise TrainingStopped(reason, outcome) from None
         await asyncio.to_thread(_append, metrics_path, metrics)
         await asyncio.to_thread(_append, run_dir / "events.jsonl", {"event": "step", "step": step})
+        await asyncio.to_thread(run.trackers.log, scalars(metrics), step)
         run.hooks.step_done(metrics)
+        hint = flat_steps.after(metrics)
+        if hint:
+            run.hooks.message(hint)
+            run.log.info("%s", hint)
         outcome.steps_done = step
         spent += step_seconds(metrics)
         out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
@@ -814,6 +906,35 @@ async def _loop(
                 f"(max_minutes = {training.max_minutes:g})"
             )
             return
+
+
+class FlatStepsHint:
+    """Says once when most groups of several steps in a row had all-equal rewards (such
+    groups give no gradient, so those steps train little), with the setting that helps."""
+
+    IN_A_ROW = 3
+
+    def __init__(self, groups: int, resample: int) -> None:
+        self._groups, self._resample = groups, resample
+        self._row = 0
+        self._said = False
+
+    def after(self, metrics: Mapping[str, Any]) -> str | None:
+        """The hint to print after a step's line, or ``None``."""
+        flat = 2 * int(metrics.get("zero_gradient_groups") or 0) > self._groups
+        self._row = self._row + 1 if flat else 0
+        if self._said or self._row < self.IN_A_ROW:
+            return None
+        self._said = True
+        fix = (
+            f"raise resample_zero_gradient (now {self._resample}) or group_size"
+            if self._resample
+            else "set resample_zero_gradient = 2 to run such groups again within the step"
+        )
+        return (
+            f"most groups had all-equal rewards in {self._row} steps in a row (no gradient: "
+            f"those steps train little); in [training], {fix}"
+        )
 
 
 def _checkpoint(learner: Learner, run_dir: Path, step: int, keep: int) -> None:

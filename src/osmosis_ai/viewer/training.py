@@ -30,7 +30,8 @@ ROLLOUTS = "rollouts"
 _EVENTS = "events.jsonl"
 _METRICS = "metrics.jsonl"
 _ROLLOUT_LINES = "rollouts.jsonl"
-# The runner's rollout ids: step-<step>-row-<row>-<k> (training), eval-<step>-row-<row>;
+# The runner's rollout ids: step-<step>-row-<row>-<k> (training), eval-<step>-row-<row>
+# (eval-<step>-row-<row>-<k> with several samples per held-out row);
 # matched as a prefix, so a suffix the runner may add (a resampled group) keeps its step.
 _ROLLOUT_ID = re.compile(r"(step|eval)-(\d+)-row-(\d+)(?:-(\d+))?")
 
@@ -44,6 +45,8 @@ class _TrainRun:
     steps_total: int | None
     metrics: list[dict[str, Any]]
     evals: list[dict[str, Any]]
+    kl_beta: float | None
+    """The run's KL penalty (its KL chart is flat at 0 without one)."""
 
 
 def _int(value: Any) -> int | None:
@@ -109,6 +112,8 @@ def _load(run_dir: Path) -> _TrainRun:
     starts = [event for event in events if event.get("event") == "start"]
     total = _int(starts[-1].get("steps")) if starts else None
     model = starts[-1].get("model") if starts else None
+    settings = starts[-1].get("training") if starts else None
+    kl_beta = settings.get("kl_beta") if isinstance(settings, dict) else None
     evals = _by_step([event for event in events if event.get("event") == "eval"])
     steps_done = metrics[-1]["step"] if metrics else 0
     return _TrainRun(
@@ -116,10 +121,24 @@ def _load(run_dir: Path) -> _TrainRun:
         model=model if isinstance(model, str) else None,
         steps_total=total,
         metrics=metrics,
-        evals=[
-            {key: point.get(key) for key in ("step", "pass_rate", "mean_reward")} for point in evals
-        ],
+        evals=[_eval_point(point) for point in evals],
+        kl_beta=float(kl_beta) if isinstance(kl_beta, int | float) else None,
     )
+
+
+def _eval_point(line: dict[str, Any]) -> dict[str, Any]:
+    """A held-out evaluation: its step, pass rate and mean reward, and its pass@k points
+    (``[{"k", "value"}]``, as the eval pages draw them; empty for one sample per row)."""
+    at_k = line.get("pass_at_k")
+    points = [
+        {"k": int(k), "value": value}
+        for k, value in (at_k.items() if isinstance(at_k, dict) else ())
+        if k.isdigit() and isinstance(value, int | float)
+    ]
+    return {
+        **{key: line.get(key) for key in ("step", "pass_rate", "mean_reward")},
+        "pass_at_k": sorted(points, key=lambda point: point["k"]),
+    }
 
 
 def _header(run_dir: Path, run: _TrainRun) -> dict[str, Any]:
@@ -160,7 +179,12 @@ def train_overview(run_dir: Path) -> dict[str, Any]:
         run = _load(run_dir)
     except RunUnreadableError as exc:
         return _broken(run_dir, exc)
-    return {**_header(run_dir, run), "metrics": run.metrics, "evals": run.evals}
+    return {
+        **_header(run_dir, run),
+        "metrics": run.metrics,
+        "evals": run.evals,
+        "kl_beta": run.kl_beta,
+    }
 
 
 def _rollout_lines(run_dir: Path) -> dict[str, dict[str, Any]]:

@@ -96,13 +96,13 @@ function lineChart(title, points, { x, y, marks = [], decorate = () => {}, frame
   return h("div", { class: "chart" }, svg);
 }
 
-function passAtK(points) {
+function passAtK(points, title = "pass@k") {
   // The right margin holds the widest value label ("100.0%") beside the last point; the top
   // one keeps a label at 100% clear of the title.
-  if (!points.length) return h("div", { class: "chart" }, h("div", { class: "muted" }, "pass@k: no runs yet"));
+  if (!points.length) return h("div", { class: "chart" }, h("div", { class: "muted" }, `${title}: no runs yet`));
   const maxK = Math.max(...points.map((p) => p.k));
   const line = points.map((p) => ({ x: p.k, y: p.value, tip: `pass@${p.k} = ${pct(p.value)}` }));
-  return lineChart("pass@k", line, {
+  return lineChart(title, line, {
     x: (k) => (points.length === 1 ? 0.5 : Math.log2(k) / Math.log2(maxK)),
     y: (v) => v,
     decorate: (svg, px, py, frame) => {
@@ -169,7 +169,13 @@ function statusCell(run) {
   return h("td", { class: `status-${run.status}` }, run.status, run.problem ? h("div", { class: "problem" }, run.problem) : null);
 }
 
-const heldOut = (point) => (point ? pct(point.pass_rate) : "–");
+// A held-out figure before and after training ("–" for an evaluation not made yet).
+function beforeAfter(run, figure) {
+  const value = (point) => (point ? figure(point) : "–");
+  return `${value(run.held_out_before)} → ${value(run.held_out_after)}`;
+}
+const heldOutPass = (point) => pct(point.pass_rate);
+const heldOutReward = (point) => fmt(point.mean_reward, 3);
 
 function trainRunsTable(runs) {
   const rows = runs.map((run) =>
@@ -178,9 +184,11 @@ function trainRunsTable(runs) {
       h("td", {}, fmt(run.model)), statusCell(run),
       h("td", { class: "steps" }, `${fmt(run.steps_done)} / ${fmt(run.steps_total)}`),
       h("td", { class: "last-reward" }, fmt(run.last_reward)),
-      h("td", { class: "held-out" }, `${heldOut(run.held_out_before)} → ${heldOut(run.held_out_after)}`)));
+      h("td", { class: "held-out" }, beforeAfter(run, heldOutPass)),
+      h("td", { class: "held-out-reward" }, beforeAfter(run, heldOutReward))));
+  const columns = ["run", "model", "status", "steps", "last reward", "held-out pass rate (before → after)", "held-out mean reward (before → after)"];
   return h("div", {}, h("h2", {}, "Training runs"), h("table", { id: "train-runs" },
-    h("thead", {}, h("tr", {}, ["run", "model", "status", "steps", "last reward", "held-out pass rate (before → after)"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
     h("tbody", {}, rows)));
 }
 
@@ -301,23 +309,53 @@ function stepRollouts(runName, step, rollouts) {
   return h("div", { id: "step-rollouts" }, h("h2", {}, `Step ${step}: rollouts`), body);
 }
 
+// The fourth chart: the KL penalty's KL when the run has one; else how far the engine's
+// logprobs are from the learner's (when the engine reports it); else the gradient norm.
+function fourthChart(run) {
+  if (run.kl_beta) return stepChart("KL", run.metrics, "kl");
+  if (run.metrics.some((m) => typeof m.engine_mismatch_kl === "number")) {
+    return stepChart("engine/learner mismatch (KL)", run.metrics, "engine_mismatch_kl");
+  }
+  return stepChart("grad norm", run.metrics, "grad_norm");
+}
+
+// pass@k of several samples per held-out row: a card (before → after) and the last
+// evaluation's curve.
+function heldOutPassAtK(run) {
+  const last = run.evals.length ? run.evals[run.evals.length - 1] : null;
+  if (!last || !last.pass_at_k.length) return { card: null, chart: null };
+  const maxK = Math.max(...last.pass_at_k.map((p) => p.k));
+  const atK = (point) => {
+    const found = (point.pass_at_k || []).find((p) => p.k === maxK);
+    return found ? pct(found.value) : "–";
+  };
+  return {
+    card: card(`held-out pass@${maxK}`, beforeAfter(run, atK)),
+    chart: passAtK(last.pass_at_k, `held-out pass@k (after step ${last.step})`),
+  };
+}
+
 function trainView(runName, run, step, rollouts) {
   const title = h("h1", {}, run.name, " ", h("span", { class: `pill status-${run.status}` }, run.status));
   if (run.problem) return [title, h("div", { class: "error", id: "problem" }, "This run cannot be read: ", run.problem)];
   const metrics = run.metrics;
-  const marks = run.evals.map((e) => ({ x: e.step, y: e.pass_rate, tip: `held-out after step ${e.step}: pass rate ${pct(e.pass_rate)}, mean reward ${fmt(e.mean_reward)}` }));
+  const tip = (e) => `held-out after step ${e.step}: pass rate ${pct(e.pass_rate)}, mean reward ${fmt(e.mean_reward, 3)}`;
+  const passMarks = run.evals.map((e) => ({ x: e.step, y: e.pass_rate, tip: tip(e) }));
+  const rewardMarks = run.evals.filter((e) => typeof e.mean_reward === "number").map((e) => ({ x: e.step, y: e.mean_reward, tip: tip(e) }));
+  const atK = heldOutPassAtK(run);
   return [
     title,
     h("p", { class: "muted" }, `${fmt(run.model)} · ${fmt(run.steps_done)} of ${fmt(run.steps_total)} steps`),
     h("div", { class: "cards" },
       card("steps", `${fmt(run.steps_done)} / ${fmt(run.steps_total)}`), card("last reward", fmt(run.last_reward)),
-      card("held-out before", heldOut(run.held_out_before)), card("held-out after", heldOut(run.held_out_after))),
+      card("held-out pass rate", beforeAfter(run, heldOutPass)), card("held-out mean reward", beforeAfter(run, heldOutReward)),
+      atK.card),
     h("p", { class: "muted definitions" },
       h("strong", {}, "pass rate"), " per step = the step's rollouts whose reward reaches the run's pass threshold; ",
-      h("strong", {}, "held-out"), " = one rollout per held-out row, at the start, every eval_every steps and at the end (rings on the pass-rate chart)."),
+      h("strong", {}, "held-out"), " = the held-out rows' rollouts at the start, every eval_every steps and at the end (rings on the reward and pass-rate charts)."),
     h("div", { class: "charts" },
-      stepChart("reward", metrics, "reward_mean"), stepChart("pass rate", metrics, "pass_rate", { marks, range: [0, 1] }),
-      stepChart("loss", metrics, "loss"), stepChart("KL", metrics, "kl")),
+      stepChart("reward", metrics, "reward_mean", { marks: rewardMarks }), stepChart("pass rate", metrics, "pass_rate", { marks: passMarks, range: [0, 1] }),
+      stepChart("loss", metrics, "loss"), fourthChart(run), atK.chart),
     h("h2", {}, "Steps"),
     metrics.length ? stepsTable(runName, metrics, step) : h("p", { class: "muted" }, "No step applied yet."),
     step === null ? h("p", { class: "muted" }, "Click a step to list its rollouts.") : stepRollouts(runName, step, rollouts),
