@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval._toml_lines import key_lines
@@ -21,7 +21,9 @@ from osmosis_ai.eval.datasets import DATASET_FORMATS
 from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = [
+    "Bound",
     "ConfigSource",
+    "SharedExperiment",
     "TOMLTable",
     "apply_overrides",
     "dataset_path",
@@ -32,11 +34,15 @@ __all__ = [
     "read_toml",
     "rollout_location",
     "secret_names",
+    "shared_experiment",
     "workspace_of",
 ]
 
 #: A TOML table as ``tomllib`` returns it (values may also be dates and times).
 TOMLTable = dict[str, Any]
+
+#: Which numbers a numeric key accepts: above 0, 0 and above (0 usually meaning "off"), any.
+Bound = Literal["positive", "non-negative", "any"]
 
 _SECRETS_KEYS = ("required",)
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -188,24 +194,37 @@ class ConfigSource:
             raise self.error((section, key), f"{section}.{key} must not be empty")
         return value
 
-    def integer(self, table: TOMLTable, section: str, key: str, *, positive: bool) -> int:
+    def integer(self, table: TOMLTable, section: str, key: str, bound: Bound) -> int:
         value = table[key]
         # bool is an int subclass in Python, but `true` is no count in TOML.
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.type_error(section, key, value, "an integer")
-        if positive and value <= 0:
-            raise self.error((section, key), f"{section}.{key} must be positive, got {value}")
+        self._check_bound(section, key, value, bound)
         return value
 
-    def number(self, table: TOMLTable, section: str, key: str, *, positive: bool) -> float:
+    def number(self, table: TOMLTable, section: str, key: str, bound: Bound) -> float:
         value = table[key]
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.type_error(section, key, value, "a number")
         if not math.isfinite(value):
             raise self.error((section, key), f"{section}.{key} must be finite, got {value}")
-        if positive and value <= 0:
-            raise self.error((section, key), f"{section}.{key} must be positive, got {value}")
+        self._check_bound(section, key, value, bound)
         return float(value)
+
+    def choice(self, table: TOMLTable, section: str, key: str, choices: tuple[str, ...]) -> str:
+        value = self.string(table, section, key)
+        if value not in choices:
+            raise self.error(
+                (section, key),
+                f"{section}.{key} must be one of {', '.join(choices)}, got {value!r}",
+            )
+        return value
+
+    def _check_bound(self, section: str, key: str, value: float, bound: Bound) -> None:
+        if bound == "positive" and value <= 0:
+            raise self.error((section, key), f"{section}.{key} must be positive, got {value}")
+        if bound == "non-negative" and value < 0:
+            raise self.error((section, key), f"{section}.{key} must not be negative, got {value}")
 
     def type_error(self, section: str, key: str, value: object, expected: str) -> ConfigError:
         return self.error(
@@ -219,6 +238,24 @@ def kind_of(value: object) -> str:
         if type(value) is python_type:
             return name
     return f"a {type(value).__name__}"
+
+
+class SharedExperiment(NamedTuple):
+    """The ``[experiment]`` keys of both configs (all but the model), checked."""
+
+    rollout: str
+    entrypoint: str
+    dataset: Path
+    branch: str | None
+    commit_sha: str | None
+
+
+def shared_experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> SharedExperiment:
+    """``[experiment]``'s rollout location, dataset and provenance, checked (the keys of the
+    table are not: the config's declaration says which it accepts)."""
+    rollout, entrypoint = rollout_location(src, table, workspace)
+    dataset = dataset_path(src, table, workspace)
+    return SharedExperiment(rollout, entrypoint, dataset, *provenance(src, table))
 
 
 def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tuple[str, str]:

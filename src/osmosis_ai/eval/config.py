@@ -8,34 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval._config_schema import EVAL_EXPERIMENT, EVALUATION, check_keys, parse_section
 from osmosis_ai.eval._config_sections import (
     ConfigSource,
     TOMLTable,
-    dataset_path,
     env_table,
-    provenance,
     read_config,
-    rollout_location,
     secret_names,
+    shared_experiment,
     workspace_of,
 )
 
 __all__ = ["EvalConfig", "EvaluationConfig", "ExperimentConfig", "load_eval_config"]
 
 _SECTIONS = ("experiment", "evaluation", "env", "secrets", "advanced")
-_EXPERIMENT_REQUIRED = ("rollout", "entrypoint", "model_path", "dataset")
-_EXPERIMENT_KEYS = (*_EXPERIMENT_REQUIRED, "branch", "commit_sha")
-_EVALUATION_KEYS = (
-    "limit",
-    "n",
-    "batch_size",
-    "pass_threshold",
-    "agent_workflow_timeout_s",
-    "grader_timeout_s",
-)
-
-_DEFAULT_AGENT_TIMEOUT_SEC = 450.0
-_DEFAULT_GRADER_TIMEOUT_SEC = 150.0
 
 
 @dataclass(frozen=True)
@@ -77,10 +63,10 @@ class EvaluationConfig:
     pass_threshold: float = 1.0
     """A rollout passes when its reward is at least this."""
 
-    agent_timeout_sec: float = _DEFAULT_AGENT_TIMEOUT_SEC
+    agent_timeout_sec: float = 450.0
     """Deadline of the agent workflow (``agent_workflow_timeout_s``)."""
 
-    grader_timeout_sec: float = _DEFAULT_GRADER_TIMEOUT_SEC
+    grader_timeout_sec: float = 150.0
     """Deadline of the grader (``grader_timeout_s``)."""
 
 
@@ -151,7 +137,7 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
     if "experiment" not in data:
         raise ConfigError(
             f"{path}: the [experiment] section is missing; it needs "
-            + ", ".join(_EXPERIMENT_REQUIRED)
+            + ", ".join(EVAL_EXPERIMENT.required)
         )
 
     workspace = workspace_of(path)
@@ -168,22 +154,9 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
 
 
 def _experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> ExperimentConfig:
-    src.reject_unknown(table, "experiment", _EXPERIMENT_KEYS)
-    for key in _EXPERIMENT_REQUIRED:
-        if key not in table:
-            raise src.error(("experiment",), f"experiment.{key} is required in [experiment]")
-    rollout, entrypoint = rollout_location(src, table, workspace)
-    model_path = _model_path(src, table)
-    dataset = dataset_path(src, table, workspace)
-    branch, commit_sha = provenance(src, table)
-    return ExperimentConfig(
-        rollout=rollout,
-        entrypoint=entrypoint,
-        model_path=model_path,
-        dataset=dataset,
-        branch=branch,
-        commit_sha=commit_sha,
-    )
+    check_keys(src, table, EVAL_EXPERIMENT)
+    shared = shared_experiment(src, table, workspace)
+    return ExperimentConfig(model_path=_model_path(src, table), **shared._asdict())
 
 
 def _model_path(src: ConfigSource, table: TOMLTable) -> str:
@@ -200,31 +173,9 @@ def _model_path(src: ConfigSource, table: TOMLTable) -> str:
 
 
 def _evaluation(src: ConfigSource, table: TOMLTable) -> EvaluationConfig:
-    src.reject_unknown(table, "evaluation", _EVALUATION_KEYS)
-    section = "evaluation"
-    config = EvaluationConfig()
-    limit = config.limit
-    if "limit" in table:
-        limit = src.integer(table, section, "limit", positive=False)
-        limit = limit if limit > 0 else None
-    n = src.integer(table, section, "n", positive=True) if "n" in table else config.n
-    batch_size = config.batch_size
-    if "batch_size" in table:
-        batch_size = src.integer(table, section, "batch_size", positive=True)
-    threshold = config.pass_threshold
-    if "pass_threshold" in table:
-        threshold = src.number(table, section, "pass_threshold", positive=False)
-    agent = config.agent_timeout_sec
-    if "agent_workflow_timeout_s" in table:
-        agent = src.number(table, section, "agent_workflow_timeout_s", positive=True)
-    grader = config.grader_timeout_sec
-    if "grader_timeout_s" in table:
-        grader = src.number(table, section, "grader_timeout_s", positive=True)
-    return EvaluationConfig(
-        limit=limit,
-        n=n,
-        batch_size=batch_size,
-        pass_threshold=threshold,
-        agent_timeout_sec=agent,
-        grader_timeout_sec=grader,
-    )
+    return parse_section(src, table, EVALUATION, EvaluationConfig, {"limit": _limit})
+
+
+def _limit(src: ConfigSource, table: TOMLTable) -> int | None:
+    limit = src.integer(table, "evaluation", "limit", "any")
+    return limit if limit > 0 else None

@@ -1,6 +1,8 @@
 """``osmosis rollout init``/``validate``: a runnable rollout skeleton, and an import check.
 
-``init`` writes the rollout, an eval config, a training config and a 10-row dataset.
+``init`` writes the rollout, an eval config, a training config and a 10-row dataset. The
+configs are written from the keys' declarations (`osmosis_ai.eval._config_schema`): every key,
+with its comment, the optional ones commented out.
 """
 
 from __future__ import annotations
@@ -11,6 +13,14 @@ import tempfile
 from pathlib import Path
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.eval._config_schema import (
+    EVAL_EXPERIMENT,
+    EVALUATION,
+    TRAIN_EXPERIMENT,
+    TRAINING,
+    Section,
+    scaffold_toml,
+)
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 
@@ -69,62 +79,8 @@ if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("_OSMOSIS_ROLLOUT_PORT", "8000")))
 '''
 
-_CONFIG = """# Local evaluation: osmosis eval run configs/eval/{name}.toml
-[experiment]
-rollout = "{name}"
-entrypoint = "main.py"
-model_path = "embedded"          # or openai:<base_url>[:<model>], or a LiteLLM id provider/model
-dataset = "data/{name}.jsonl"
-
-[evaluation]
-n = 1
-pass_threshold = 1.0
-agent_workflow_timeout_s = 300
-grader_timeout_s = 30
-"""
-
-_TRAINING = """# Training (GRPO, CPU or GPU): osmosis train run configs/training/{name}.toml
-# See docs/train.md. A small run: raise steps, prompts_per_step and group_size to learn more.
-# Commented keys are optional; uncomment one to set it.
-[experiment]
-rollout = "{name}"
-entrypoint = "main.py"
-model = "embedded"               # SmolLM2-135M-Instruct, or a local HuggingFace-format model dir
-dataset = "data/{name}.jsonl"
-
-[training]
-steps = 4                        # optimiser steps; each runs rollouts, grades them, updates once
-prompts_per_step = 2             # dataset rows per step
-group_size = 4                   # rollouts per row; each is scored against its row's others
-learning_rate = 1e-5             # AdamW, after a linear warm-up over a tenth of the steps
-clip_low = 0.2                   # the policy ratio is clipped to [1 - clip_low, 1 + clip_high]
-clip_high = 0.28                 # a higher upper bound lets rare good tokens grow (DAPO)
-normalisation = "token"          # loss averaged over all tokens ("token") or per "sequence"
-advantage_scale = "std"          # divide by the row's reward std ("std") or not ("none")
-kl_beta = 0.0                    # KL penalty to the initial model (> 0 loads a second copy)
-eval_rows = 2                    # held-out rows (not trained on), evaluated at start and end
-# eval_dataset = "data/heldout.jsonl"  # or a held-out file of its own (instead of eval_rows)
-eval_every = 0                   # also evaluate every N steps (0: only at start and end)
-checkpoint_every = 2             # checkpoint every N steps and at the end; a rerun resumes there
-max_tokens = 64                  # token limit of every model call
-temperature = 1.0                # sampling temperature of every training rollout's model call
-eval_temperature = 0.0           # sampling temperature of the held-out evaluations (0: greedy)
-max_minutes = 0                  # stop once the steps took this many minutes (0: no limit)
-pass_threshold = 1.0             # a rollout passes when its reward is at least this
-device = "auto"                  # "auto" (a GPU when torch sees one, else the CPU), "cpu", "cuda:N"
-precision = "auto"               # the update: "bf16" autocast, "fp32", or bf16 where it is native
-token_budget = 2048              # tokens per micro-batch of the update; lower it on out of memory
-resample_zero_gradient = 0       # rerun a row whose rollouts all got one reward, up to N times
-lora_rank = 0                    # 0: train every weight; r > 0: train a LoRA adapter of rank r
-# lora_alpha = 32                # with lora_rank: the adapter's scale is alpha / rank (2 x rank)
-# lora_dropout = 0.0             # with lora_rank: dropout on the adapter's input in the update
-# lora_target_modules = "all-linear"  # with lora_rank: the layers it wraps, or a list of names
-keep_checkpoints = 1             # how many of the newest checkpoints stay on disk
-engine = "torch"                 # what generates: the learner's model, or "vllm" (a [vllm] table)
-tis_cap = 0.0                    # > 0 (e.g. 2.0): weight tokens by the learner/engine ratio, capped
-tool_format = "auto"             # tool calls: the model's own syntax ("native"), or "instruction"
-seed = 0                         # picks the held-out rows and each step's rows
-"""
+#: The last header line of both configs, above their generated tables.
+_OPTIONAL = "# Commented keys are optional; uncomment one to set it.\n"
 
 _CAPITALS = [
     ("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),
@@ -150,8 +106,8 @@ def scaffold_rollout(workspace: Path, name: str, *, force: bool = False) -> list
     ]
     files = {
         workspace / "rollouts" / name / "main.py": _MAIN.format(name=name, cls=cls),
-        workspace / "configs" / "eval" / f"{name}.toml": _CONFIG.format(name=name),
-        workspace / "configs" / "training" / f"{name}.toml": _TRAINING.format(name=name),
+        workspace / "configs" / "eval" / f"{name}.toml": _eval_toml(name),
+        workspace / "configs" / "training" / f"{name}.toml": _training_toml(name),
         workspace / "data" / f"{name}.jsonl": "".join(json.dumps(row) + "\n" for row in rows),
     }
     existing = [path for path in files if path.exists()]
@@ -163,6 +119,28 @@ def scaffold_rollout(workspace: Path, name: str, *, force: bool = False) -> list
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return list(files)
+
+
+def _eval_toml(name: str) -> str:
+    return (
+        f"# Local evaluation: osmosis eval run configs/eval/{name}.toml\n{_OPTIONAL}"
+        + _experiment_toml(EVAL_EXPERIMENT, name)
+        + scaffold_toml(EVALUATION)
+    )
+
+
+def _training_toml(name: str) -> str:
+    return (
+        f"# Training (GRPO, CPU or GPU): osmosis train run configs/training/{name}.toml\n"
+        "# See docs/train.md. A small run: raise steps, prompts_per_step and group_size to "
+        f"learn more.\n{_OPTIONAL}"
+        + _experiment_toml(TRAIN_EXPERIMENT, name)
+        + scaffold_toml(TRAINING)
+    )
+
+
+def _experiment_toml(experiment: Section, name: str) -> str:
+    return scaffold_toml(experiment, {"rollout": name, "dataset": f"data/{name}.jsonl"}) + "\n"
 
 
 def validate_entrypoint(

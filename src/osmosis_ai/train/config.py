@@ -1,8 +1,10 @@
 """The training TOML (``configs/training/<name>.toml``): ``[experiment]``, ``[training]`` and
 ``[vllm]``.
 
-``[experiment]``, ``[env]`` and ``[secrets]`` are read by the validators the eval config uses;
-``[training]`` and ``[vllm]`` are checked here with the same line-numbered errors.
+The keys of each section are declared in `osmosis_ai.eval._config_schema`, which checks their
+types and ranges; ``[experiment]``, ``[env]`` and ``[secrets]`` are read by the validators the
+eval config uses. What involves several keys or the workspace is checked here, with the same
+line-numbered errors.
 """
 
 from __future__ import annotations
@@ -14,15 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from osmosis_ai.eval._config_schema import (
+    TRAIN_EXPERIMENT,
+    TRAINING,
+    VLLM,
+    check_keys,
+    parse_section,
+)
 from osmosis_ai.eval._config_sections import (
     ConfigSource,
     TOMLTable,
     dataset_path,
     env_table,
-    provenance,
     read_config,
-    rollout_location,
     secret_names,
+    shared_experiment,
     workspace_of,
 )
 from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
@@ -31,61 +39,8 @@ from osmosis_ai.train.trackers import TRACKERS
 __all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
 
 _SECTIONS = ("experiment", "training", "vllm", "env", "secrets")
-_EXPERIMENT_REQUIRED = ("rollout", "entrypoint", "model", "dataset")
-_EXPERIMENT_KEYS = (*_EXPERIMENT_REQUIRED, "branch", "commit_sha")
-_INTEGERS = (
-    "steps",
-    "prompts_per_step",
-    "group_size",
-    "eval_every",
-    "checkpoint_every",
-    "seed",
-    "max_tokens",
-    "token_budget",
-    "resample_zero_gradient",
-    "lora_rank",
-    "keep_checkpoints",
-    "eval_samples",
-)
-#: Integers where 0 means "off" (the rest must be positive).
-_ZERO_OK = ("eval_every", "seed", "resample_zero_gradient", "lora_rank")
-_NUMBERS = (
-    "learning_rate",
-    "clip_low",
-    "clip_high",
-    "kl_beta",
-    "temperature",
-    "eval_temperature",
-    "pass_threshold",
-    "max_minutes",
-    "lora_alpha",
-    "lora_dropout",
-    "tis_cap",
-)
-#: Numbers where 0 is allowed (the rest must be positive).
-_NUMBERS_ZERO_OK = (
-    "kl_beta",
-    "temperature",
-    "eval_temperature",
-    "clip_low",
-    "clip_high",
-    "max_minutes",
-    "lora_dropout",
-    "tis_cap",
-)
 #: LoRA settings other than the rank: they mean nothing for a full fine-tune.
 _LORA_OPTIONS = ("lora_alpha", "lora_dropout", "lora_target_modules")
-_CHOICES = {
-    "normalisation": ("token", "sequence"),
-    "advantage_scale": ("std", "none"),
-    "precision": ("auto", "bf16", "fp32"),
-    "engine": ("torch", "vllm"),
-    "tool_format": ("auto", "native", "instruction"),
-}
-_TRAINING_KEYS = (
-    *_INTEGERS, *_NUMBERS, *_CHOICES, "eval_rows", "eval_dataset", "device", "lora_target_modules",
-    "report_to",
-)  # fmt: skip
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
 #: output head).
 ALL_LINEAR = "all-linear"
@@ -237,13 +192,9 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
             )
     tables = {name: src.table(data, name) for name in _SECTIONS}
     experiment = tables["experiment"]
-    src.reject_unknown(experiment, "experiment", _EXPERIMENT_KEYS)
-    for key in _EXPERIMENT_REQUIRED:
-        if key not in experiment:
-            raise src.error(("experiment",), f"experiment.{key} is required in [experiment]")
+    check_keys(src, experiment, TRAIN_EXPERIMENT)
     workspace = workspace_of(path)
-    rollout, entrypoint = rollout_location(src, experiment, workspace)
-    provenance(src, experiment)
+    shared = shared_experiment(src, experiment, workspace)
     env = env_table(src, tables["env"])
     training = _training(src, tables["training"])
     if tables["vllm"] and training.engine != "vllm":
@@ -255,10 +206,10 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
     return TrainConfig(
         path=path,
         workspace=workspace,
-        rollout=rollout,
-        entrypoint=entrypoint,
+        rollout=shared.rollout,
+        entrypoint=shared.entrypoint,
         model=_model(src, experiment, workspace),
-        dataset=dataset_path(src, experiment, workspace),
+        dataset=shared.dataset,
         eval_dataset=_eval_dataset(src, tables["training"], workspace),
         training=training,
         vllm=_vllm(src, tables["vllm"], workspace),
@@ -295,40 +246,28 @@ def _model(src: ConfigSource, table: TOMLTable, workspace: Path) -> str:
 
 
 def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
-    src.reject_unknown(table, "training", _TRAINING_KEYS)
-    values: dict[str, object] = {}
-    for key in table:
-        if key in _INTEGERS:
-            zero_ok = key in _ZERO_OK
-            values[key] = src.integer(table, "training", key, positive=not zero_ok)
-            if zero_ok and int(table[key]) < 0:
-                raise src.error(("training", key), f"training.{key} must not be negative")
-        elif key in _NUMBERS:
-            zero_ok = key in _NUMBERS_ZERO_OK
-            values[key] = src.number(table, "training", key, positive=not zero_ok)
-            if zero_ok and float(table[key]) < 0:
-                raise src.error(("training", key), f"training.{key} must not be negative")
-        elif key == "eval_rows":
-            values[key] = src.number(table, "training", key, positive=True)
-        elif key == "eval_dataset":
-            values[key] = src.string(table, "training", key)
-        elif key == "device":
-            values[key] = _device(src, table)
-        elif key == "lora_target_modules":
-            values[key] = _target_modules(src, table)
-        elif key == "report_to":
-            values[key] = _report_to(src, table)
-        else:
-            values[key] = _choice(src, table, key)
-    _check_lora(src, table, values)
-    samples = values.get("eval_samples", 1)
-    if isinstance(samples, int) and samples > 1 and not values.get("eval_temperature"):
+    parsers = {"device": _device, "lora_target_modules": _target_modules, "report_to": _report_to}
+    training = parse_section(src, table, TRAINING, TrainingConfig, parsers)
+    if not training.lora_rank:
+        for key in _LORA_OPTIONS:
+            if key in table:
+                raise src.error(
+                    ("training", key),
+                    f"training.{key} is set but lora_rank is 0 (full fine-tuning); set "
+                    f"lora_rank > 0 to train a LoRA adapter, or remove {key}",
+                )
+    if training.lora_dropout >= 1:
+        raise src.error(
+            ("training", "lora_dropout"),
+            f"training.lora_dropout must be below 1, got {training.lora_dropout}",
+        )
+    if training.eval_samples > 1 and not training.eval_temperature:
         raise src.error(
             ("training", "eval_samples"),
             "training.eval_samples > 1 needs training.eval_temperature > 0 (greedy samples "
             "are all the same); set eval_temperature, e.g. 1.0",
         )
-    return TrainingConfig(**values)  # type: ignore[arg-type]
+    return training
 
 
 def _report_to(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:
@@ -376,85 +315,39 @@ def _target_modules(src: ConfigSource, table: TOMLTable) -> tuple[str, ...] | st
     return tuple(value)
 
 
-def _check_lora(src: ConfigSource, table: TOMLTable, values: dict[str, object]) -> None:
-    """LoRA options only with a rank; a dropout below 1."""
-    if not values.get("lora_rank"):
-        for key in _LORA_OPTIONS:
-            if key in table:
-                raise src.error(
-                    ("training", key),
-                    f"training.{key} is set but lora_rank is 0 (full fine-tuning); set "
-                    f"lora_rank > 0 to train a LoRA adapter, or remove {key}",
-                )
-    dropout = values.get("lora_dropout")
-    if isinstance(dropout, float) and dropout >= 1:
-        raise src.error(
-            ("training", "lora_dropout"), f"training.lora_dropout must be below 1, got {dropout}"
-        )
-
-
-def _choice(src: ConfigSource, table: TOMLTable, key: str) -> str:
-    allowed = _CHOICES[key]
-    value = src.string(table, "training", key)
-    if value not in allowed:
-        raise src.error(
-            ("training", key),
-            f"training.{key} must be one of {', '.join(allowed)}, got {value!r}",
-        )
-    return value
-
-
-_VLLM_KEYS = (
-    "python",
-    "url",
-    "dtype",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "args",
-    "env",
-    "start_timeout_sec",
-)
-_VLLM_DTYPES = ("auto", "bfloat16", "float16", "half", "float32")
-
-
 def _vllm(src: ConfigSource, table: TOMLTable, workspace: Path) -> VllmConfig:
-    src.reject_unknown(table, "vllm", _VLLM_KEYS)
-    values: dict[str, object] = {}
-    for key in ("python", "url", "dtype"):
-        if key in table:
-            values[key] = src.string(table, "vllm", key)
-    python = values.get("python")
-    if isinstance(python, str) and os.sep in python:
+    def python(src: ConfigSource, table: TOMLTable) -> str:
+        value = src.string(table, "vllm", "python")
         # A relative path is the workspace's, as every path of the config is.
-        values["python"] = os.path.normpath(workspace / Path(python).expanduser())
-    url = values.get("url")
-    if isinstance(url, str) and not url.startswith(("http://", "https://")):
-        raise src.error(("vllm", "url"), f"vllm.url must be an http:// URL, got {url!r}")
-    if values.get("dtype", "auto") not in _VLLM_DTYPES:
+        return os.path.normpath(workspace / Path(value).expanduser()) if os.sep in value else value
+
+    parsers = {"python": python, "url": _url, "args": _server_args, "env": _server_env}
+    vllm = parse_section(src, table, VLLM, VllmConfig, parsers)
+    if vllm.gpu_memory_utilization > 1:
         raise src.error(
-            ("vllm", "dtype"),
-            f"vllm.dtype must be one of {', '.join(_VLLM_DTYPES)}, got {values['dtype']!r}",
+            ("vllm", "gpu_memory_utilization"),
+            "vllm.gpu_memory_utilization is a share of the GPU's memory (0 to 1), "
+            f"got {vllm.gpu_memory_utilization}",
         )
-    if "max_model_len" in table:
-        values["max_model_len"] = src.integer(table, "vllm", "max_model_len", positive=True)
-    if "start_timeout_sec" in table:
-        values["start_timeout_sec"] = src.number(table, "vllm", "start_timeout_sec", positive=True)
-    if "gpu_memory_utilization" in table:
-        share = src.number(table, "vllm", "gpu_memory_utilization", positive=True)
-        if share > 1:
-            raise src.error(
-                ("vllm", "gpu_memory_utilization"),
-                f"vllm.gpu_memory_utilization is a share of the GPU's memory (0 to 1), got {share}",
-            )
-        values["gpu_memory_utilization"] = share
-    if "args" in table:
-        args = table["args"]
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise src.type_error("vllm", "args", args, 'an array of strings (["--enforce-eager"])')
-        values["args"] = tuple(args)
-    if "env" in table:
-        env = table["env"]
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise src.type_error("vllm", "env", env, 'a table of strings ({ NAME = "value" })')
-        values["env"] = dict(env)
-    return VllmConfig(**values)  # type: ignore[arg-type]
+    return vllm
+
+
+def _url(src: ConfigSource, table: TOMLTable) -> str:
+    url = src.string(table, "vllm", "url")
+    if not url.startswith(("http://", "https://")):
+        raise src.error(("vllm", "url"), f"vllm.url must be an http:// URL, got {url!r}")
+    return url
+
+
+def _server_args(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:
+    args = table["args"]
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise src.type_error("vllm", "args", args, 'an array of strings (["--enforce-eager"])')
+    return tuple(args)
+
+
+def _server_env(src: ConfigSource, table: TOMLTable) -> dict[str, str]:
+    env = table["env"]
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise src.type_error("vllm", "env", env, 'a table of strings ({ NAME = "value" })')
+    return dict(env)
