@@ -307,22 +307,30 @@ async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
         load_train_config(config, ['training.eval_dataset="held.txt"'])
 
 
+async def run_without(
+    module: str, tmp_path: Path, model_dir: Path, training: str, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """The output of a run whose child cannot import ``module`` (a package ahead of the real
+    one on its path, whose import fails as a missing module's does), checked to have stopped
+    on one line, exit 2, before it created anything."""
+    blocked = tmp_path / "blocked" / module
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(blocked.parent))
+    config = _workspace(tmp_path / "ws", model_dir, training)
+    code, out = await _run(config, limit_sec=60)
+    assert code == 2 and out.strip().count("\n") == 0, out
+    assert not (tmp_path / "ws" / ".osmosis" / "train" / "tiny").exists(), "nothing started"
+    return out
+
+
 async def test_a_missing_xgrammar_stops_the_run_before_anything_starts(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # An xgrammar that is not there: a package ahead of the real one on the child's path
-    # whose import fails as a missing module's does.
-    blocked = tmp_path / "blocked" / "xgrammar"
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'xgrammar'\", name='xgrammar')\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", str(blocked.parent))
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
-    code, out = await _run(config, limit_sec=60)
-    assert code == 2 and out.strip().count("\n") == 0, out
+    out = await run_without("xgrammar", tmp_path, tiny_model_dir, "steps = 1", monkeypatch)
     assert "missing 'xgrammar'" in out and "pip install --no-deps xgrammar" in out
-    assert not (tmp_path / "ws" / ".osmosis" / "train" / "tiny").exists(), "nothing started"
 
 
 @pytest.mark.parametrize(
