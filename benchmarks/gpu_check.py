@@ -5,8 +5,8 @@ and no model download: by default it trains a randomly initialised model of Smol
 shape (``--shape qwen2.5-1.5b`` or ``--config <config.json>`` for another shape, ``--model
 <dir>`` for a real model directory) with the embedded model's tokenizer, or the tokenizer
 directory given with ``--tokenizer`` (write one where the embedded model is installed with
-``--save-tokenizer DIR``: a few MB to copy). It needs torch, transformers, peft, xgrammar
-(``pip install --no-deps xgrammar``: the trainer checks for it before it starts) and this
+``--save-tokenizer DIR``: a few MB to copy). It needs the ``train`` extra (torch,
+transformers, peft, llguidance: the trainer checks for them before it starts) and this
 project's pure-Python dependencies; no llama.cpp or vLLM.
 
 Each mode (``full``, ``lora``) runs ``--steps`` steps of a built-in single-turn task

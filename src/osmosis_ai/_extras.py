@@ -33,7 +33,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("transformers", "transformers"),
         ("gguf", "gguf"),
         ("accelerate", "accelerate"),
-        ("apache-tvm-ffi", "tvm_ffi"),
+        ("llguidance", "llguidance"),
         ("peft", "peft"),
     ),
     "track": (

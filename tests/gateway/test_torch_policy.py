@@ -26,10 +26,16 @@ from osmosis_ai.gateway import (
     build_policy,
     parse_policy_spec,
 )
-from osmosis_ai.gateway.policies._hf_dir import import_xgrammar
+from osmosis_ai.gateway.policies._hf_dir import import_llguidance
 from osmosis_ai.gateway.policies.chat_front import bounded_strings
 from osmosis_ai.gateway.policies.engines import TorchEngine
-from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler, grammar_text
+from osmosis_ai.gateway.policies.engines.grammar import (
+    ALL_ALLOWED,
+    GrammarCompiler,
+    allowed_logits,
+    fill_masks,
+    grammar_text,
+)
 from osmosis_ai.gateway.request import ChatRequest, parse_chat_request
 from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
 from tests.gateway.conftest import serving, sse_events
@@ -89,22 +95,20 @@ def _teacher_forced(
 ) -> list[float]:
     """Logprobs of the recorded completion under one forward pass of the same weights."""
     import torch
-    import xgrammar
 
     prompt = list(record.prompt_token_ids or ())
     completion = list(record.completion_token_ids or ())
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + completion])).logits[0].float()
     steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
-    matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
-    bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
+    bitmask = torch.full((1, (vocab_size + 31) // 32), ALL_ALLOWED, dtype=torch.int32)
     out = []
     for step, token in zip(steps, completion, strict=True):
         row = step.clone().unsqueeze(0)
-        if matcher is not None:
-            matcher.fill_next_token_bitmask(bitmask)
-            xgrammar.apply_token_bitmask_inplace(row, bitmask, vocab_size=vocab_size)
-            matcher.accept_token(token)
+        if grammar is not None:
+            fill_masks([(0, grammar)], bitmask)
+            row = allowed_logits(row, bitmask)
+            grammar.consume_token(token)
         scaled = row[0] / temperature if temperature else row[0]
         out.append(float(torch.log_softmax(scaled, dim=-1)[token]))
     return out
@@ -117,17 +121,20 @@ def _engine(policy: TorchPolicy) -> TorchEngine:
 
 
 def _grammar_text(policy: TorchPolicy, request: ChatRequest) -> str:
-    """The EBNF text of the grammar the policy generates ``request`` under."""
+    """The Lark text of the grammar the policy generates ``request`` under."""
     grammar = policy.front.prepare(request).generation.grammar
     assert grammar is not None
     return grammar_text(grammar)
 
 
-def _compiled_grammar(policy: TorchPolicy, request: ChatRequest) -> Any:
-    """The grammar the policy generates ``request`` under, compiled for its model."""
-    engine = _engine(policy)
-    compiler = GrammarCompiler.of_model(engine.model, policy.front.tokenizer)
-    return compiler.compile(_grammar_text(policy, request))
+def _compiler(policy: TorchPolicy) -> GrammarCompiler:
+    """A grammar compiler of the policy's model."""
+    return GrammarCompiler.of_model(_engine(policy).model, policy.front.tokenizer)
+
+
+def _matcher(policy: TorchPolicy, request: ChatRequest) -> Any:
+    """A matcher of the grammar the policy generates ``request`` under, at its start."""
+    return _compiler(policy).matcher(_grammar_text(policy, request))
 
 
 def _max_delta(a: list[float], b: list[float]) -> float:
@@ -416,9 +423,8 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
     request = parse_chat_request(
         {"messages": _ask("Weather in Oslo?"), "tools": [WEATHER], "tool_choice": "required"}
     )
-    grammar = _compiled_grammar(policy, request)
     expected = _teacher_forced(
-        reference, record, 0.8, grammar, vocab_size=reference.config.vocab_size
+        reference, record, 0.8, _matcher(policy, request), vocab_size=reference.config.vocab_size
     )
     assert _max_delta(list(record.logprobs or ()), expected) <= 1e-3
     # The record names that grammar (for the learner's replay); the caller never sees it.
@@ -431,14 +437,13 @@ async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
 async def test_tool_replies_may_be_laid_out_as_the_model_likes_within_a_bound(
     served: tuple[TorchPolicy, Gateway],
 ) -> None:
-    import xgrammar
-
     request = parse_chat_request({"messages": _ask("1+2?"), "tools": [CALCULATOR]})
-    grammar = _compiled_grammar(served[0], request)
+    tokenizer = served[0].front.tokenizer
 
     def accepts(text: str) -> bool:
-        matcher = xgrammar.GrammarMatcher(grammar)
-        return bool(matcher.accept_string(text)) and matcher.is_completed()
+        matcher = _matcher(served[0], request)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
+        return bool(matcher.consume_tokens(tokens)) and matcher.is_accepting()
 
     # Indented JSON, as small chat models were trained to write it (a forced one-line
     # layout pushes them off their own tokens and into nonsense), and the compact form.
@@ -525,7 +530,7 @@ async def test_streamed_answer_arrives_with_its_records(
               "tool_choice": "required", "max_tokens": 160, "seed": 2},
     )  # fmt: skip
     assert all("grammar" not in event for event in sse_events(response.text)[:-1])
-    assert "root ::=" in (_one(served[1], "stream-tool").grammar or "")
+    assert "%json" in (_one(served[1], "stream-tool").grammar or "")
 
 
 @pytest.mark.parametrize(
@@ -704,10 +709,10 @@ async def test_bounded_strings_bounds_only_free_strings() -> None:
     assert schema["properties"]["free"] == {"type": "string"}  # the input is not changed
 
 
-async def test_missing_xgrammar_gives_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "xgrammar", None)
-    with pytest.raises(MissingExtraError, match=r"pip install --no-deps xgrammar"):
-        import_xgrammar("The torch policy")
+async def test_missing_llguidance_names_the_train_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "llguidance", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'osmosis-ai\[train\]'"):
+        import_llguidance("The torch policy")
 
 
 async def test_gateway_command_serves_a_checkpoint_directory(tiny_model_dir: Path) -> None:  # noqa: F811

@@ -50,7 +50,7 @@ def _packed(allowed: list[list[int]], vocab: int) -> torch.Tensor:
         bits = [0] * words
         for token in tokens:
             bits[token // 32] |= 1 << (token % 32)
-        # As signed int32 words, which xgrammar's bitmasks are.
+        # As signed int32 words, which llguidance's packed masks are.
         rows[row] = torch.tensor([b - (1 << 32) if b >= 1 << 31 else b for b in bits])
     return rows
 
@@ -101,10 +101,14 @@ def test_a_span_is_replayed_at_the_positions_that_predict_its_tokens(
     for offset, token in enumerate(completion):
         row = packed[0, len(prompt) - 1 + offset]
         assert (row != -1).any() and bool((row[token // 32] >> (token % 32)) & 1)
-    # After '{"answer": "' only the enum's words can follow; the end of JSON only EOS.
+    # Text the grammar forces ('{"answer": "') allows its own tokens only; after it, the
+    # enum's words (more than one token, not all); after the JSON, only EOS.
     logits = allowed_logits(torch.zeros(len(completion), len(tokenizer)), packed[0, 3:])
-    assert torch.isfinite(logits[-1]).nonzero().flatten().tolist() == [tokenizer.eos_token_id]
-    assert 1 < int(torch.isfinite(logits[0]).sum()) < len(tokenizer)
+    allowed = [torch.isfinite(row).nonzero().flatten().tolist() for row in logits]
+    assert allowed[0] == [completion[0]]
+    choice = reply.index(tokenizer.encode("no", add_special_tokens=False)[0])
+    assert 1 < len(allowed[choice]) < len(tokenizer)
+    assert allowed[-1] == [tokenizer.eos_token_id]
 
 
 def test_a_token_the_grammar_rejects_ends_the_replay_and_is_counted(
@@ -139,7 +143,28 @@ def test_a_batch_under_a_grammar_needs_the_compiler_that_replays_it() -> None:
         token_ids=(1, 2, 3),
         loss_mask=(0, 1, 1),
         behaviour_logprobs=(0.0, -0.1, -0.2),
-        grammar_spans=(GrammarSpan(1, 3, "root ::= [a-z]+"),),
+        grammar_spans=(GrammarSpan(1, 3, "start: /[a-z]+/"),),
     )
     with pytest.raises(ConfigError, match="need the model's grammar compiler"):
         collate([sequence], [1.0], [1.0])
+
+
+def test_objects_with_properties_are_closed_and_data_is_left_alone() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"a": {"type": "string"}}},
+            "free": {"type": "object"},
+            "open": {"type": "object", "properties": {}, "additionalProperties": True},
+        },
+        "default": {"properties": {"x": 1}},
+    }
+    text = grammar_text(JsonGrammar(json.dumps(schema)))
+    rendered = json.loads(text.split("%json ", 1)[1])
+    assert rendered["additionalProperties"] is False
+    inner = rendered["properties"]
+    assert inner["properties"]["additionalProperties"] is False  # a property named so
+    assert "additionalProperties" not in inner  # the name map itself is no schema
+    assert "additionalProperties" not in inner["free"]  # no properties listed: free-form
+    assert inner["open"]["additionalProperties"] is True  # stated: kept
+    assert rendered["default"] == {"properties": {"x": 1}}  # data, not a schema

@@ -105,7 +105,7 @@ def test_missing_torch_names_the_train_extra(monkeypatch: pytest.MonkeyPatch) ->
 def test_importing_the_model_source_and_policy_loads_no_torch() -> None:
     code = (
         "import sys, osmosis_ai.train.model, osmosis_ai.gateway.policies.torch\n"
-        "heavy = {'torch', 'transformers', 'xgrammar'} & set(sys.modules)\n"
+        "heavy = {'torch', 'transformers', 'llguidance'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ.copy(), timeout=60)

@@ -326,11 +326,11 @@ async def run_without(
     return out
 
 
-async def test_a_missing_xgrammar_stops_the_run_before_anything_starts(
+async def test_a_missing_llguidance_stops_the_run_before_anything_starts(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out = await run_without("xgrammar", tmp_path, tiny_model_dir, "steps = 1", monkeypatch)
-    assert "missing 'xgrammar'" in out and "pip install --no-deps xgrammar" in out
+    out = await run_without("llguidance", tmp_path, tiny_model_dir, "steps = 1", monkeypatch)
+    assert "missing 'llguidance'" in out and "pip install 'osmosis-ai[train]'" in out
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ class CallData:
     policy_version: int | None = None
     """Training step of the weights that answered (policies serving live weights set it)."""
     grammar: str | None = None
-    """EBNF text of the grammar the completion was generated under (engines that enforce one)."""
+    """Lark text of the grammar the completion was generated under (engines that enforce one)."""
 
     def absorb_choice(self, choice: dict[str, Any]) -> None:
         """Add one choice's (or one streamed delta's) tokens and finish reason."""

@@ -44,7 +44,7 @@ class CallRecord:
     policy_version: int | None = None
     """Training step of the weights that answered, when the policy serves live weights."""
     grammar: str | None = None
-    """EBNF text of the grammar the engine generated the completion under, if any."""
+    """Lark text of the grammar the engine generated the completion under, if any."""
 
     @classmethod
     def from_call(

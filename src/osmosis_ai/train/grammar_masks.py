@@ -18,12 +18,10 @@ from typing import Any, Protocol
 
 import torch
 
+from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits
 from osmosis_ai.train.sequences import TrainingSequence
 
 __all__ = ["TokenMasks", "allowed_logits", "replayed_masks"]
-
-#: Every token allowed: the packed row of an unconstrained position.
-_ALL = -1
 
 
 class TokenMasks(Protocol):
@@ -44,7 +42,7 @@ def replayed_masks(
     applied, and how many constrained tokens the grammar did not accept (scored unmasked).
     """
     words = (masks.vocab_size + 31) // 32
-    packed = torch.full((len(sequences), max(width - 1, 0), words), _ALL, dtype=torch.int32)
+    packed = torch.full((len(sequences), max(width - 1, 0), words), ALL_ALLOWED, dtype=torch.int32)
     unreplayed = 0
     for row, sequence in enumerate(sequences):
         for span in sequence.grammar_spans:
@@ -54,27 +52,3 @@ def replayed_masks(
             packed[row, span.start - 1 : span.start - 1 + accepted] = rows
             unreplayed += len(tokens) - accepted
     return packed, unreplayed
-
-
-def allowed_logits(logits: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """``logits`` ``[N, V]`` with each row's disallowed tokens at ``-inf`` (``packed``:
-    ``[N, W]`` int32 bitmasks, bit ``j`` of word ``w`` allowing token ``32 w + j``).
-
-    Rows with every bit set are left as they are; the result keeps the gradient of the
-    allowed logits.
-    """
-    constrained = (packed != _ALL).any(dim=-1)
-    if not bool(constrained.any()):
-        return logits
-    vocab = logits.shape[-1]
-    if packed.shape[-1] * 32 < vocab:
-        raise ValueError(
-            f"grammar masks cover {packed.shape[-1] * 32} tokens, the logits {vocab}: the "
-            "masks were made for another vocabulary"
-        )
-    # Bytes of the little-endian words, then their bits: 1 byte per token, not 4.
-    as_bytes = packed.contiguous().view(torch.uint8)
-    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
-    bits = (as_bytes.unsqueeze(-1) >> shifts) & 1
-    allowed = bits.reshape(packed.shape[0], -1)[:, :vocab].bool()
-    return torch.where(allowed, logits, float("-inf"))

@@ -48,9 +48,9 @@ from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
 from osmosis_ai.gateway.policies._hf_dir import (
+    import_llguidance,
     import_peft,
     import_torch_stack,
-    import_xgrammar,
     quiet_transformers,
 )
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory, resolve_device
@@ -686,13 +686,13 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
 
 def _check_dependencies(config: TrainConfig) -> None:
     """Import what training will need, so a missing package stops the run before any server
-    starts (xgrammar: the grammars of tool calls, which the learner also replays).
+    starts (llguidance: the grammars of tool calls, which the learner also replays).
 
     Raises:
         MissingExtraError: A package is missing; the message gives its install command.
     """
     import_torch_stack(_FEATURE)
-    import_xgrammar(_FEATURE)
+    import_llguidance(_FEATURE)
     if config.training.lora_rank:
         import_peft(_FEATURE)
     check_trackers(config.training.report_to, "[training] report_to")

@@ -90,7 +90,7 @@ class GrammarSpan:
     start: int
     end: int
     grammar: str
-    """The grammar's EBNF text, as the engine compiled it."""
+    """The grammar's Lark text, as the engine compiled it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +380,8 @@ def _call_tokens(
         return Exclusion.BAD_LOGPROBS
     if grammar is not None and not isinstance(grammar, str):
         raise ConfigError(
-            f"call record of rollout {rollout_id!r}: 'grammar' must be a string (EBNF) or null"
+            f"call record of rollout {rollout_id!r}: 'grammar' must be a string (a Lark "
+            "grammar) or null"
         )
     return _CallTokens(
         prompt=prompt_ids,

@@ -31,6 +31,8 @@ from osmosis_ai.train.config import VllmConfig
 __all__ = ["VllmServer", "VllmServerError", "lora_rank_slot"]
 
 _HEALTH_INTERVAL_SEC = 0.5
+#: vLLM's structured-output backend: llguidance, which compiles the chat front's grammars.
+GUIDANCE = '{"backend": "guidance"}'
 _STOP_GRACE_SEC = 30.0
 _CHECK_TIMEOUT_SEC = 120.0
 #: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
@@ -158,6 +160,9 @@ class VllmServer:
             "--host", "127.0.0.1",
             "--port", str(port),
             "--logprobs-mode", "processed_logprobs",
+            # Grammars are llguidance's Lark text, as the learner replays them: with "auto",
+            # vLLM would hand them to xgrammar, which reads %json with its own whitespace.
+            "--structured-outputs-config", GUIDANCE,
             "--dtype", config.dtype,
         ]  # fmt: skip
         if config.max_model_len:

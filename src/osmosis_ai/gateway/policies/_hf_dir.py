@@ -9,7 +9,6 @@ loading passes ``local_files_only``.
 
 from __future__ import annotations
 
-import importlib
 import json
 import warnings
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.errors import ConfigError, MissingExtraError
+from osmosis_ai.errors import ConfigError
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -27,7 +26,7 @@ __all__ = [
     "check_model_dir",
     "import_peft",
     "import_torch_stack",
-    "import_xgrammar",
+    "import_llguidance",
     "is_adapter_dir",
     "load_model_dir",
     "quiet_peft",
@@ -46,8 +45,6 @@ _WEIGHTS = (
     "pytorch_model.bin.index.json",
 )
 _TOKENIZER = ("tokenizer.json", "tokenizer.model")
-# xgrammar's declared dependencies pull triton (GPU only), so it is installed without them.
-_INSTALL_XGRAMMAR = "pip install --no-deps xgrammar && pip install apache-tvm-ffi"
 
 
 def import_torch_stack(feature: str) -> tuple[ModuleType, ModuleType]:
@@ -61,19 +58,13 @@ def import_torch_stack(feature: str) -> tuple[ModuleType, ModuleType]:
     return torch, transformers
 
 
-def import_xgrammar(feature: str) -> ModuleType:
-    """The xgrammar module, or an error giving its (no-deps) install command.
+def import_llguidance(feature: str) -> ModuleType:
+    """llguidance (grammars of tool calls and JSON), or an error naming the ``train`` extra.
 
     Raises:
-        MissingExtraError: xgrammar is not installed.
+        MissingExtraError: llguidance is not installed.
     """
-    # Not part of the extra's requirements (see _INSTALL_XGRAMMAR), so not import_optional.
-    try:
-        return importlib.import_module("xgrammar")
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.split(".")[0] not in ("xgrammar", "tvm_ffi"):
-            raise
-        raise MissingExtraError(feature, "train", exc.name, install=_INSTALL_XGRAMMAR) from exc
+    return import_optional("llguidance", extra="train", feature=feature)
 
 
 def import_peft(feature: str) -> ModuleType:

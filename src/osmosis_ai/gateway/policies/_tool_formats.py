@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._tool_prompt import JSON_WHITESPACE, Arguments, call_options
-from osmosis_ai.gateway.policies.engines.base import EbnfGrammar, JsonGrammar
+from osmosis_ai.gateway.policies.engines.base import JsonGrammar, LarkGrammar
 from osmosis_ai.gateway.policies.engines.grammar import tagged_calls_grammar
 from osmosis_ai.gateway.request import ChatRequest
 
@@ -157,7 +157,7 @@ class NativePlan:
         """The messages the template renders: the request's own."""
         return messages
 
-    def grammar(self, arguments: Arguments | None = None) -> EbnfGrammar:
+    def grammar(self, arguments: Arguments | None = None) -> LarkGrammar:
         """An answer, or 1 to ``max_calls`` calls of the callable tools in the format."""
         call = JsonGrammar(
             json.dumps({"anyOf": call_options(self.callable, arguments)}),

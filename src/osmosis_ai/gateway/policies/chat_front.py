@@ -128,7 +128,7 @@ def completion_response(
     ``pieces`` (each token's text) and ``top_logprobs`` (per token, (text, id, logprob)
     alternatives) fill in the ``logprobs`` entries a caller may have asked for; without
     ``pieces`` the entries hold only ids and logprobs (what the call record needs).
-    ``version`` is reported as ``policy_version`` and ``grammar`` (the EBNF text the engine
+    ``version`` is reported as ``policy_version`` and ``grammar`` (the Lark text the engine
     constrained the completion with) as ``grammar``: both are recorded, then removed from
     what the caller gets. The id lists are used as they are (an
     answer is built once per call, on a hot path), not copied.

@@ -6,11 +6,11 @@ server's ``/v1/completions`` from token ids, with weight reloads.
 """
 
 from osmosis_ai.gateway.policies.engines.base import (
-    EbnfGrammar,
     Generation,
     GenerationRequest,
     Grammar,
     JsonGrammar,
+    LarkGrammar,
     Sampling,
     TokenEngine,
     WeightUpdate,
@@ -19,7 +19,7 @@ from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngine, VllmEngineError
 
 __all__ = [
-    "EbnfGrammar",
+    "LarkGrammar",
     "Generation",
     "GenerationRequest",
     "Grammar",

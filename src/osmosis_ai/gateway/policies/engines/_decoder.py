@@ -19,11 +19,12 @@ import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from osmosis_ai.gateway.policies.engines.base import Sampling
+from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits, fill_masks
 
-__all__ = ["Decoder", "GenerationJob", "mask_kernel"]
+__all__ = ["Decoder", "GenerationJob"]
 
 
 @dataclass(slots=True)
@@ -33,7 +34,7 @@ class GenerationJob:
     prompt_ids: list[int]
     sampling: Sampling
     grammar: Any = None
-    """A compiled xgrammar grammar constraining the completion, or ``None``."""
+    """The llguidance matcher constraining the completion (at its start), or ``None``."""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -99,7 +100,7 @@ class Decoder:
         rows = [
             _Row(
                 job,
-                _xgrammar().GrammarMatcher(job.grammar) if job.grammar else None,
+                job.grammar,
                 torch.Generator(device=device).manual_seed(
                     job.sampling.seed if job.sampling.seed is not None else random.getrandbits(63)
                 ),
@@ -130,19 +131,12 @@ class Decoder:
 
     def _sample(self, rows: list[_Row], logits: Any) -> tuple[Any, list[int]]:
         torch = self._torch
-        constrained = [index for index, row in enumerate(rows) if row.matcher is not None]
+        constrained = [(index, row.matcher) for index, row in enumerate(rows) if row.matcher]
         if constrained:
-            xgrammar = _xgrammar()
-            bitmask = xgrammar.allocate_token_bitmask(len(rows), self._vocab)
-            for index in constrained:
-                rows[index].matcher.fill_next_token_bitmask(bitmask, index)
-            xgrammar.apply_token_bitmask_inplace(
-                logits,
-                bitmask.to(logits.device),
-                vocab_size=self._vocab,
-                indices=constrained,
-                backend=mask_kernel(logits.device.type),
-            )
+            words = (self._vocab + 31) // 32
+            masks = torch.full((len(rows), words), ALL_ALLOWED, dtype=torch.int32)
+            fill_masks(constrained, masks)
+            logits = allowed_logits(logits, masks.to(logits.device))
         tokens = torch.empty((len(rows), 1), dtype=torch.long)  # filled on the CPU
         finished = []
         for index, row in enumerate(rows):
@@ -197,23 +191,6 @@ class Decoder:
         return done
 
 
-def mask_kernel(device_type: str) -> Literal["cpu", "torch_native"]:
-    """xgrammar's token-bitmask kernel for logits on ``device_type``.
-
-    Off the CPU, xgrammar's default is a Triton kernel (Triton is not installed: its
-    metadata pulls a GPU compiler), so there it is the plain-torch kernel, which runs on
-    every device.
-    """
-    return "cpu" if device_type == "cpu" else "torch_native"
-
-
-def _xgrammar() -> Any:
-    """xgrammar, imported only once a job has a grammar (the engine compiled it with it)."""
-    import xgrammar
-
-    return xgrammar
-
-
 def _pad_left(tensor: Any, length: int) -> Any:
     """``tensor`` with zeros prepended along its sequence dimension (dim 1 of a mask,
     dim 2 of cached keys and values) up to ``length``."""
@@ -263,12 +240,9 @@ def _finished(
     stop_token_ids: Collection[int],
     decode: Callable[[list[int]], str],
 ) -> bool:
-    if matcher is not None:
-        matcher.accept_token(token)
-        if matcher.is_terminated():
-            job.finish_reason = "stop"
-            return True
-    elif token in stop_token_ids:
+    # Under a grammar, the mask lets a stop token through only where the grammar is complete.
+    accepted = matcher is None or matcher.consume_token(token)
+    if token in stop_token_ids or not accepted:
         job.finish_reason = "stop"
         return True
     if job.sampling.stop:

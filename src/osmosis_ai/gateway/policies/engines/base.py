@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 __all__ = [
-    "EbnfGrammar",
+    "LarkGrammar",
     "Generation",
     "GenerationRequest",
     "Grammar",
@@ -52,15 +52,15 @@ class JsonGrammar:
 
 
 @dataclass(frozen=True, slots=True)
-class EbnfGrammar:
-    """Generation constrained by a grammar given as xgrammar's EBNF text (a model's own
+class LarkGrammar:
+    """Generation constrained by a Lark grammar in llguidance's dialect (a model's own
     tool-call format: an answer, or calls between its tags)."""
 
     text: str
 
 
 #: What may constrain a generation.
-Grammar = JsonGrammar | EbnfGrammar
+Grammar = JsonGrammar | LarkGrammar
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class Generation:
     stop_at: int | None = None
     """Character offset, in the decoded text, of the stop string that ended it."""
     grammar: str | None = None
-    """The EBNF text of the grammar the engine constrained it with (``grammar_text`` of the
+    """The Lark text of the grammar the engine constrained it with (``grammar_text`` of the
     request's), ``None`` when it did not: the learner replays it to score the same masks."""
 
 

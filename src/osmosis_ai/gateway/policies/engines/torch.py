@@ -73,8 +73,8 @@ class TorchEngine(TokenEngine):
     an idle engine wait ``batch_window_sec`` for others to start with them. Generation runs
     in the model's own dtype (fp32 master weights in training) with fp32 logits.
 
-    JSON grammars are compiled with xgrammar from their EBNF text (`grammar_text`, which
-    the answer records), imported when the first one arrives; without it only unconstrained
+    Grammars are compiled with llguidance from their Lark text (`grammar_text`, which the
+    answer records), imported when the first one arrives; without it only unconstrained
     calls work, and a constrained one fails naming the install.
 
     Args:
@@ -121,7 +121,8 @@ class TorchEngine(TokenEngine):
         self._closing = False
         self._own_thread = thread is None
         self._executor = thread or ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
-        # Grammar compiling (0.1-0.2 s) on its own thread, so decoding does not wait for it.
+        # Grammar compiling (the first one also converts the tokenizer, about a second) on
+        # its own thread, so decoding does not wait for it.
         self._grammars = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch-grammar")
         self._dispatcher: asyncio.Task[None] | None = None
 
@@ -176,11 +177,11 @@ class TorchEngine(TokenEngine):
         if self._dispatcher is None:
             raise PolicyError("the torch engine is not started", status_code=503)
         loop = asyncio.get_running_loop()
-        grammar, text = None, None
+        matcher, text = None, None
         if request.grammar is not None:
-            text = await loop.run_in_executor(self._grammars, grammar_text, request.grammar)
-            grammar = await loop.run_in_executor(self._grammars, self._compiler.compile, text)
-        job = GenerationJob(list(request.prompt_ids), request.sampling, grammar=grammar)
+            text = grammar_text(request.grammar)
+            matcher = await loop.run_in_executor(self._grammars, self._compiler.matcher, text)
+        job = GenerationJob(list(request.prompt_ids), request.sampling, grammar=matcher)
         pending = _Pending(job, loop.create_future())
         self._inbox.append(pending)
         self._arrived.set()

@@ -6,7 +6,8 @@ carries the completion's ids and one behaviour logprob per token. With the serve
 as ``--logprobs-mode processed_logprobs`` those are taken under the distribution sampled from
 (after the grammar's mask, temperature, top-k and top-p), as the torch engine records them.
 A tool plan's or a ``response_format``'s grammar is sent as ``structured_outputs`` in its
-EBNF text (``grammar_text``), the one the torch engine compiles and the learner replays.
+Lark text (``grammar_text``), the one the torch engine compiles and the learner replays;
+vLLM's default backend (``auto``) hands a grammar with ``%json`` to llguidance.
 vLLM batches the calls that arrive together.
 
 New weights arrive between steps (`VllmEngine.updating`): once the running calls are done,
@@ -215,9 +216,7 @@ class VllmEngine(TokenEngine):
             await self._open.wait()
         # The grammar's text, not its JSON schema: vLLM then enforces exactly the masks the
         # torch engine would and the learner replays (its own schema compile differs).
-        grammar = None
-        if request.grammar is not None:
-            grammar = await asyncio.to_thread(grammar_text, request.grammar)
+        grammar = None if request.grammar is None else grammar_text(request.grammar)
         self._running += 1
         version = self.version
         try:
