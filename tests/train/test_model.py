@@ -56,8 +56,17 @@ async def test_embedded_model_converts_once_and_tokenizes_like_llama_cpp(tmp_pat
     assert resolve_model(EMBEDDED, cache_root=cache) == first
     assert (first / "model.safetensors").stat().st_mtime_ns == written  # not converted again
 
-    model, _ = load_model_dir(first, feature="test")
+    model, tokenizer = load_model_dir(first, feature="test")
     assert model.config.vocab_size == 49152 and model.dtype.is_floating_point
+    # The tokenizer ends a sequence as the model ends a turn, and a reader of its vocabulary
+    # as bytes (llguidance, as vLLM's grammar backend reads it) sees the text it decodes to.
+    assert tokenizer.eos_token_id == model.generation_config.eos_token_id == 2
+    import llguidance.hf
+
+    as_bytes = llguidance.hf.from_tokenizer(tokenizer)
+    for text in ("<tool_call>\n{", "Ünïcödé 🙂\ttabs", ' {"a": 1}'):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert as_bytes.decode_bytes(ids) == text.encode(), text
     async with Gateway(EmbeddedPolicy()) as llama, Gateway(TorchPolicy(first)) as torch_policy:
         for index, request in enumerate(REQUESTS):
             expected = await _prompt_ids(llama, f"r{index}", request)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -36,6 +38,9 @@ _FEATURE = "Converting the embedded model for training"
 # A conversion takes about half a minute; a caller waits this long for another one.
 _LOCK_TIMEOUT_SEC = 900.0
 _LOCK_POLL_SEC = 0.2
+#: The conversion's version (2: the tokenizer ends with the model's eos token and decodes
+#: byte-level alone).
+_CONVERSION = 2
 
 
 def models_root() -> Path:
@@ -68,7 +73,9 @@ def embedded_model_dir(cache_root: Path | None = None) -> Path:
     """
     gguf = embedded_model_path()
     root = cache_root or models_root()
-    target = root / f"{EMBEDDED_MODEL_NAME}-{_file_digest(gguf)}"
+    # The conversion's version is part of the name: a changed conversion is not read from
+    # an older cache.
+    target = root / f"{EMBEDDED_MODEL_NAME}-{_file_digest(gguf)}-c{_CONVERSION}"
     if target.is_dir():
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -132,5 +139,45 @@ def _convert(gguf: Path, out: Path) -> None:
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
+    _end_with_the_models_eos(tokenizer, loaded.generation_config.eos_token_id)
+    # A byte-level BPE decodes byte-level; the cleanup is for WordPiece (transformers warns).
+    tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    tokenizer_file = out / "tokenizer.json"
+    state = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+    tokenizer_file.write_text(json.dumps(byte_level_decoding(state)), encoding="utf-8")
+
+
+def byte_level_decoding(state: dict[str, Any]) -> dict[str, Any]:
+    """A tokenizer.json state whose byte-level BPE also decodes as byte-level alone.
+
+    transformers' GGUF reader gives a GPT-2-style BPE SentencePiece's byte fallback and a
+    decoder chain ending in ``ByteLevel``. Decoding is the same text, but readers that tell
+    a byte-level vocabulary from its decoder and ``byte_fallback`` (llguidance, which vLLM's
+    grammar backend uses) would take ``Ċ`` for the two bytes of its UTF-8, not for a newline.
+    """
+    pre_tokenizer = state.get("pre_tokenizer") or {}
+    if pre_tokenizer.get("type") != "ByteLevel":
+        return state
+    model = {**state["model"], "byte_fallback": False}
+    decoder = {
+        "type": "ByteLevel",
+        "add_prefix_space": True,
+        "trim_offsets": True,
+        "use_regex": True,
+    }
+    return {**state, "model": model, "decoder": decoder}
+
+
+def _end_with_the_models_eos(tokenizer: Any, eos: int | list[int] | None) -> None:
+    """Make the tokenizer's end-of-sequence token the model's.
+
+    transformers' GGUF reader gives SmolLM2's tokenizer ``<|im_start|>`` as its eos token
+    while the model ends a turn with ``<|im_end|>`` (its generation config's eos). Engines
+    that stop on the tokenizer's eos (vLLM's llguidance backend allows only that token once
+    a grammar is complete) would then close a constrained reply with ``<|im_start|>``.
+    """
+    first = eos[0] if isinstance(eos, list) and eos else eos
+    if isinstance(first, int) and tokenizer.eos_token_id != first:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(first)
