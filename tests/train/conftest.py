@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from osmosis_ai.gateway.policies._llama import embedded_model_path
+from osmosis_ai.train.model import save_gguf_tokenizer
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
@@ -72,7 +73,7 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         str(gguf.parent), gguf_file=gguf.name, local_files_only=True
     )
     directory = tmp_path_factory.mktemp("tokenizer")
-    tokenizer.save_pretrained(str(directory))
+    save_gguf_tokenizer(tokenizer, directory)
     return directory
 
 

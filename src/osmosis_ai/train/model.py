@@ -140,9 +140,15 @@ def _convert(gguf: Path, out: Path) -> None:
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     _end_with_the_models_eos(tokenizer, loaded.generation_config.eos_token_id)
-    # A byte-level BPE decodes byte-level; the cleanup is for WordPiece (transformers warns).
-    tokenizer.clean_up_tokenization_spaces = False
     model.save_pretrained(str(out))
+    save_gguf_tokenizer(tokenizer, out)
+
+
+def save_gguf_tokenizer(tokenizer: Any, out: Path) -> None:
+    """Save a tokenizer transformers read from a GGUF file into ``out``, as a byte-level
+    BPE that decodes byte-level alone (`byte_level_decoding`)."""
+    # The cleanup is for WordPiece: transformers ignores it for a BPE, with a warning.
+    tokenizer.clean_up_tokenization_spaces = False
     tokenizer.save_pretrained(str(out))
     tokenizer_file = out / "tokenizer.json"
     state = json.loads(tokenizer_file.read_text(encoding="utf-8"))
