@@ -27,22 +27,50 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     return error
 
 
-async def test_non_json_body(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        CHAT, content=b"{not json", headers={"Content-Type": "application/json"}
-    )
-    # The package's one body reader answers as the rollout server does (422).
-    assert response.status_code == 422
-    assert "not valid JSON" in _error(response)["message"]
-    assert "line 1 column 2" in _error(response)["message"]
+class _SendsInstead(httpx.AsyncBaseTransport):
+    """A real HTTP transport that sends ``body`` instead of the JSON the SDK wrote, as a
+    client with a broken serialiser or a proxy that cut the body would."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self._http = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        headers = [(k, v) for k, v in request.headers.multi_items() if k != "content-length"]
+        sent = httpx.Request(request.method, request.url, headers=headers, content=self._body)
+        return await self._http.handle_async_request(sent)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
 
 
-async def test_body_that_is_not_utf8(client: httpx.AsyncClient) -> None:
-    response = await client.post(
-        CHAT, content=b'{"a": "\xff\xfe"}', headers={"Content-Type": "application/json"}
-    )
-    assert response.status_code == 422
-    assert "not UTF-8 JSON" in _error(response)["message"]
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"{not json", "not valid JSON: Expecting property name enclosed in double quotes at "
+         "line 1 column 2"),
+        (b'{"a": "\xff\xfe"}', "not UTF-8 JSON"),
+        (b'{"messages": ' + b"[" * 200 + b"]" * 200 + b"}", "nests deeper than"),
+    ],
+)  # fmt: skip
+async def test_a_body_that_is_no_json_is_a_bad_request_as_openai_answers_it(
+    gateway: Gateway, body: bytes, says: str
+) -> None:
+    import openai
+
+    # OpenAI's API and vLLM answer 400 here; clients written for them act on that status.
+    http = httpx.AsyncClient(transport=_SendsInstead(body))
+    async with openai.AsyncOpenAI(
+        base_url=gateway.chat_completions_url("r1"), api_key=gateway.token, http_client=http,
+        max_retries=0,
+    ) as client:  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+    assert raised.value.status_code == 400
+    assert raised.value.type == "invalid_request_error"
+    assert says in raised.value.message
 
 
 async def test_wrong_content_type(client: httpx.AsyncClient) -> None:
@@ -114,7 +142,7 @@ async def test_lone_surrogates_are_refused(client: httpx.AsyncClient) -> None:
 async def test_deeply_nested_body_is_refused(client: httpx.AsyncClient) -> None:
     nested = b"[" * 100_000 + b"]" * 100_000
     response = await client.post(CHAT, content=nested, headers={"Content-Type": "application/json"})
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert "deeper than 64 levels" in _error(response)["message"]
 
 
@@ -126,7 +154,7 @@ async def test_body_nested_past_the_depth_limit_without_recursion_error_is_refus
     for _ in range(100):
         nested = [nested]
     response = await client.post(CHAT, json=chat(metadata=nested))
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert "deeper than 64 levels" in _error(response)["message"]
 
 
@@ -143,7 +171,7 @@ async def test_a_body_nested_to_the_limit_is_taken_and_one_level_more_is_refused
     at_limit = await client.post(CHAT, json=chat(metadata=nested(63)))
     past_limit = await client.post(CHAT, json=chat(metadata=nested(64)))
     assert at_limit.status_code == 200
-    assert past_limit.status_code == 422
+    assert past_limit.status_code == 400
     assert "deeper than 64 levels" in _error(past_limit)["message"]
 
 

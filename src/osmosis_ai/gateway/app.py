@@ -143,7 +143,11 @@ async def _read_json(headers: dict[bytes, str], receive: Receive) -> object:
             server="gateway",
         )
     except BodyError as exc:
-        raise ChatRequestError(exc.detail, status_code=exc.status) from exc
+        # OpenAI's API and vLLM answer a body that is no JSON with 400, and clients written
+        # for them retry or report by that status; the rollout server keeps the reference
+        # protocol's 422.
+        status = 400 if exc.status == 422 else exc.status
+        raise ChatRequestError(exc.detail, status_code=status) from exc
 
 
 def _as_gateway_error(exc: Exception) -> GatewayError:
