@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -27,17 +28,17 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     return error
 
 
-class _SendsInstead(httpx.AsyncBaseTransport):
+class _SendsInstead(httpx2.AsyncBaseTransport):
     """A real HTTP transport that sends ``body`` instead of the JSON the SDK wrote, as a
     client with a broken serialiser or a proxy that cut the body would."""
 
     def __init__(self, body: bytes) -> None:
         self._body = body
-        self._http = httpx.AsyncHTTPTransport()
+        self._http = httpx2.AsyncHTTPTransport()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         headers = [(k, v) for k, v in request.headers.multi_items() if k != "content-length"]
-        sent = httpx.Request(request.method, request.url, headers=headers, content=self._body)
+        sent = httpx2.Request(request.method, request.url, headers=headers, content=self._body)
         return await self._http.handle_async_request(sent)
 
     async def aclose(self) -> None:
@@ -59,7 +60,7 @@ async def test_a_body_that_is_no_json_is_a_bad_request_as_openai_answers_it(
     import openai
 
     # OpenAI's API and vLLM answer 400 here; clients written for them act on that status.
-    http = httpx.AsyncClient(transport=_SendsInstead(body))
+    http = httpx2.AsyncClient(transport=_SendsInstead(body))  # the openai SDK's HTTP client
     async with openai.AsyncOpenAI(
         base_url=gateway.chat_completions_url("r1"), api_key=gateway.token, http_client=http,
         max_retries=0,
