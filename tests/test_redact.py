@@ -16,6 +16,7 @@ from osmosis_ai.redact import (
     REDACTED,
     RedactingFilter,
     Redactor,
+    credential_env_values,
     is_credential_key,
     redact_payload,
     redact_text,
@@ -580,3 +581,24 @@ def test_redactor_with_secrets_it_already_scrubs_is_itself():
     assert wider is not redactor and wider.secrets == ("s3cret", "k3y")
     with pytest.raises(TypeError):
         redactor.with_secrets(None)  # type: ignore[arg-type]
+
+
+def test_credentials_in_the_environment_are_told_by_their_names() -> None:
+    environ = {
+        "OPENAI_API_KEY": "sk-0123456789",
+        "GITHUB_TOKEN": "ghp_abcdefgh",
+        "DB_PASSWORD": "hunter2hunter2",
+        "APP_SECRET": "s3cr3t-value",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI",
+        "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7",
+        "GCP_CREDENTIALS": '{"type": "service"}',
+        "CI_JOB_TOKEN": "short",  # too short to be scrubbed from everything
+        "PATH": "/usr/local/bin:/usr/bin",
+        "TOKENIZERS_PARALLELISM": "false-ish-value",
+        "MAX_TOKENS": "12345678",  # a count of tokens, no token
+        "API_KEY": "no-prefix-value",  # no service named: not the pattern
+    }
+    assert set(credential_env_values(environ)) == {
+        "sk-0123456789", "ghp_abcdefgh", "hunter2hunter2", "s3cr3t-value", "wJalrXUtnFEMI",
+        "AKIAIOSFODNN7", '{"type": "service"}',
+    }  # fmt: skip

@@ -35,6 +35,7 @@ __all__ = [
     "REDACTED",
     "RedactingFilter",
     "Redactor",
+    "credential_env_values",
     "is_credential_key",
     "redact_payload",
     "redact_text",
@@ -122,6 +123,27 @@ _QUALIFIERS = frozenset(
 _VERSION = re.compile(r"v?[0-9]+")
 
 _Span = tuple[int, int]
+
+
+#: Environment variable names that mark their value as a credential.
+_CREDENTIAL_ENV_NAME = re.compile(
+    r".+_(API_KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS)|.*_ACCESS_KEY.*", re.IGNORECASE
+)
+#: Shorter values are not taken for credentials: scrubbing ``1`` or ``true`` from everything
+#: written would garble it, and no real key is that short.
+_MIN_CREDENTIAL_LENGTH = 8
+
+
+def credential_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the variables in ``environ`` whose names mark them as credentials
+    (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``*_ACCESS_KEY*``,
+    ``*_CREDENTIALS``) and that are at least 8 characters long: a run treats them as its
+    secrets whether or not it passes them on, since a workflow can read its environment."""
+    return tuple(
+        value
+        for name, value in environ.items()
+        if len(value) >= _MIN_CREDENTIAL_LENGTH and _CREDENTIAL_ENV_NAME.fullmatch(name)
+    )
 
 
 def _normalize_secrets(secrets: Iterable[str]) -> tuple[str, ...]:

@@ -1,8 +1,9 @@
 """Secret canaries: random values used as the rollout key, as a configured secret, as the
 policy's key (given with ``--policy-api-key``, ``OSMOSIS_POLICY_API_KEY`` or a provider
-variable); echoed by a tool, an upstream, the workflow's environment and its artifacts, put in
-a URL, in an upstream error and in raised errors — then every file under the output root, the
-logs and the CLI output are scanned."""
+variable), as a credential of the user's environment the run does not pass on; echoed by a
+tool, an upstream, the workflow's environment and its artifacts, put in a URL, in an upstream
+error and in raised errors — then every file under the output root, the logs and the CLI
+output are scanned."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from tests.eval.conftest import Workspace
 
 UPSTREAM_KEY = "upstream-canary-" + secrets.token_hex(8)
 CONFIGURED = "configured-canary-" + secrets.token_hex(8)
+#: A credential of the user's shell that the run never passes on by name: the workflow still
+#: sees it in its environment and writes that out.
+SHELL_CREDENTIAL = "shell-canary-" + secrets.token_hex(8)
 
 
 def _echoing(workspace: Workspace) -> Any:
@@ -68,19 +72,22 @@ async def test_canaries_appear_nowhere(
         workspace.config.read_text() + '[secrets]\nrequired = ["PROBE_SECRET"]\n'
     )
     monkeypatch.setenv("PROBE_SECRET", CONFIGURED)
+    monkeypatch.setenv("OTHER_SERVICE_API_KEY", SHELL_CREDENTIAL)
     code, output = await workspace.run(*args)
     assert code == 0, output
     payload = json.loads(output[output.index("{") :])
     assert payload["dispatched"] == 3
     keys = set(key_drop.read_text().split())
     assert len(keys) == 1  # one run, one rollout key
-    canaries = [*keys, CONFIGURED, UPSTREAM_KEY]
+    canaries = [*keys, CONFIGURED, UPSTREAM_KEY, SHELL_CREDENTIAL]
     # The canaries did reach the workflow and the stub, so finding none below means something.
     assert all(
         UPSTREAM_KEY in r["headers"].get("authorization", "") for r in workspace.stub.requests
     )
     files = _every_file(workspace.root / ".osmosis")
     assert len(files) > 10
+    # The workflow wrote its environment out, the shell's credential with it.
+    assert any(b"OTHER_SERVICE_API_KEY" in data for data in files.values())
     leaks = [(path, c) for path, data in files.items() for c in canaries if c.encode() in data]
     assert leaks == [], [(str(p.relative_to(workspace.root)), c[:14]) for p, c in leaks]
     assert [c for c in canaries if c in output] == []

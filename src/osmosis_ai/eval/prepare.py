@@ -14,7 +14,7 @@ from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, load_dataset
 from osmosis_ai.eval.run_dir import canonical_digest, source_digest
 from osmosis_ai.gateway import Policy, build_policy, displayable_policy_spec
-from osmosis_ai.redact import Redactor
+from osmosis_ai.redact import Redactor, credential_env_values
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import parse_backend_spec
 
@@ -166,7 +166,10 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
     policy_keys = _policy_credentials(policy, options.policy_api_key)
     _refuse_policy_keys(config, secrets, policy_keys)
     rollout_key = token_urlsafe(32)
-    redactor = Redactor((rollout_key, *policy_keys, *secrets.values()))
+    # Credentials in the environment are the run's secrets too, passed on or not: a
+    # workflow may read and write out its environment.
+    credentials = credential_env_values(os.environ)
+    redactor = Redactor((rollout_key, *policy_keys, *secrets.values(), *credentials))
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,
         rows=options.rows,

@@ -58,7 +58,7 @@ from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
 from osmosis_ai.gateway.records import CallRecord
-from osmosis_ai.redact import Redactor
+from osmosis_ai.redact import Redactor, credential_env_values
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
 from osmosis_ai.rollout.status import RolloutStatus
@@ -69,7 +69,6 @@ from osmosis_ai.train.learner import Learner, checkpoint_steps
 from osmosis_ai.train.model import resolve_model
 from osmosis_ai.train.sequences import RolloutRecords, TrainingSequence, build_sequences
 from osmosis_ai.train.trackers import (
-    CREDENTIAL_ENV,
     TrackedRun,
     TrackerError,
     Trackers,
@@ -97,7 +96,9 @@ __all__ = [
 
 _FEATURE = "osmosis train"
 _ROLLOUT_DEADLINE_SEC = 900.0
-_MAX_IN_FLIGHT = 16
+#: Rollouts in flight at least; a step's rollouts are all in flight at once, so the engine
+#: generates their calls together.
+_MIN_IN_FLIGHT = 16
 #: ``checkpoints/<this>`` links to the newest checkpoint.
 LATEST_CHECKPOINT = "latest"
 _STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
@@ -284,7 +285,12 @@ class _Run:
     hooks: TrainHooks
     redactor: Redactor
     trackers: Trackers
-    semaphore: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(_MAX_IN_FLIGHT))
+    semaphore: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        training = self.config.training
+        step_rollouts = training.prompts_per_step * training.group_size
+        self.semaphore = asyncio.Semaphore(max(_MIN_IN_FLIGHT, step_rollouts))
 
     async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
         """One rollout of ``row``, graded, with its call records (taken from the gateway)."""
@@ -677,8 +683,9 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
         secrets = secret_values(config.secrets)
         key = token_urlsafe(32)
-        credentials = (os.environ.get(name) for name in CREDENTIAL_ENV)
-        redactor = Redactor((key, *secrets.values(), *filter(None, credentials)))
+        # The trackers' credentials (WANDB_API_KEY...) and any other in the environment.
+        credentials = credential_env_values(os.environ)
+        redactor = Redactor((key, *secrets.values(), *credentials))
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log)
         return await _train(config, run_dir, device, stack, hooks)

@@ -31,7 +31,6 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import OsmosisError
 
 __all__ = [
-    "CREDENTIAL_ENV",
     "TRACKERS",
     "TrackedRun",
     "TrackerError",
@@ -49,13 +48,6 @@ TRACKERS: dict[str, str] = {
     "mlflow": "mlflow",
     "trackio": "trackio",
 }
-#: Environment variables that hold a tracker's credential: redacted wherever the run writes.
-CREDENTIAL_ENV = (
-    "WANDB_API_KEY",
-    "MLFLOW_TRACKING_TOKEN",
-    "MLFLOW_TRACKING_PASSWORD",
-    "HF_TOKEN",
-)
 #: The project (W&B, Trackio) or experiment (MLflow) a run is logged under by default.
 DEFAULT_PROJECT = "osmosis"
 _IDS_FILE = "trackers.json"
