@@ -15,7 +15,8 @@ stretches every forward pass: the overhead figure is only meaningful on an idle 
    training config and ``max_minutes``: the held-out pass rate before and after, the curve,
    the step-time split and the peak RSS of the trainer.
 3. The same steps replayed without the machinery: the recorded calls generated again by the
-   policy's decoder alone (same prompts, same lengths, at most 8 at a time, turn after turn)
+   policy's decoder alone (same prompts, same lengths, as many at a time as the engine
+   batches, ``max_batch_size``, turn after turn)
    and one forward+backward pass over each rollout's tokens under the same token budget.
    The step time over that sum is the machinery's overhead.
 """
@@ -255,11 +256,13 @@ def _trained_sequences(rollouts: list[Any]) -> list[Any]:
 
 def _pure_generation(model: Any, tokenizer: Any, rollouts: list[Any]) -> float:
     """Seconds to generate the same calls again with the decoder alone: every rollout's
-    k-th call after all (k-1)-th calls, at most 8 at a time, each to its recorded length."""
+    k-th call after all (k-1)-th calls, as many at a time as the engine batches, each to its
+    recorded length."""
     import torch
 
     from osmosis_ai.gateway.policies.engines import Sampling
     from osmosis_ai.gateway.policies.engines._decoder import Decoder, GenerationJob
+    from osmosis_ai.gateway.policies.engines.torch import DEFAULT_MAX_BATCH_SIZE
 
     calls = [rollout.calls for rollout in rollouts]
     decoder = Decoder(
@@ -280,7 +283,7 @@ def _pure_generation(model: Any, tokenizer: Any, rollouts: list[Any]) -> float:
             if turn < len(c) and c[turn]["completion_token_ids"]
         ]
         while waiting or decoder.size:
-            room = CONCURRENT - decoder.size
+            room = DEFAULT_MAX_BATCH_SIZE - decoder.size
             if waiting and room:
                 decoder.admit(waiting[:room])
                 del waiting[:room]

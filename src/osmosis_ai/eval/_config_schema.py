@@ -543,6 +543,15 @@ TRAINING = Section(
             docs="tokens per micro-batch of the update; lower it when memory runs out",
         ),
         Key(
+            "max_batch_size",
+            "integer",
+            default=64,
+            comment="most model calls the torch engine generates together",
+            docs="most model calls the torch engine generates together; fewer when their KV "
+            "cache (prompt + `max_tokens` each) would not fit in a quarter of the device's free "
+            "memory. A step's rollouts start together, so their first calls share one prefill",
+        ),
+        Key(
             "resample_zero_gradient",
             "integer",
             default=0,

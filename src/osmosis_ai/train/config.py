@@ -86,6 +86,9 @@ class TrainingConfig:
     pass_threshold: float = 1.0
     token_budget: int = 2048
     """Tokens per micro-batch (forward+backward); lower it when memory runs out."""
+    max_batch_size: int = 64
+    """Most model calls the torch engine generates together (fewer when their KV cache would
+    not fit in a quarter of the free memory)."""
     resample_zero_gradient: int = 0
     """Dynamic sampling: run a group whose rewards are all equal again, up to this many times
     within the step (0: leave it out of the update)."""

@@ -85,7 +85,11 @@ async def open_generator(
     training = config.training
     if training.engine == "torch":  # the policy serving it starts and stops it
         engine = TorchEngine(
-            learner.served_model, learner.tokenizer, version=version, thread=learner.thread
+            learner.served_model,
+            learner.tokenizer,
+            version=version,
+            max_batch_size=training.max_batch_size,
+            thread=learner.thread,
         )
         yield Generator(engine)
         return

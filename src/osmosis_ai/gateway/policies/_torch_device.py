@@ -17,6 +17,7 @@ __all__ = [
     "DEVICE_SETTING",
     "Precision",
     "cpu_has_native_bf16",
+    "free_memory_bytes",
     "is_out_of_memory",
     "resolve_device",
     "update_in_bf16",
@@ -42,6 +43,27 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and (
         type(exc).__name__ == "OutOfMemoryError" or any(m in str(exc) for m in _OOM_MESSAGES)
     )
+
+
+def free_memory_bytes(device: Any, meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Memory ``device`` could still allocate: the GPU's free memory, MPS's recommended
+    working set less what it holds, or the machine's available memory for the CPU (Linux's
+    ``MemAvailable``); ``None`` when it cannot be told."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "mps":
+        return int(torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
+    try:
+        lines = meminfo.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name == "MemAvailable" and value.split():
+            return int(value.split()[0]) * 1024  # kB
+    return None
 
 
 def resolve_device(setting: str, *, key: str = "device", feature: str = "A torch device") -> Any:

@@ -12,7 +12,7 @@ from osmosis_ai.gateway.policies._hf_dir import check_model_dir, load_model_dir
 from osmosis_ai.gateway.policies._torch_device import resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
-from osmosis_ai.gateway.policies.engines.torch import TorchEngine
+from osmosis_ai.gateway.policies.engines.torch import DEFAULT_MAX_BATCH_SIZE, TorchEngine
 
 __all__ = ["TorchPolicy"]
 
@@ -35,8 +35,9 @@ class TorchPolicy(EnginePolicy):
         version: The initial weight version (training step).
         device: Where a checkpoint is loaded: ``auto`` (CUDA when torch sees a GPU), ``cpu``,
             ``cuda``, ``cuda:N`` or ``mps``. A live model stays where it is.
-        max_batch_size: Most calls generated together.
-        batch_window_sec: How long a batch waits for more calls before it starts.
+        max_batch_size: Most calls generated together (fewer when their KV cache would
+            not fit in a quarter of the device's free memory).
+        batch_window_sec: How long a batch waits for one more call before it starts.
         default_max_tokens: Completion cap when a request sets none; by default the
             checkpoint's ``generation_config.max_new_tokens``, else 1,024.
         max_string_length: ``maxLength`` given to unbounded strings in tool arguments.
@@ -59,7 +60,7 @@ class TorchPolicy(EnginePolicy):
         name: str | None = None,
         version: int = 0,
         device: str = "auto",
-        max_batch_size: int = 8,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         batch_window_sec: float = 0.01,
         default_max_tokens: int | None = None,
         max_string_length: int = 64,

@@ -24,7 +24,10 @@ from typing import Any
 from osmosis_ai.gateway.policies.engines.base import Sampling
 from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits, fill_masks
 
-__all__ = ["Decoder", "GenerationJob"]
+__all__ = ["PREFILL_TOKENS", "Decoder", "GenerationJob"]
+
+#: Most padded prompt tokens prefilled in one forward pass.
+PREFILL_TOKENS = 16_384
 
 
 @dataclass(slots=True)
@@ -53,8 +56,9 @@ class _Row:
 class Decoder:
     """The rows generating together (blocking; one thread at a time).
 
-    ``admit`` prefills new jobs and adds them; ``step`` decodes one token for every row.
-    Both return the jobs that finished, which have left the decoder.
+    ``admit`` prefills new jobs and adds them (at most ``prefill_tokens`` padded prompt
+    tokens per forward pass); ``step`` decodes one token for every row. Both return the
+    jobs that finished, which have left the decoder.
     """
 
     def __init__(
@@ -65,8 +69,10 @@ class Decoder:
         stop_token_ids: Collection[int],
         pad_id: int,
         decode: Callable[[list[int]], str],
+        prefill_tokens: int = PREFILL_TOKENS,
     ) -> None:
         self._torch, self._model = torch, model
+        self._prefill_tokens = prefill_tokens
         self._device = model.device
         self._stop_ids, self._pad_id, self._decode = stop_token_ids, pad_id, decode
         self._vocab = model.config.vocab_size
@@ -83,7 +89,23 @@ class Decoder:
         return len(self.rows)
 
     def admit(self, jobs: list[GenerationJob]) -> list[GenerationJob]:
-        """Prefill ``jobs`` together, sample their first tokens and add them to the rows."""
+        """Prefill ``jobs`` together, sample their first tokens and add them to the rows.
+
+        Jobs are prefilled in one padded forward pass, or in several of at most
+        ``prefill_tokens`` padded tokens each when together they are more: the attention of
+        a prefill grows with its rows × its width squared.
+        """
+        finished: list[GenerationJob] = []
+        start = 0
+        while start < len(jobs):
+            end = start + 1
+            while end < len(jobs) and _padded(jobs[start : end + 1]) <= self._prefill_tokens:
+                end += 1
+            finished += self._admit(jobs[start:end])
+            start = end
+        return finished
+
+    def _admit(self, jobs: list[GenerationJob]) -> list[GenerationJob]:
         torch, device = self._torch, self._device
         from transformers import DynamicCache
 
@@ -189,6 +211,11 @@ class Decoder:
         for layer in self._cache.layers:
             layer.keys, layer.values = layer.keys[kept, :, start:], layer.values[kept, :, start:]
         return done
+
+
+def _padded(jobs: list[GenerationJob]) -> int:
+    """The tokens of ``jobs``' prompts left-padded to the longest."""
+    return len(jobs) * max(len(job.prompt_ids) for job in jobs)
 
 
 def _pad_left(tensor: Any, length: int) -> Any:

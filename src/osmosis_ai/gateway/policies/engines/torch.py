@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
-from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
+from osmosis_ai.gateway.policies._torch_device import free_memory_bytes, is_out_of_memory
+from osmosis_ai.gateway.policies.engines._batch_budget import BatchBudget
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
     GenerationRequest,
@@ -27,7 +28,10 @@ from osmosis_ai.gateway.policies.engines.grammar import (
     stop_token_ids,
 )
 
-__all__ = ["TorchEngine"]
+__all__ = ["DEFAULT_MAX_BATCH_SIZE", "TorchEngine"]
+
+#: Most calls generated together, unless their cache needs fewer.
+DEFAULT_MAX_BATCH_SIZE = 64
 
 T = TypeVar("T")
 
@@ -68,10 +72,13 @@ class TorchEngine(TokenEngine):
     """Generates with a transformers causal LM on its device (CPU, CUDA or MPS).
 
     Calls are generated together with a KV cache on one worker thread, never on the event
-    loop, by continuous batching: up to ``max_batch_size`` at once, a call joins the running
-    batch between two decoding steps and leaves it as soon as it is done. The first calls of
-    an idle engine wait ``batch_window_sec`` for others to start with them. Generation runs
-    in the model's own dtype (fp32 master weights in training) with fp32 logits.
+    loop, by continuous batching: a call joins the running batch between two decoding steps
+    and leaves it as soon as it is done. A batch takes as many calls as their cache has room
+    for (`BatchBudget`: a quarter of the memory free at start, or ``cache_bytes``), and at
+    most ``max_batch_size``. The first calls of an idle engine wait for others to start with
+    them while more keep arriving (``batch_window_sec`` after the last one, at most
+    ``max_wait_sec``), so the rollouts of a training step are prefilled together. Generation
+    runs in the model's own dtype (fp32 master weights in training) with fp32 logits.
 
     Grammars are compiled with llguidance from their Lark text (`grammar_text`, which the
     answer records), imported when the first one arrives; without it only unconstrained
@@ -82,7 +89,10 @@ class TorchEngine(TokenEngine):
         tokenizer: Its tokenizer (stop strings, grammar vocabulary).
         version: The initial weight version (training step).
         max_batch_size: Most calls generated together.
-        batch_window_sec: How long a batch waits for more calls before it starts.
+        cache_bytes: The KV cache one batch may take; by default a quarter of the memory
+            free on the model's device when the engine starts.
+        batch_window_sec: How long a batch waits for one more call before it starts.
+        max_wait_sec: How long a batch waits for calls at most.
         thread: The one-worker executor to generate on; a trainer passes the thread its
             updates run on, so every torch op on the shared model runs on one thread (torch
             keeps an OpenMP thread team per calling thread, and teams on different threads
@@ -97,16 +107,24 @@ class TorchEngine(TokenEngine):
         tokenizer: Any,
         *,
         version: int = 0,
-        max_batch_size: int = 8,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        cache_bytes: int | None = None,
         batch_window_sec: float = 0.01,
+        max_wait_sec: float = 0.25,
         thread: ThreadPoolExecutor | None = None,
     ) -> None:
         self.model, self._tokenizer = model, tokenizer
         self.version = version
         self.max_batch_size = max_batch_size
+        self.cache_bytes = cache_bytes
         self.batch_window_sec = batch_window_sec
+        self.max_wait_sec = max_wait_sec
+        self.budget: BatchBudget | None = None
+        """What a batch may hold (set when the engine starts)."""
         #: How many times each number of calls joined generation together (tests, metrics).
         self.batch_sizes: Counter[int] = Counter()
+        #: The most calls that generated together.
+        self.largest_batch = 0
         self.busy_sec = 0.0
         self._stop_ids = stop_token_ids(model, tokenizer)
         self._torch: Any = None
@@ -136,6 +154,13 @@ class TorchEngine(TokenEngine):
         if self._dispatcher is not None:
             return
         self._torch = importlib.import_module("torch")  # loaded already: the model is torch's
+        self.budget = BatchBudget.of(
+            self.model.config,
+            next(self.model.parameters()).element_size(),
+            max_calls=self.max_batch_size,
+            cache_bytes=self.cache_bytes,
+            free_bytes=free_memory_bytes(self.model.device) if self.cache_bytes is None else None,
+        )
         self._closing = False
         self._dispatcher = asyncio.create_task(self._dispatch(), name="osmosis-torch-batches")
 
@@ -203,14 +228,23 @@ class TorchEngine(TokenEngine):
             self._arrived.clear()
             if not self._inbox:
                 continue
-            if len(self._inbox) < self.max_batch_size:
-                await asyncio.sleep(self.batch_window_sec)  # let concurrent calls join
+            await self._gather()
             async with self._weights:
                 started = time.perf_counter()
                 await self._run(functools.partial(self._serve, loop, self.version))
                 self.busy_sec += time.perf_counter() - started
             if self._inbox:  # calls left waiting when a batch failed: serve them now
                 self._arrived.set()
+
+    async def _gather(self) -> None:
+        """Let calls that start together arrive: wait while they keep coming (a window after
+        the last one), until the batch is full or ``max_wait_sec`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait_sec
+        seen = 0
+        while seen < len(self._inbox) < self.max_batch_size and loop.time() < deadline:
+            seen = len(self._inbox)
+            await asyncio.sleep(self.batch_window_sec)
 
     def _serve(self, loop: asyncio.AbstractEventLoop, version: int) -> None:
         """Generate until no call is running and none may join (worker thread).
@@ -235,10 +269,11 @@ class TorchEngine(TokenEngine):
 
         try:
             while not self._closing:
-                joining = self._take(self.max_batch_size - decoder.size)
+                joining = self._take([_reach(row.job) for row in decoder.rows])
                 if joining:
                     running.update((id(pending.job), pending) for pending in joining)
                     self.batch_sizes[len(joining)] += 1
+                    self.largest_batch = max(self.largest_batch, decoder.size + len(joining))
                     settle(decoder.admit([pending.job for pending in joining]))
                 if not decoder.size:
                     return
@@ -251,10 +286,17 @@ class TorchEngine(TokenEngine):
             )
             settle([pending.job for pending in running.values()], error)
 
-    def _take(self, room: int) -> list[_Pending]:
-        """Up to ``room`` waiting calls, none while a weight update waits (worker thread)."""
+    def _take(self, running: list[int]) -> list[_Pending]:
+        """The waiting calls, in order, that the batch has room for beside calls reaching
+        ``running`` tokens; none while a weight update waits (worker thread)."""
+        assert self.budget is not None  # set by start(), before any call is served
         taken: list[_Pending] = []
-        while len(taken) < room and self._inbox and not self._updates_waiting:
+        reaches = list(running)
+        while self._inbox and not self._updates_waiting:
+            reach = _reach(self._inbox[0].job)
+            if reaches and not self.budget.fits([*reaches, reach]):
+                break  # in order: a long call waits for room, it is not overtaken
+            reaches.append(reach)
             taken.append(self._inbox.popleft())
         return taken
 
@@ -267,6 +309,11 @@ class TorchEngine(TokenEngine):
 
     async def _run(self, function: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+
+
+def _reach(job: Any) -> int:
+    """The tokens a job's cache may grow to."""
+    return len(job.prompt_ids) + int(job.sampling.max_tokens)
 
 
 def _stopped() -> PolicyError:

@@ -1,0 +1,181 @@
+"""The torch engine's batching, on a tiny random Llama with the embedded model's tokenizer:
+calls that start together share one prefill, a batch holds what its cache has room for, and
+the recorded logprobs stay exact in a wide batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+from osmosis_ai.gateway.policies._torch_device import free_memory_bytes
+from osmosis_ai.gateway.policies.engines import TorchEngine
+from osmosis_ai.gateway.policies.engines._batch_budget import (
+    CACHE_SHARE,
+    BatchBudget,
+    kv_bytes_per_token,
+)
+from osmosis_ai.gateway.policies.engines.base import Generation, GenerationRequest, Sampling
+from tests.train.conftest import tiny_llama, tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
+
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir: Path) -> tuple[Any, Any]:  # noqa: F811
+    return load_model_dir(tiny_model_dir, feature="test")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def engine(loaded: tuple[Any, Any]) -> AsyncIterator[TorchEngine]:
+    model, tokenizer = loaded
+    engine = TorchEngine(model, tokenizer)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.aclose()
+
+
+def _request(tokenizer: Any, text: str, *, max_tokens: int = 6, seed: int = 0) -> GenerationRequest:
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
+    )
+    return GenerationRequest(list(ids), Sampling(temperature=1.0, max_tokens=max_tokens, seed=seed))
+
+
+async def _started_together(engine: TorchEngine, requests: list[GenerationRequest]) -> list[Any]:
+    """Generate ``requests`` as rollouts that start together do: each call a few
+    milliseconds after the one before, not in the same instant."""
+
+    async def call(index: int, request: GenerationRequest) -> Generation:
+        await asyncio.sleep(0.004 * index)
+        return await engine.generate(request)
+
+    async with asyncio.timeout(120):
+        return await asyncio.gather(*(call(i, r) for i, r in enumerate(requests)))
+
+
+@in_module_loop
+async def test_calls_that_start_together_share_one_prefill(
+    engine: TorchEngine, loaded: tuple[Any, Any]
+) -> None:
+    tokenizer = loaded[1]
+    prompts = [
+        f"Question {index}: what is {index} + {index * 7}?" * (1 + index % 3) for index in range(24)
+    ]
+    generations = await _started_together(engine, [_request(tokenizer, p) for p in prompts])
+    assert all(g.token_ids for g in generations)
+    # More than the old fixed batch of 8, with prompts of several lengths: one padded prefill.
+    assert engine.batch_sizes == {24: 1}, engine.batch_sizes
+    assert engine.largest_batch == 24
+
+
+@in_module_loop
+async def test_a_batch_holds_only_the_calls_its_cache_has_room_for(
+    loaded: tuple[Any, Any],
+) -> None:
+    model, tokenizer = loaded
+    requests = [_request(tokenizer, f"Count to {index}.", max_tokens=8) for index in range(7)]
+    reach = max(len(r.prompt_ids) for r in requests) + 8
+    per_token = kv_bytes_per_token(model.config, 4)
+    engine = TorchEngine(model, tokenizer, cache_bytes=3 * reach * per_token)
+    await engine.start()
+    try:
+        generations = await _started_together(engine, requests)
+        # A call alone beyond the budget still runs (it would otherwise never start).
+        (alone,) = await _started_together(
+            engine, [_request(tokenizer, "Hi.", max_tokens=3 * reach)]
+        )
+    finally:
+        await engine.aclose()
+    assert engine.budget == BatchBudget(64, 3 * reach * per_token, per_token)
+    assert all(g.token_ids for g in generations) and alone.token_ids
+    assert engine.largest_batch == 3, engine.batch_sizes
+    assert sum(size * count for size, count in engine.batch_sizes.items()) == 8
+
+
+@in_module_loop
+async def test_logprobs_in_a_wide_batch_match_teacher_forcing(
+    engine: TorchEngine, loaded: tuple[Any, Any]
+) -> None:
+    import torch
+
+    model, tokenizer = loaded
+    prompts = [
+        "Hi." if index % 2 else "Tell me about the sea and its ships." for index in range(16)
+    ]
+    requests = [_request(tokenizer, p, max_tokens=12, seed=i) for i, p in enumerate(prompts)]
+    generations = await _started_together(engine, requests)
+    assert engine.largest_batch >= 16
+    worst = 0.0
+    for request, generation in zip(requests, generations, strict=True):
+        prompt, completion = request.prompt_ids, generation.token_ids
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt + completion])).logits[0].float()
+        steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
+        expected = torch.log_softmax(steps, dim=-1).gather(1, torch.tensor([completion]).T)
+        deltas = (expected.flatten() - torch.tensor(generation.logprobs)).abs()
+        worst = max(worst, float(deltas.max()))
+    assert worst <= 1e-3
+
+
+def test_the_budget_counts_every_row_at_the_longest_reach() -> None:
+    budget = BatchBudget(max_calls=4, cache_bytes=1000, bytes_per_token=10)
+    assert budget.fits([50, 50])  # 2 × 50 × 10 = 1000
+    assert not budget.fits([10, 10, 60])  # padded to 60: 3 × 60 × 10
+    assert budget.fits([25, 25, 25, 25]) and not budget.fits([1] * 5)  # max_calls
+
+
+def test_kv_bytes_per_token_follow_the_models_shape() -> None:
+    config = tiny_llama(hidden_size=32).config  # 2 layers, 2 of 4 heads for keys and values
+    assert kv_bytes_per_token(config, 4) == 2 * 2 * 2 * (32 // 4) * 4
+
+
+def test_the_default_budget_is_a_share_of_the_free_memory(tmp_path: Path) -> None:
+    import torch
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    8000000 kB\n")
+    free = free_memory_bytes(torch.device("cpu"), meminfo)
+    assert free == 8_000_000 * 1024
+    budget = BatchBudget.of(tiny_llama().config, 4, max_calls=64, free_bytes=free)
+    assert budget.cache_bytes == int(free * CACHE_SHARE)
+    assert free_memory_bytes(torch.device("cpu"), tmp_path / "absent") is None
+
+
+def test_a_wide_admission_is_prefilled_in_bounded_passes(loaded: tuple[Any, Any]) -> None:
+    import torch
+
+    from osmosis_ai.gateway.policies.engines._decoder import Decoder, GenerationJob
+
+    model, tokenizer = loaded
+    requests = [_request(tokenizer, "Hi." * (1 + i), max_tokens=5, seed=i) for i in range(5)]
+    longest = max(len(r.prompt_ids) for r in requests)
+    passes: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args: passes.append(args[0].shape[0]) if args[0].shape[1] > 1 else None
+    )
+    try:
+        decoder = Decoder(
+            torch, model, stop_token_ids=(), pad_id=0, decode=tokenizer.decode,
+            prefill_tokens=2 * longest,
+        )  # fmt: skip
+        jobs = [GenerationJob(r.prompt_ids, r.sampling) for r in requests]
+        decoder.admit(jobs)
+        while decoder.size:
+            decoder.step()
+    finally:
+        hook.remove()
+    assert passes == [2, 2, 1]  # prefills of at most 2 × the longest prompt
+    for job in jobs:
+        with torch.inference_mode():
+            logits = model(torch.tensor([job.prompt_ids + job.token_ids])).logits[0].float()
+        steps = logits[len(job.prompt_ids) - 1 : -1]
+        expected = torch.log_softmax(steps, dim=-1).gather(1, torch.tensor([job.token_ids]).T)
+        assert float((expected.flatten() - torch.tensor(job.logprobs)).abs().max()) <= 1e-3
