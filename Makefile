@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_PYTHON ?= python3.11
 
-.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-train bench-soak
+.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,16 @@ bench-train: install-dev
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.
 bench-compare: install-dev
 	$(BIN)/python benchmarks/compare_reference.py
+
+## Side by side with TRL's GRPOTrainer (1.16, installed once with CPU torch into a cached
+## Python 3.11 environment under benchmarks/.cache): `osmosis train` and GRPOTrainer with
+## matched settings on the task of benchmarks/trl_task, one after the other, STEPS steps
+## each (about half an hour for 40); seconds and tokens/s per phase, peak RSS, the same
+## held-out evaluation of both.
+STEPS ?= 40
+SEED ?= 0
+bench-trl: install-dev
+	$(BIN)/python benchmarks/trl_compare.py --steps $(STEPS) --seed $(SEED)
 
 ## One server under 100,000 no-op rollouts at 512 concurrent (a few minutes): RSS, CPU per
 ## rollout, throughput and fds per 10,000; fails when memory or CPU per rollout grows.
