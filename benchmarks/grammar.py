@@ -133,7 +133,9 @@ def main() -> None:
     env = dict(os.environ)
     if args.src:
         sys.path.insert(0, str(args.src.resolve()))
-        env["PYTHONPATH"] = str(args.src.resolve())
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(args.src.resolve()), env.get("PYTHONPATH")])
+        )
     from osmosis_ai.gateway.policies.engines import grammar
     from osmosis_ai.train.model import resolve_model
 
