@@ -23,13 +23,10 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.run_dir import run_lock
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.runner import (
-    FlatStepsHint,
     TrainingStopped,
     TrainOptions,
     TrainOutcome,
     run_training,
-    split_rows,
-    step_rows,
 )
 
 PROJECT = Path(__file__).resolve().parent / "project"
@@ -372,25 +369,6 @@ def test_overrides_are_checked_like_the_file(tmp_path: Path, tiny_model_dir: Pat
         load_train_config(config, ["training.engine=vllm", "vllm.env=1"])
 
 
-def test_held_out_split_is_seeded_disjoint_and_sized_by_count_or_fraction() -> None:
-    train, held = split_rows(10, 3, seed=1)
-    assert len(held) == 3 and sorted(train + held) == list(range(10))
-    assert split_rows(10, 3, seed=1) == (train, held)
-    assert split_rows(10, 3, seed=2) != (train, held)
-    assert len(split_rows(10, 0.25, seed=0)[1]) == 2  # a fraction of the rows, rounded
-    with pytest.raises(ConfigError, match="training.eval_rows"):
-        split_rows(4, 4, seed=0)
-
-
-def test_step_rows_depend_on_seed_and_step_only() -> None:
-    rows = list(range(20))
-    first = step_rows(rows, 4, seed=0, step=3)
-    assert len(set(first)) == 4 and set(first) <= set(rows)
-    assert step_rows(rows, 4, seed=0, step=3) == first  # a resumed run picks the same rows
-    assert step_rows(rows, 4, seed=0, step=4) != first
-    assert sorted(step_rows(rows[:3], 4, seed=0, step=1)) == rows[:3]
-
-
 @pytest.mark.parametrize("resample", [0, 2])
 async def test_dynamic_sampling_reruns_zero_gradient_groups_up_to_the_bound(
     tmp_path: Path, tiny_model_dir: Path, resample: int
@@ -567,19 +545,6 @@ async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
     # Only while the runner loads and saves: the caller's settings are back.
     assert hf_logging.is_progress_bar_enabled()
     assert hf_logging.get_verbosity() == logging.WARNING
-
-
-def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
-    hint = FlatStepsHint(groups=4, resample=0)
-    flat, mixed = {"zero_gradient_groups": 3}, {"zero_gradient_groups": 2}  # 2 of 4: not most
-    assert [hint.after(m) for m in (flat, flat, mixed, flat, flat)] == [None] * 5
-    said = hint.after(flat)
-    assert said is not None and "3 steps in a row" in said
-    assert "set resample_zero_gradient = 2" in said
-    assert [hint.after(flat) for _ in range(5)] == [None] * 5  # once per run
-    already = FlatStepsHint(groups=4, resample=2)
-    assert [already.after(flat) for _ in range(2)] == [None, None]
-    assert "raise resample_zero_gradient (now 2) or group_size" in (already.after(flat) or "")
 
 
 def test_step_line_says_how_many_groups_were_resampled() -> None:

@@ -1,0 +1,200 @@
+"""Rollouts of a training run through the rollout stack: one rollout of a row (graded, its
+call records taken from the gateway, its line in ``rollouts.jsonl``), a step's rollouts all in
+flight at once, and a held-out evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai.errors import OsmosisError
+from osmosis_ai.eval.datasets import DatasetItem
+from osmosis_ai.eval.metrics import pass_at_k, passes
+from osmosis_ai.eval.stack import RolloutStack
+from osmosis_ai.gateway.records import CallRecord
+from osmosis_ai.redact import Redactor
+from osmosis_ai.rollout._scrub import scrub_files
+from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.types import RolloutResultResponse
+from osmosis_ai.train.config import TrainConfig
+from osmosis_ai.train.generation import Generator
+from osmosis_ai.train.journal import append
+from osmosis_ai.train.outcome import EvalPoint, TrainHooks, TrainingStopped
+from osmosis_ai.train.rows import group_id
+from osmosis_ai.train.sequences import RolloutRecords
+from osmosis_ai.train.trackers import Trackers
+
+__all__ = ["Run", "held_out_pass_at_k", "rollout_reward", "rollout_status"]
+
+_ROLLOUT_DEADLINE_SEC = 900.0
+#: Rollouts in flight at least; a step's rollouts are all in flight at once, so the engine
+#: generates their calls together.
+_MIN_IN_FLIGHT = 16
+
+
+@dataclass
+class Run:
+    """What a run's rollouts go through (the rollout stack, served by the engine's generator)
+    and where their lines, evaluations and messages go."""
+
+    config: TrainConfig
+    run_dir: Path
+    items: list[DatasetItem]
+    generator: Generator
+    stack: RolloutStack
+    log: logging.Logger
+    hooks: TrainHooks
+    redactor: Redactor
+    trackers: Trackers
+    semaphore: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        training = self.config.training
+        step_rollouts = training.prompts_per_step * training.group_size
+        self.semaphore = asyncio.Semaphore(max(_MIN_IN_FLIGHT, step_rollouts))
+
+    async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
+        """One rollout of ``row``, graded, with its call records (taken from the gateway)."""
+        item, gateway = self.items[row], self.stack.gateway
+        async with self.semaphore:
+            handle = await self.stack.client.run_rollout(
+                item.prompt,
+                gateway.chat_completions_url(rollout_id),
+                rollout_id,
+                llm_api_key=gateway.token,
+                label=item.label,
+                metadata=item.metadata,
+                extra_fields={"trajectory_report_url": gateway.trajectory_report_url(rollout_id)},
+            )
+            async with asyncio.timeout(_ROLLOUT_DEADLINE_SEC):
+                result = await handle
+        calls = gateway.records.calls(rollout_id)
+        gateway.records.release(rollout_id)
+        # The rollout's files (trajectory, artifacts) may quote the key or a secret.
+        secrets = self.redactor.secrets
+        await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
+        line = _rollout_line(rollout_id, row, result, calls, self.redactor)
+        await asyncio.to_thread(append, self.run_dir / "rollouts.jsonl", line)
+        return RolloutRecords(result=result, group_id=group_id(row), calls=calls)
+
+    async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
+        """All of ``jobs`` at once (the policy batches their calls).
+
+        Raises:
+            TrainingStopped: The server died (its rollouts' results are then failures that
+                say nothing about the policy) or a rollout could not be run.
+        """
+        server = self.stack.server
+        exited: asyncio.Future[Any] = asyncio.ensure_future(server.wait())
+        engine_died: asyncio.Future[None] = asyncio.ensure_future(self.generator.died())
+        running: asyncio.Future[Any] = asyncio.gather(
+            *(self.rollout(row, rid) for row, rid in jobs)
+        )
+        try:
+            await asyncio.wait((running, exited, engine_died), return_when=asyncio.FIRST_COMPLETED)
+            if exited.done() or server.exited:
+                raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
+            if self.generator.lost:  # its calls failed: the rollouts say nothing
+                raise TrainingStopped(await self.generator.why_lost())
+            done: list[RolloutRecords] = await running
+            if self.generator.engine.out_of_memory:  # its calls failed: the rollouts say nothing
+                raise TrainingStopped(
+                    "out of memory generating the rollouts; lower [training] max_tokens (now "
+                    f"{self.config.training.max_tokens}) so each call's cache holds fewer tokens"
+                )
+            return done
+        except (OsmosisError, OSError, TimeoutError) as exc:
+            if isinstance(exc, TrainingStopped):
+                raise
+            # The server stopped answering: the step's rollouts are incomplete.
+            raise TrainingStopped(
+                f"a rollout could not finish ({exc or type(exc).__name__})"
+            ) from None
+        finally:
+            for task in (running, exited, engine_died):
+                task.cancel()
+            await asyncio.gather(running, exited, engine_died, return_exceptions=True)
+
+    async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
+        """Pass rate and mean reward of ``eval_samples`` rollouts per held-out row, sampled at
+        ``eval_temperature`` (greedy by default, so that two points compare policies, not
+        luck); with several samples, pass@1..k as ``osmosis eval`` estimates it."""
+        gateway, training = self.stack.gateway, self.config.training
+        samples = training.eval_samples
+        jobs = [
+            (row, f"eval-{step:04d}-row-{row}" + (f"-{index}" if samples > 1 else ""))
+            for row in held_out
+            for index in range(samples)
+        ]
+        sampling = gateway.sampling
+        gateway.sampling = {**sampling, "temperature": training.eval_temperature}
+        try:
+            done = await self.rollouts(jobs)
+        finally:
+            gateway.sampling = sampling
+        rewards = [rollout_reward(r.result) for r in done]
+        threshold = training.pass_threshold
+        passed = [
+            passes(rollout_status(r.result), reward, threshold)
+            for r, reward in zip(done, rewards, strict=True)
+        ]
+        point = EvalPoint(
+            step,
+            sum(passed) / len(passed),
+            statistics.fmean(x or 0.0 for x in rewards),
+            held_out_pass_at_k(passed, samples) if samples > 1 else {},
+        )
+        await asyncio.to_thread(append, self.run_dir / "events.jsonl", point.to_json())
+        await asyncio.to_thread(self.trackers.log, point.scalars(), step)
+        self.hooks.eval_done(point)
+        return point
+
+
+def held_out_pass_at_k(passed: Sequence[bool], samples: int) -> dict[int, float]:
+    """pass@1..``samples`` of outcomes listed row by row, ``samples`` per row: the mean over
+    the rows of the unbiased estimate (`pass_at_k`)."""
+    rows = [passed[start : start + samples] for start in range(0, len(passed), samples)]
+    return {
+        k: statistics.fmean(pass_at_k(samples, sum(row), k) for row in rows)
+        for k in range(1, samples + 1)
+    }
+
+
+def rollout_reward(result: RolloutResultResponse) -> float | None:
+    sample = result.sample
+    return sample.reward if sample is not None and result.status is RolloutStatus.SUCCESS else None
+
+
+def rollout_status(result: RolloutResultResponse) -> str:
+    if result.status is not RolloutStatus.SUCCESS:
+        return "failed"
+    return "skipped" if result.sample is not None and result.sample.remove_sample else "success"
+
+
+def _rollout_line(
+    rollout_id: str,
+    row: int,
+    result: RolloutResultResponse,
+    calls: Sequence[CallRecord],
+    redactor: Redactor,
+) -> dict[str, Any]:
+    """A finished rollout's line of ``rollouts.jsonl`` (what the viewer lists per step)."""
+    failed = result.status is not RolloutStatus.SUCCESS
+    return {
+        "rollout_id": rollout_id,
+        "row": row,
+        "status": rollout_status(result),
+        "reward": rollout_reward(result),
+        "tokens": sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls),
+        # The weight versions its calls were generated with (the steps applied before).
+        "policy_versions": sorted({c.policy_version for c in calls} - {None}),
+        "error_type": (result.err_category.value if result.err_category else None)
+        if failed
+        else None,
+        "error_message": redactor.text(result.err_message) if result.err_message else None,
+    }
