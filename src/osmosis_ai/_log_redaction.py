@@ -1,71 +1,50 @@
 """Redaction of every log record the package emits: the one install point for all loggers.
 
 Servers, gateways and eval runs register the secrets they know for as long as they run
-(`registered_secrets`). The first registration installs a log record factory that redacts
-each record of a logger named ``osmosis_ai`` or ``osmosis_ai.*`` when it is created, before
-any filter, handler or formatter sees it (`Redactor.record`: message, traceback, stack), with
-the registered secrets plus the key of the rollout running in the current task. Records are
-only created for enabled levels, so disabled logging costs nothing; records of other loggers
-pass through untouched.
+(`registered_secrets`; the count itself is kept in ``osmosis_ai._secret_registry``). The
+first registration installs a log record factory that redacts each record of a logger named
+``osmosis_ai`` or ``osmosis_ai.*`` when it is created, before any filter, handler or formatter
+sees it (`Redactor.record`: message, traceback, stack), with the registered secrets plus the
+key of the rollout running in the current task. Records are only created for enabled levels,
+so disabled logging costs nothing; records of other loggers pass through untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from osmosis_ai._secret_registry import add_secrets, registered_redactor, remove_secrets
 from osmosis_ai.redact import Redactor, _normalize_secrets
 from osmosis_ai.rollout.context import get_rollout_context
 
-__all__ = ["active_redactor", "registered_redactor", "registered_secrets"]
+__all__ = ["active_redactor", "registered_secrets"]
 
 _PACKAGE = "osmosis_ai"
 _PACKAGE_PREFIX = _PACKAGE + "."
 _WITHHELD = "log record withheld: it could not be redacted"
 
-
-class _Registry:
-    """The secrets registered in this process, counted (two servers may share one)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: Counter[str] = Counter()
-        self._installed = False
-        # Rebuilt under the lock, read without it (one reference swap) by logging threads.
-        self.redactor = Redactor()
-
-    def add(self, secrets: tuple[str, ...]) -> None:
-        with self._lock:
-            self._counts.update(secrets)
-            self.redactor = Redactor(tuple(self._counts))
-            if not self._installed:
-                logging.setLogRecordFactory(_redacting_factory(logging.getLogRecordFactory()))
-                self._installed = True
-
-    def remove(self, secrets: tuple[str, ...]) -> None:
-        with self._lock:
-            self._counts.subtract(secrets)
-            self._counts = +self._counts  # drop the secrets no one holds any more
-            self.redactor = Redactor(tuple(self._counts))
+_install_lock = threading.Lock()
+_factory_installed = False
 
 
-_REGISTRY = _Registry()
-
-
-def registered_redactor() -> Redactor:
-    """The secrets registered in this process now (`registered_secrets`)."""
-    return _REGISTRY.redactor
+def _install_redacting_factory() -> None:
+    """Wrap the log record factory, once per process."""
+    global _factory_installed
+    with _install_lock:
+        if not _factory_installed:
+            logging.setLogRecordFactory(_redacting_factory(logging.getLogRecordFactory()))
+            _factory_installed = True
 
 
 def active_redactor() -> Redactor:
     """The registered secrets plus the ambient rollout's key (``get_rollout_context()``)."""
     context = get_rollout_context()
     key = context.api_key if context is not None else None
-    registered = _REGISTRY.redactor
+    registered = registered_redactor()
     return registered.with_secrets(key) if key else registered
 
 
@@ -84,11 +63,12 @@ def registered_secrets(secrets: Iterable[str]) -> Iterator[None]:
         TypeError: ``secrets`` is a single ``str`` or contains a non-string.
     """
     values = _normalize_secrets(secrets)
-    _REGISTRY.add(values)
+    add_secrets(values)
+    _install_redacting_factory()
     try:
         yield
     finally:
-        _REGISTRY.remove(values)
+        remove_secrets(values)
 
 
 _Factory = Callable[..., logging.LogRecord]

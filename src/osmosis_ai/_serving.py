@@ -9,9 +9,9 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
+from osmosis_ai._context_exit import AsyncUnconditionalExit
 from osmosis_ai._extras import import_optional
 
 __all__ = [
@@ -215,7 +215,7 @@ async def running_server(
             sock.close()
 
 
-class ServedApp:
+class ServedApp(AsyncUnconditionalExit):
     """Base of objects that serve an ASGI ``app`` while used as an async context manager."""
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -239,11 +239,6 @@ class ServedApp:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aexit(self) -> None:
         await self._stack.aclose()
         self._server = None

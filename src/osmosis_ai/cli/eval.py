@@ -179,6 +179,18 @@ async def _evaluate(
         return outcome
 
 
+def _backend_option() -> Any:
+    """``--backend``: where rollouts run."""
+    return typer.Option(
+        "local",
+        "--backend",
+        help=(
+            "Where rollouts run: local, ray (a local Ray instance), ray:ADDRESS, process "
+            "(a child process per rollout) or process:sandbox (inside bubblewrap)."
+        ),
+    )
+
+
 @eval_app.command("run")
 def run_command(
     config: Path = typer.Argument(..., help="Eval config, e.g. configs/eval/calculator.toml."),
@@ -207,14 +219,7 @@ def run_command(
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
     verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
-    backend: str = typer.Option(
-        "local",
-        "--backend",
-        help=(
-            "Where rollouts run: local, ray (a local Ray instance), ray:ADDRESS, process "
-            "(a child process per rollout) or process:sandbox (inside bubblewrap)."
-        ),
-    ),
+    backend: str = _backend_option(),
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
     ),
@@ -223,11 +228,7 @@ def run_command(
     """Run the rollout over the dataset against the model, then print the results table."""
     from osmosis_ai.eval.runner import EvalOptions
 
-    if name is not None:
-        _check_name(name)
-    if verbose:
-        configure_logging()
-    console = plain_console(stderr=as_json)
+    console = _prepare_terminal(name, verbose=verbose, as_json=as_json)
     options = EvalOptions(
         config_path=config,
         overrides=tuple(overrides or ()),
@@ -246,6 +247,16 @@ def run_command(
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
     _run_and_report(options, console, as_json=as_json, view=view)
+
+
+def _prepare_terminal(name: str | None, *, verbose: bool, as_json: bool) -> Console:
+    """Check ``--name``, log to the terminal under ``--verbose``, and return the console
+    (stderr under ``--json``, which keeps stdout for the outcome)."""
+    if name is not None:
+        _check_name(name)
+    if verbose:
+        configure_logging()
+    return plain_console(stderr=as_json)
 
 
 def _check_name(name: str) -> None:

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, Final, Literal, get_args
 
+from osmosis_ai._context_exit import UnconditionalExit
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import JSONObject
@@ -231,7 +231,7 @@ def _decode_line(line: bytes) -> JournalRecord:
     return JournalRecord.from_json(data)
 
 
-class Journal:
+class Journal(UnconditionalExit):
     """Append-only, fsynced journal of work-item outcomes (``events.jsonl``).
 
     A work item is done iff it has a record here. Each `append` writes one complete line
@@ -262,12 +262,7 @@ class Journal:
         self.open()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _exit(self) -> None:
         self.close()
 
     @property

@@ -18,10 +18,10 @@ import time
 import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
+from osmosis_ai._context_exit import AsyncUnconditionalExit
 from osmosis_ai.errors import RolloutAdmissionTimeoutError, RolloutProtocolError
 from osmosis_ai.rollout._transport import (
     AiohttpTransport,
@@ -249,7 +249,7 @@ class RolloutHandle:
             await asyncio.sleep(delay)
 
 
-class RolloutClient:
+class RolloutClient(AsyncUnconditionalExit):
     """The controller's client of one rollout server.
 
     Args:
@@ -316,12 +316,7 @@ class RolloutClient:
     async def __aenter__(self) -> RolloutClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aexit(self) -> None:
         await self.aclose()
 
     async def _request(

@@ -10,11 +10,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
 
 from typing_extensions import TypeVar
 
+from osmosis_ai._context_exit import UnconditionalExit
+from osmosis_ai._secret_registry import registered_redactor
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.config import AgentWorkflowConfig
 from osmosis_ai.rollout.sample import RolloutSample
@@ -59,7 +60,7 @@ def get_rollout_context() -> RolloutContext | None:
 def current_redactor() -> Redactor:
     """The running rollout's redactor; outside a rollout, the process's registered secrets."""
     context = _current.get()
-    return context.redactor if context is not None else _registered_redactor()
+    return context.redactor if context is not None else registered_redactor()
 
 
 class SampleSource(ABC):
@@ -165,16 +166,8 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _registered_redactor() -> Redactor:
-    # Imported when a context is made, not when the package is: `import osmosis_ai.rollout`
-    # stays free of the trajectory package.
-    from osmosis_ai._log_redaction import registered_redactor
-
-    return registered_redactor()
-
-
 @dataclass(eq=False, slots=True)
-class RolloutContext:
+class RolloutContext(UnconditionalExit):
     """The ambient state of one rollout, installed by the execution backend.
 
     It carries the rollout-scoped model endpoint every LLM call must use, and the one
@@ -205,7 +198,7 @@ class RolloutContext:
     preview_enabled: bool = True
     """Set to ``False`` at the start of ``run()`` to keep this rollout out of live previews."""
 
-    redactor: Redactor = field(default_factory=_registered_redactor, repr=False)
+    redactor: Redactor = field(default_factory=registered_redactor, repr=False)
     """The one redactor of this rollout: the host's secrets (a server's configured ones, by
     default the process's registered ones) plus ``api_key``, which is always added. Logs,
     previews, trajectories, diagnostics and error messages of the rollout all use it."""
@@ -235,12 +228,7 @@ class RolloutContext:
         self._tokens.append(_current.set(self))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _exit(self) -> None:
         _current.reset(self._tokens.pop())
 
     def set_sample_source(self, source: SampleSource) -> None:

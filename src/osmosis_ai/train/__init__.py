@@ -5,22 +5,15 @@
 package loads no torch.
 """
 
-from osmosis_ai.train.sequences import (
-    DriftPolicy,
-    Exclusion,
-    GrammarSpan,
-    RolloutRecords,
-    SequenceStats,
-    TrainingSequence,
-    build_sequences,
-)
+from osmosis_ai.train import sequences
+from osmosis_ai.train.sequences import DriftPolicy as DriftPolicy
+from osmosis_ai.train.sequences import Exclusion as Exclusion
+from osmosis_ai.train.sequences import GrammarSpan as GrammarSpan
+from osmosis_ai.train.sequences import RolloutRecords as RolloutRecords
+from osmosis_ai.train.sequences import SequenceStats as SequenceStats
+from osmosis_ai.train.sequences import TrainingSequence as TrainingSequence
+from osmosis_ai.train.sequences import build_sequences as build_sequences
 
-__all__ = [
-    "DriftPolicy",
-    "Exclusion",
-    "GrammarSpan",
-    "RolloutRecords",
-    "SequenceStats",
-    "TrainingSequence",
-    "build_sequences",
-]
+# The package exports what `sequences` exports (one list to keep); the redundant aliases
+# above are what tells type checkers and linters that the names are re-exported.
+__all__ = list(sequences.__all__)

@@ -11,7 +11,7 @@ from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionOutcome, ExecutionRequest, ExecutionResult
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.server._registry import Entry
-from osmosis_ai.rollout.server._results import failure
+from osmosis_ai.rollout.server._results import failure, internal_failure
 from osmosis_ai.rollout.server._state import ServerState
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
@@ -67,9 +67,8 @@ async def run_rollout(state: ServerState, entry: Entry, request: RolloutInitRequ
         raise
     except Exception as exc:
         # The backend broke its contract (user failures are results, not exceptions).
-        message = entry.redactor.text(describe(exc, phase="the execution backend"))
-        logger.error("rollout %s: %s", entry.rollout_id, message)
-        result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
+        result = internal_failure(exc, phase="the execution backend", redactor=entry.redactor)
+        logger.error("rollout %s: %s", entry.rollout_id, result.err_message)
     try:
         unsaved = await _save(state, entry, request, outcome, result)
         if unsaved is not None and result.ok:

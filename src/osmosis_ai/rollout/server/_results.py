@@ -7,11 +7,12 @@ import logging
 from typing import Any
 
 from osmosis_ai.redact import Redactor
+from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionResult
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 
-__all__ = ["encode_final", "encode_status", "failure"]
+__all__ = ["encode_final", "encode_status", "failure", "internal_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +20,21 @@ logger = logging.getLogger(__name__)
 def failure(message: str, category: RolloutErrorCategory | None) -> ExecutionResult:
     """A failed result with ``message`` and ``category``."""
     return ExecutionResult(RolloutStatus.FAILURE, err_message=message, err_category=category)
+
+
+def internal_failure(
+    exc: Exception, *, phase: str, redactor: Redactor | None = None
+) -> ExecutionResult:
+    """The ``internal_error`` failure of a rollout whose machinery raised ``exc`` in ``phase``.
+
+    For what is no fault of user code (a backend that broke its contract, an unreachable
+    rollout server): user failures arrive as results, not exceptions. ``redactor``, when
+    given, scrubs the message.
+    """
+    message = describe(exc, phase=phase)
+    if redactor is not None:
+        message = redactor.text(message)
+    return failure(message, RolloutErrorCategory.INTERNAL_ERROR)
 
 
 def _valid_text(value: str | None) -> str | None:

@@ -138,16 +138,23 @@ def _first_count(usage: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _token_ids(value: object) -> list[int] | tuple[int, ...] | None:
+def _numbers_and_sum(value: object) -> tuple[list[Any] | tuple[Any, ...], int | float] | None:
+    """A non-empty list or tuple of numbers and its sum; ``None`` for anything else."""
     # These lists can hold thousands of items: sum() checks them at C speed (it fails on
-    # non-numbers and gives a float if any item is one). Validation copies the list later.
+    # non-numbers and gives a float if any item is one).
     if not isinstance(value, list | tuple) or not value:
         return None
     try:
         total = sum(value)
     except TypeError:
         return None
-    return value if isinstance(total, int) else None
+    return (value, total) if isinstance(total, int | float) else None
+
+
+def _token_ids(value: object) -> list[int] | tuple[int, ...] | None:
+    # An int sum proves every item an int. Validation copies the list later.
+    summed = _numbers_and_sum(value)
+    return summed[0] if summed is not None and isinstance(summed[1], int) else None
 
 
 def _logprobs(value: object) -> list[float] | tuple[float, ...] | None:
@@ -157,19 +164,15 @@ def _logprobs(value: object) -> list[float] | tuple[float, ...] | None:
         if not isinstance(entries, list | tuple):
             return None
         value = [entry.get("logprob") if _is_mapping(entry) else None for entry in entries]
-    if not isinstance(value, list | tuple) or not value:
+    summed = _numbers_and_sum(value)
+    if summed is None:
         return None
-    try:
-        total = sum(value)
-    except TypeError:
-        return None
-    if not isinstance(total, int | float):
-        return None
+    items, total = summed
     # A finite sum proves every item finite. One NaN or infinity makes the list unusable:
     # dropping the item would shift the positions of all later ones.
-    if not math.isfinite(total) and not all(map(math.isfinite, value)):
+    if not math.isfinite(total) and not all(map(math.isfinite, items)):
         return None
-    return value
+    return items
 
 
 def _usage_metrics(usage: Mapping[str, Any]) -> JSONObject:

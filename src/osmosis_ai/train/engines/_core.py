@@ -16,15 +16,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
+from osmosis_ai._context_exit import AsyncUnconditionalExit
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.gateway.server import Gateway
 from osmosis_ai.redact import Redactor
-from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionBackend, ExecutionRequest, ExecutionResult
 from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.client import RolloutClient
@@ -33,7 +32,7 @@ from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.server._execution import REPORT_URL_FIELD
-from osmosis_ai.rollout.server._results import encode_final, failure
+from osmosis_ai.rollout.server._results import encode_final, failure, internal_failure
 from osmosis_ai.rollout.server.app import backend_from_spec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
@@ -106,7 +105,7 @@ class EngineRollout:
     """How its calls chained into sequences (drift, merges...)."""
 
 
-class AgentRollouts:
+class AgentRollouts(AsyncUnconditionalExit):
     """Runs AgentWorkflow rollouts for a training engine; an async context manager.
 
     On enter it starts a ``Gateway`` for ``policy`` (127.0.0.1 by default, a free port, a
@@ -222,20 +221,15 @@ class AgentRollouts:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _aexit(self) -> None:
         try:
             if self.backend is not None:
                 await self.backend.shutdown()
             if self.client is not None:
-                await self.client.__aexit__(exc_type, exc, tb)
+                await self.client.aclose()
                 self.client = None
         finally:
-            await self.gateway.__aexit__(exc_type, exc, tb)
+            await self.gateway.__aexit__(None, None, None)
 
     async def run(self, tasks: Sequence[EngineTask]) -> list[EngineRollout]:
         """Run ``tasks`` concurrently (at most ``max_in_flight`` at once); one result each,
@@ -309,8 +303,7 @@ class AgentRollouts:
             result = outcome.result
         except Exception as exc:
             # The backend broke its contract (user failures are results, not exceptions).
-            message = describe(exc, phase="the execution backend")
-            result = failure(message, RolloutErrorCategory.INTERNAL_ERROR)
+            result = internal_failure(exc, phase="the execution backend")
         return self._final(task, result)
 
     async def _remote(self, task: EngineTask, url: str) -> RolloutResultResponse:
@@ -332,8 +325,7 @@ class AgentRollouts:
             result = await handle
         except Exception as exc:
             # An unreachable or refusing server: this rollout has no result to train on.
-            message = describe(exc, phase="the rollout server")
-            return self._final(task, failure(message, RolloutErrorCategory.INTERNAL_ERROR))
+            return self._final(task, internal_failure(exc, phase="the rollout server"))
         if result.err_message:
             result = result.model_copy(
                 update={"err_message": self.redactor.text(result.err_message)}
