@@ -429,7 +429,8 @@ def grpo_loss(
             clipped_high=int((on & (ratio > 1 + config.clip_high) & (advantages > 0)).sum()),
             ratio_sum=float(behaviour_ratio[on].sum()),
             kl_sum=float(kl[on].sum()),
-            mismatch_kl_sum=float(_k3(gap)[on].sum()),
+            # exp(δ) - δ - 1 rounds to a hair below 0 in fp32 when δ is ~0.
+            mismatch_kl_sum=float(_k3(gap)[on].clamp_min(0).sum()),
             tis_capped=int(capped.sum()) if capped is not None else 0,
             constrained=_constrained(batch, on),
             unreplayed=batch.unreplayed_tokens,
