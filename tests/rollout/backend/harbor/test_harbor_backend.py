@@ -266,7 +266,8 @@ async def test_dataset_mode_picks_the_task_and_refuses_escapes(
     async with serve_harbor(**_workflow(root, task_mode="dataset")) as served:
         picked = await served.run("h-pick", label="x", metadata={"harbor_task_id": "quarter"})
         escaped = await served.run("h-escape", label="x", metadata={"harbor_task_id": "../x"})
-    assert picked.status == "success" and picked.sample.reward == 0.25
+    assert picked.status == "success", (picked.err_category, picked.err_message)
+    assert picked.sample.reward == 0.25
     assert escaped.status == "failure" and escaped.err_category == "validation_error"
     assert "harbor_task_id" in escaped.err_message
 
