@@ -104,8 +104,12 @@ def hermes_model_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: P
 def first_turn_calls(source: str) -> str:
     """The calculator example's ``main.py`` with a first turn that must call a tool
     (``tool_choice`` "required"; the turns after a tool result stay free): SmolLM2 was never
-    taught hermes calls and answers in prose when free to."""
+    taught hermes calls and answers in prose when free to. That turn makes one call
+    (``parallel_tool_calls`` false): left to make several, the model writes call after call
+    until ``max_tokens`` cuts the last one, and a cut reply parses as text, as vLLM's does."""
     tools = '"tools": [CALCULATOR],'
     assert tools in source
-    required = '"tool_choice": "required" if len(messages) <= 2 else "auto",'
-    return source.replace(tools, f"{tools}\n{required}")
+    first = "len(messages) <= 2"
+    required = f'"tool_choice": "required" if {first} else "auto",'
+    single = f'"parallel_tool_calls": not ({first}),'
+    return source.replace(tools, f"{tools}\n{required}\n{single}")
