@@ -276,7 +276,7 @@ async def test_cli_reports_a_config_error_on_one_line(tmp_path: Path, tiny_model
     code, out = await _run(config, limit_sec=60)
     assert code == 2
     line = config.read_text().splitlines().index("[extra]") + 1
-    assert out.strip().count("\n") == 0 and f"line {line}: unknown section or key 'extra'" in out
+    assert out.strip().count("\n") == 0 and f"line {line}: unknown section [extra]" in out
 
 
 async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(

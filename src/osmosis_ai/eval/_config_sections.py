@@ -172,6 +172,19 @@ class ConfigSource:
                 return ConfigError(f"{self.path}, {flag}: {message}")
         return ConfigError(f"{self.path}: {message}")
 
+    def sections(self, data: TOMLTable, names: tuple[str, ...], kind: str) -> dict[str, TOMLTable]:
+        """The tables ``names`` of ``data`` (empty when absent), after refusing anything else
+        at the top of a ``kind`` file."""
+        for name in data:
+            if name not in names:
+                what = f"section [{name}]" if isinstance(data[name], dict) else f"key {name!r}"
+                raise self.error(
+                    (name,),
+                    f"unknown {what}; {kind} has only the sections "
+                    + ", ".join(f"[{s}]" for s in names),
+                )
+        return {name: self.table(data, name) for name in names}
+
     def table(self, data: TOMLTable, name: str) -> TOMLTable:
         value = data.get(name, {})
         if not isinstance(value, dict):

@@ -125,15 +125,7 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
     """
     path = Path(os.path.abspath(path))
     data, src = read_config(path, "eval config", overrides)
-    for name in data:
-        if name not in _SECTIONS:
-            what = f"section [{name}]" if isinstance(data[name], dict) else f"key {name!r}"
-            raise src.error(
-                (name,),
-                f"unknown {what}; an eval config has only the sections "
-                + ", ".join(f"[{s}]" for s in _SECTIONS),
-            )
-    tables = {name: src.table(data, name) for name in _SECTIONS}
+    tables = src.sections(data, _SECTIONS, "an eval config")
     if "experiment" not in data:
         raise ConfigError(
             f"{path}: the [experiment] section is missing; it needs "

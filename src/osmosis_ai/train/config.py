@@ -186,14 +186,7 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """
     path = Path(os.path.abspath(path))
     data, src = read_config(path, "training config", overrides)
-    for name in data:
-        if name not in _SECTIONS:
-            raise src.error(
-                (name,),
-                f"unknown section or key {name!r}; a training config has only the sections "
-                + ", ".join(f"[{s}]" for s in _SECTIONS),
-            )
-    tables = {name: src.table(data, name) for name in _SECTIONS}
+    tables = src.sections(data, _SECTIONS, "a training config")
     experiment = tables["experiment"]
     check_keys(src, experiment, TRAIN_EXPERIMENT)
     workspace = workspace_of(path)

@@ -1,6 +1,7 @@
 """The torch engine's batching, on a tiny random Llama with the embedded model's tokenizer:
-calls that start together share one prefill, a batch holds what its cache has room for, and
-the recorded logprobs stay exact in a wide batch."""
+calls that start together share one prefill (and calls with one prompt one prefill row), a
+batch holds what its cache has room for, and the recorded logprobs stay exact in a wide
+batch."""
 
 from __future__ import annotations
 
@@ -104,7 +105,6 @@ async def test_a_batch_holds_only_the_calls_its_cache_has_room_for(
 async def test_logprobs_in_a_wide_batch_match_teacher_forcing(
     engine: TorchEngine, loaded: tuple[Any, Any]
 ) -> None:
-    import torch
 
     model, tokenizer = loaded
     prompts = [
@@ -113,16 +113,69 @@ async def test_logprobs_in_a_wide_batch_match_teacher_forcing(
     requests = [_request(tokenizer, p, max_tokens=12, seed=i) for i, p in enumerate(prompts)]
     generations = await _started_together(engine, requests)
     assert engine.largest_batch >= 16
-    worst = 0.0
-    for request, generation in zip(requests, generations, strict=True):
-        prompt, completion = request.prompt_ids, generation.token_ids
-        with torch.inference_mode():
-            logits = model(torch.tensor([prompt + completion])).logits[0].float()
-        steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
-        expected = torch.log_softmax(steps, dim=-1).gather(1, torch.tensor([completion]).T)
-        deltas = (expected.flatten() - torch.tensor(generation.logprobs)).abs()
-        worst = max(worst, float(deltas.max()))
+    worst = max(
+        _logprob_gap(model, r.prompt_ids, g.token_ids, g.logprobs)
+        for r, g in zip(requests, generations, strict=True)
+    )
     assert worst <= 1e-3
+
+
+def _logprob_gap(
+    model: Any, prompt: list[int], completion: list[int], logprobs: list[float]
+) -> float:
+    """The largest difference between ``logprobs`` and the teacher-forced ones."""
+    import torch
+
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + completion])).logits[0].float()
+    steps = logits[len(prompt) - 1 : len(prompt) + len(completion) - 1]
+    expected = torch.log_softmax(steps, dim=-1).gather(1, torch.tensor([completion]).T)
+    return float((expected.flatten() - torch.tensor(logprobs)).abs().max())
+
+
+def _prefill_rows(model: Any) -> tuple[list[int], Any]:
+    """The rows of each prefill pass (a forward of more than one position) of ``model``,
+    as they happen, and the hook to remove."""
+    passes: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args: passes.append(args[0].shape[0]) if args[0].shape[1] > 1 else None
+    )
+    return passes, hook
+
+
+def _decode_all(model: Any, tokenizer: Any, jobs: list[Any], **options: Any) -> None:
+    import torch
+
+    from osmosis_ai.gateway.policies.engines._decoder import Decoder
+
+    decoder = Decoder(torch, model, stop_token_ids=(), pad_id=0, decode=tokenizer.decode, **options)
+    decoder.admit(jobs)
+    while decoder.size:
+        decoder.step()
+
+
+def test_jobs_with_one_prompt_share_its_prefill(loaded: tuple[Any, Any]) -> None:
+    from osmosis_ai.gateway.policies.engines._decoder import GenerationJob
+
+    model, tokenizer = loaded
+    prompts = ["Hi.", "Tell me about the sea.", "What is 2 + 2?"]
+    # Four samples of each prompt, interleaved as a group's calls arrive, each its own seed.
+    requests = [_request(tokenizer, prompts[i % 3], max_tokens=8, seed=i) for i in range(12)]
+    jobs = [GenerationJob(r.prompt_ids, r.sampling) for r in requests]
+    passes, hook = _prefill_rows(model)
+    try:
+        _decode_all(model, tokenizer, jobs)
+        alone = GenerationJob(requests[4].prompt_ids, requests[4].sampling)
+        _decode_all(model, tokenizer, [alone])
+    finally:
+        hook.remove()
+    assert passes == [3, 1]  # one row a prompt, then the job alone
+    for job in jobs:
+        assert _logprob_gap(model, job.prompt_ids, job.token_ids, job.logprobs) <= 1e-3
+    # A shared prefill samples as a prefill of its own would, and the samples of one
+    # prompt are still drawn apart.
+    assert alone.token_ids == jobs[4].token_ids
+    assert len({tuple(job.token_ids) for job in jobs[1::3]}) > 1
 
 
 def test_the_budget_counts_every_row_at_the_longest_reach() -> None:
@@ -150,32 +203,17 @@ def test_the_default_budget_is_a_share_of_the_free_memory(tmp_path: Path) -> Non
 
 
 def test_a_wide_admission_is_prefilled_in_bounded_passes(loaded: tuple[Any, Any]) -> None:
-    import torch
-
-    from osmosis_ai.gateway.policies.engines._decoder import Decoder, GenerationJob
+    from osmosis_ai.gateway.policies.engines._decoder import GenerationJob
 
     model, tokenizer = loaded
     requests = [_request(tokenizer, "Hi." * (1 + i), max_tokens=5, seed=i) for i in range(5)]
     longest = max(len(r.prompt_ids) for r in requests)
-    passes: list[int] = []
-    hook = model.register_forward_pre_hook(
-        lambda _, args: passes.append(args[0].shape[0]) if args[0].shape[1] > 1 else None
-    )
+    jobs = [GenerationJob(r.prompt_ids, r.sampling) for r in requests]
+    passes, hook = _prefill_rows(model)
     try:
-        decoder = Decoder(
-            torch, model, stop_token_ids=(), pad_id=0, decode=tokenizer.decode,
-            prefill_tokens=2 * longest,
-        )  # fmt: skip
-        jobs = [GenerationJob(r.prompt_ids, r.sampling) for r in requests]
-        decoder.admit(jobs)
-        while decoder.size:
-            decoder.step()
+        _decode_all(model, tokenizer, jobs, prefill_tokens=2 * longest)
     finally:
         hook.remove()
     assert passes == [2, 2, 1]  # prefills of at most 2 × the longest prompt
     for job in jobs:
-        with torch.inference_mode():
-            logits = model(torch.tensor([job.prompt_ids + job.token_ids])).logits[0].float()
-        steps = logits[len(job.prompt_ids) - 1 : -1]
-        expected = torch.log_softmax(steps, dim=-1).gather(1, torch.tensor([job.token_ids]).T)
-        assert float((expected.flatten() - torch.tensor(job.logprobs)).abs().max()) <= 1e-3
+        assert _logprob_gap(model, job.prompt_ids, job.token_ids, job.logprobs) <= 1e-3

@@ -3,7 +3,9 @@
 A `Decoder` holds the rows generating together. Rows join between decoding steps (their
 prompts are prefilled together, left-padded, and their cache is merged into the running
 one) and leave as soon as they finish, so a long answer never holds the others back and a
-call arriving mid-generation does not wait for the batch to end.
+call arriving mid-generation does not wait for the batch to end. Rows that join together
+with the same prompt (the samples of one GRPO group) share its prefill: the prompt is
+computed once and its cache copied to each of them.
 
 Every step samples each row from the distribution the engine reports: logits masked by the
 row's grammar (if any), divided by the temperature, cut to top-k and top-p, renormalised.
@@ -96,29 +98,40 @@ class Decoder:
         a prefill grows with its rows × its width squared.
         """
         finished: list[GenerationJob] = []
+        groups = _by_prompt(jobs)
         start = 0
-        while start < len(jobs):
+        while start < len(groups):
             end = start + 1
-            while end < len(jobs) and _padded(jobs[start : end + 1]) <= self._prefill_tokens:
+            while end < len(groups) and _padded(groups[start : end + 1]) <= self._prefill_tokens:
                 end += 1
-            finished += self._admit(jobs[start:end])
+            finished += self._admit(groups[start:end])
             start = end
         return finished
 
-    def _admit(self, jobs: list[GenerationJob]) -> list[GenerationJob]:
+    def _admit(self, groups: list[list[GenerationJob]]) -> list[GenerationJob]:
+        """Prefill the prompt of each group once, then give each job of it a row."""
         torch, device = self._torch, self._device
         from transformers import DynamicCache
 
-        width = max(len(job.prompt_ids) for job in jobs)
-        input_ids = torch.full((len(jobs), width), self._pad_id, dtype=torch.long)
-        mask = torch.zeros((len(jobs), width), dtype=torch.long)
-        for index, job in enumerate(jobs):
-            input_ids[index, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
-            mask[index, width - len(job.prompt_ids) :] = 1
+        width = max(len(group[0].prompt_ids) for group in groups)
+        input_ids = torch.full((len(groups), width), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((len(groups), width), dtype=torch.long)
+        for index, group in enumerate(groups):
+            prompt = group[0].prompt_ids
+            input_ids[index, width - len(prompt) :] = torch.tensor(prompt)
+            mask[index, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self._model.config)  # filled in place by the forward pass
         logits = self._forward(input_ids, mask, positions, cache)
+        jobs = [job for group in groups for job in group]
+        if len(jobs) > len(groups):
+            shared = torch.tensor(
+                [index for index, group in enumerate(groups) for _ in group], device=device
+            )
+            logits, mask, positions = logits[shared], mask[shared], positions[shared]
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys[shared], layer.values[shared]
         rows = [
             _Row(
                 job,
@@ -213,9 +226,17 @@ class Decoder:
         return done
 
 
-def _padded(jobs: list[GenerationJob]) -> int:
-    """The tokens of ``jobs``' prompts left-padded to the longest."""
-    return len(jobs) * max(len(job.prompt_ids) for job in jobs)
+def _by_prompt(jobs: list[GenerationJob]) -> list[list[GenerationJob]]:
+    """``jobs`` grouped by prompt, in the order each prompt first appears."""
+    groups: dict[tuple[int, ...], list[GenerationJob]] = {}
+    for job in jobs:
+        groups.setdefault(tuple(job.prompt_ids), []).append(job)
+    return list(groups.values())
+
+
+def _padded(groups: list[list[GenerationJob]]) -> int:
+    """The tokens of the groups' prompts (one each) left-padded to the longest."""
+    return len(groups) * max(len(group[0].prompt_ids) for group in groups)
 
 
 def _pad_left(tensor: Any, length: int) -> Any:
