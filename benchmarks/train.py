@@ -246,7 +246,7 @@ def _step_rollouts(run_dir: Path, step: int) -> list[Any]:
 
 def _trained_sequences(rollouts: list[Any]) -> list[Any]:
     """The sequences the step trained: its groups whose rewards differ."""
-    from osmosis_ai.train.grpo import zero_gradient_groups
+    from osmosis_ai.train.advantages import zero_gradient_groups
     from osmosis_ai.train.sequences import build_sequences
 
     sequences, _ = build_sequences(rollouts, drift="fork")
@@ -297,7 +297,8 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
     autocast, the same micro-batches and loss masks), without the loss and optimiser."""
     import torch
 
-    from osmosis_ai.train.grpo import collate, pack_micro_batches, policy_logprobs
+    from osmosis_ai.train.logprobs import policy_logprobs
+    from osmosis_ai.train.micro_batches import collate, pack_micro_batches
 
     model.train()
     started = time.perf_counter()

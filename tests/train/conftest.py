@@ -1,8 +1,10 @@
-"""Training fixtures: tiny random-initialised Llamas built from a config (no download)."""
+"""Training fixtures: tiny random-initialised Llamas built from a config (no download), and
+hand-made training sequences."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +12,7 @@ import pytest
 
 from osmosis_ai.gateway.policies._llama import embedded_model_path
 from osmosis_ai.train.model import save_gguf_tokenizer
+from osmosis_ai.train.sequences import TrainingSequence
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
@@ -42,6 +45,28 @@ def tiny_llama(
 @pytest.fixture
 def model() -> LlamaForCausalLM:
     return tiny_llama()
+
+
+def make_sequence(
+    rollout: str,
+    group: str,
+    reward: float,
+    tokens: Sequence[int] = (1, 2, 3, 4),
+    mask: Sequence[int] | None = None,
+    logprobs: Sequence[float] | None = None,
+) -> TrainingSequence:
+    """A training sequence; by default its first two tokens are context, the rest policy
+    tokens with behaviour logprob -1."""
+    mask = mask if mask is not None else [0, 0] + [1] * (len(tokens) - 2)
+    behaviour = logprobs if logprobs is not None else [-1.0 * m for m in mask]
+    return TrainingSequence(
+        rollout_id=rollout,
+        group_id=group,
+        reward=reward,
+        token_ids=tuple(tokens),
+        loss_mask=tuple(mask),
+        behaviour_logprobs=tuple(behaviour),
+    )
 
 
 def save_tiny_model(directory: Path, tokenizer_dir: Path, *, seed: int = 0) -> Path:

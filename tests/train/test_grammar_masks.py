@@ -134,7 +134,7 @@ def test_a_token_the_grammar_rejects_ends_the_replay_and_is_counted(
 
 def test_a_batch_under_a_grammar_needs_the_compiler_that_replays_it() -> None:
     from osmosis_ai.errors import ConfigError
-    from osmosis_ai.train.grpo import collate
+    from osmosis_ai.train.micro_batches import collate
 
     sequence = TrainingSequence(
         rollout_id="r",

@@ -9,8 +9,10 @@ import torch
 from transformers import LlamaForCausalLM
 
 from osmosis_ai.train import TrainingSequence
-from osmosis_ai.train.grpo import GrpoConfig, train_step, zero_gradient_groups
+from osmosis_ai.train.advantages import zero_gradient_groups
+from osmosis_ai.train.loss import GrpoConfig
 from osmosis_ai.train.schedule import adamw, warmup_schedule
+from osmosis_ai.train.update import train_step
 from tests.train.conftest import tiny_llama
 
 TARGET = 5

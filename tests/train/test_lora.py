@@ -21,8 +21,11 @@ from osmosis_ai.gateway.policies._hf_dir import quiet_peft
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
 from osmosis_ai.train.export import export_merged
-from osmosis_ai.train.grpo import GrpoConfig, policy_logprobs, train_step
 from osmosis_ai.train.learner import Learner, lora_config
+from osmosis_ai.train.logprobs import policy_logprobs
+from osmosis_ai.train.loss import GrpoConfig
+from osmosis_ai.train.micro_batches import collate
+from osmosis_ai.train.update import train_step
 from tests.train.test_runner import OSMOSIS, _lines, _run, _train_here, _workspace
 
 CPU = torch.device("cpu")
@@ -58,8 +61,6 @@ def _group(prompt: list[int], good: list[int], bad: list[int]) -> list[TrainingS
 
 def _on_policy(model: Any, sequences: list[TrainingSequence]) -> list[TrainingSequence]:
     """``sequences`` with the model's own logprobs as their behaviour logprobs."""
-    from osmosis_ai.train.grpo import collate
-
     batch = collate(sequences, [0.0] * len(sequences), [1.0] * len(sequences))
     with torch.no_grad():
         logprobs = policy_logprobs(model, batch)
@@ -70,8 +71,6 @@ def _on_policy(model: Any, sequences: list[TrainingSequence]) -> list[TrainingSe
 
 
 def _mean_logprob(model: Any, sequence: TrainingSequence) -> float:
-    from osmosis_ai.train.grpo import collate
-
     batch = collate([sequence], [0.0], [1.0])
     with torch.no_grad():
         logprobs = policy_logprobs(model, batch)

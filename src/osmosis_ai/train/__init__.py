@@ -1,8 +1,9 @@
 """The trainer: rollouts' gateway call records become masked sequences and GRPO updates.
 
-``osmosis_ai.train.sequences`` is pure Python; ``grpo`` and ``schedule`` need torch
-(``pip install 'osmosis-ai[train]'``) and are imported from their modules, so importing this
-package loads no torch.
+``osmosis_ai.train.sequences`` and ``advantages`` are pure Python; the update's other
+modules (``micro_batches``, ``logprobs``, ``loss``, ``update``, gathered in ``grpo``) and
+``schedule`` need torch (``pip install 'osmosis-ai[train]'``) and are imported from their
+modules, so importing this package loads no torch.
 """
 
 from osmosis_ai.train import sequences

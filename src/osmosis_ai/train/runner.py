@@ -307,7 +307,7 @@ def _resolve_quietly(model: str) -> Path:
 async def _loop(
     run: Run, learner: Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
 ) -> None:
-    from osmosis_ai.train.grpo import NonFiniteStepError
+    from osmosis_ai.train.update import NonFiniteStepError
 
     training, run_dir = run.config.training, run.run_dir
     if not any(point.step == outcome.steps_done for point in outcome.evals):

@@ -21,12 +21,11 @@ few sequences as the token ids allow:
 
 Nothing is ever re-tokenised: every token comes from a record. A completion generated under
 a grammar keeps it as a `GrammarSpan`, so that the learner scores its tokens under the same
-masks (``grpo.policy_logprobs``).
+masks (``logprobs.policy_logprobs``).
 """
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
+from osmosis_ai.train._record_numbers import checked_numbers
 
 __all__ = [
     "DriftPolicy",
@@ -366,14 +366,16 @@ def _call_tokens(
         return None
     if prompt is None:
         return Exclusion.NO_TOKEN_IDS
-    prompt_ids = _checked(prompt, floats=False, name="prompt_token_ids", rollout_id=rollout_id)
+    prompt_ids = checked_numbers(
+        prompt, floats=False, name="prompt_token_ids", rollout_id=rollout_id
+    )
     if not prompt_ids:
         return Exclusion.NO_TOKEN_IDS
     # A record stores an empty completion (and its logprobs) as null.
-    completion_ids = _checked(
+    completion_ids = checked_numbers(
         completion or [], floats=False, name="completion_token_ids", rollout_id=rollout_id
     )
-    completion_logprobs = _checked(
+    completion_logprobs = checked_numbers(
         logprobs or [], floats=True, name="logprobs", rollout_id=rollout_id
     )
     if len(completion_logprobs) != len(completion_ids):
@@ -388,25 +390,4 @@ def _call_tokens(
         completion=completion_ids,
         logprobs=[float(value) for value in completion_logprobs],
         grammar=grammar,
-    )
-
-
-_INT_CODES = frozenset("bBhHiIlLqQ")
-_NUMBER_CODES = _INT_CODES | {"f", "d"}
-
-
-def _checked(values: object, *, floats: bool, name: str, rollout_id: str) -> list[Any]:
-    # A CallRecord's arrays hold machine numbers by construction: only JSON lists are walked.
-    if isinstance(values, array) and values.typecode in (_NUMBER_CODES if floats else _INT_CODES):
-        return values.tolist()
-    # JSON numbers: an integral logprob is fine, a boolean token id is not.
-    allowed = (int, float) if floats else (int,)
-    if isinstance(values, list | tuple | array) and all(
-        isinstance(value, allowed) and not isinstance(value, bool) for value in values
-    ):
-        return list(values)
-    expected = "numbers" if floats else "integers"
-    raise ConfigError(
-        f"call record of rollout {rollout_id!r}: {name!r} must be a list of {expected} "
-        "(pass CallRecord objects or their to_json() form)"
     )

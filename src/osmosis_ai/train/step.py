@@ -15,6 +15,7 @@ from typing import Any
 from osmosis_ai.eval.metrics import passes
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
+from osmosis_ai.train.advantages import zero_gradient_groups
 from osmosis_ai.train.learner import Learner
 from osmosis_ai.train.outcome import TrainingStopped
 from osmosis_ai.train.rollouts import Run, rollout_reward, rollout_status
@@ -57,8 +58,6 @@ class _Sampled:
 
 async def _sample(run: Run, step: int, rows: list[int]) -> _Sampled:
     """The step's rollouts; groups with all-equal rewards run again, up to the configured bound."""
-    from osmosis_ai.train.grpo import zero_gradient_groups
-
     training = run.config.training
     size = training.group_size
     sampled = _Sampled(await run.rollouts(jobs(f"step-{step:04d}", rows, size)), 0, 0)
@@ -93,7 +92,7 @@ async def run_step(run: Run, learner: Learner, train_rows: list[int], step: int)
         TrainingStopped: The rollouts could not finish, or the update ran out of memory.
         NonFiniteStepError: The update's loss or gradient is not finite.
     """
-    from osmosis_ai.train.grpo import train_step, zero_gradient_groups
+    from osmosis_ai.train.update import train_step
 
     training = run.config.training
     rows = step_rows(train_rows, training.prompts_per_step, training.seed, step)

@@ -1,0 +1,99 @@
+"""The logprobs a model gives a micro-batch's policy tokens: the ``logπ`` of the loss.
+
+They are taken as the engine sampled: under the logits divided by the rollouts' temperature,
+and for tokens generated under a grammar, over what its replayed masks allow
+(``grammar_masks``). The KL reference's are the same, without gradients.
+
+TRL's ``selective_log_softmax`` was considered for the logprob gather: ``trl`` 1.16 requires
+``accelerate``, ``datasets``, ``pandas`` and ``pyarrow>=21``, and its ``trainer/utils.py``
+imports them all, so the few lines are written here instead (same row-wise approach).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError
+
+import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
+
+import torch  # noqa: E402  (after the check that names the extra to install)
+
+from osmosis_ai.train.grammar_masks import allowed_logits  # noqa: E402
+from osmosis_ai.train.micro_batches import MicroBatch  # noqa: E402
+
+__all__ = ["policy_logprobs", "reference_logprobs"]
+
+
+def policy_logprobs(
+    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
+) -> torch.Tensor:
+    """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
+    on the loss mask, under its logits divided by ``temperature`` and restricted to what the
+    batch's grammar masks allow (as the engine sampled them); 0.0 elsewhere.
+
+    The vocabulary projection and log-softmax run only at the masked positions: a rollout is
+    mostly context (system prompt, tools, tool results), and for a small model the projection
+    onto a 49k vocabulary is a fifth of the forward pass and most of its memory. The body may
+    run under bf16 autocast; the log-softmax is taken in fp32, in chunks of positions to
+    bound the vocabulary-sized intermediate.
+    """
+    on = batch.loss_mask > 0  # position t predicts token t + 1
+    targets = batch.input_ids[:, 1:][on]
+    device = batch.input_ids.device
+    masks = batch.grammar_masks[on] if batch.grammar_masks is not None else None
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+        hidden = _body(model)(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).last_hidden_state
+        chosen = hidden[:, :-1][on]
+        head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
+        chunks = []
+        for index, (part, part_targets) in enumerate(
+            zip(torch.split(chosen, _LOGIT_CHUNK), torch.split(targets, _LOGIT_CHUNK), strict=True)
+        ):
+            logits = head(part).float() / temperature
+            if masks is not None:
+                start = index * _LOGIT_CHUNK
+                logits = allowed_logits(logits, masks[start : start + len(part)])
+            picked = torch.log_softmax(logits, dim=-1).gather(-1, part_targets.unsqueeze(-1))
+            chunks.append(picked.squeeze(-1))
+    values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
+    return torch.zeros(on.shape, dtype=torch.float32, device=device).masked_scatter(on, values)
+
+
+def reference_logprobs(
+    reference_model: torch.nn.Module,
+    batch: MicroBatch,
+    *,
+    bf16: bool = False,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """The KL reference's `policy_logprobs` (no gradients); a peft model's are its base
+    model's, with the adapter disabled."""
+    disabled = getattr(reference_model, "disable_adapter", None)
+    with torch.no_grad(), disabled() if disabled is not None else contextlib.nullcontext():
+        return policy_logprobs(reference_model, batch, bf16=bf16, temperature=temperature)
+
+
+#: Positions whose vocabulary logits are held at once in `policy_logprobs`.
+_LOGIT_CHUNK = 1024
+
+
+def _body(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer under the vocabulary head of a transformers causal LM.
+
+    Raises:
+        ConfigError: A model whose logits are more than its head's output (a logit scale or
+            soft cap), where projecting the hidden states would give other logprobs.
+    """
+    config = getattr(model, "config", None)
+    for field in ("final_logit_softcapping", "logit_scale"):
+        if getattr(config, field, None):
+            raise ConfigError(
+                f"the model's config sets {field}: its logits are not its head's output, "
+                "which the trainer's selective projection needs"
+            )
+    body: torch.nn.Module = model.get_decoder()  # type: ignore[operator]
+    return body

@@ -1,0 +1,129 @@
+"""A step's sequences packed into micro-batches under a token budget, and padded into tensors.
+
+The update accumulates gradients over the micro-batches (``update.train_step``); each one's
+padded size (rows × longest) fits the budget, so the budget bounds the update's memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.train.sequences import TrainingSequence
+
+import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
+
+import torch  # noqa: E402  (after the check that names the extra to install)
+
+from osmosis_ai.train.grammar_masks import TokenMasks, replayed_masks  # noqa: E402
+
+__all__ = ["MicroBatch", "collate", "pack_micro_batches"]
+
+
+def pack_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Indices of sequences grouped so each group's padded size (rows × longest) fits the budget.
+
+    Longest first, each into the current micro-batch while it fits; the order is
+    deterministic (ties keep their input order).
+
+    Raises:
+        ConfigError: One sequence alone is longer than the budget.
+    """
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    batches: list[list[int]] = []
+    for index in order:
+        if lengths[index] > token_budget:
+            raise ConfigError(
+                f"a sequence of {lengths[index]} tokens exceeds micro_batch_tokens="
+                f"{token_budget}: raise micro_batch_tokens or lower the rollouts' max_tokens"
+            )
+        # Sorted longest first, so a batch's first row is its longest.
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
+            batches[-1].append(index)
+        else:
+            batches.append([index])
+    return batches
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatch:
+    """Right-padded tensors of some sequences; the per-token ones are shifted by one.
+
+    ``input_ids`` and ``attention_mask`` are ``[B, T]``; ``loss_mask``, ``behaviour_logprobs``
+    and ``weights`` are ``[B, T - 1]`` and describe tokens 1..T-1 (the ones a position predicts).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    """``[B, 1]``."""
+    weights: torch.Tensor
+    """Loss weight of each token (0 off the mask)."""
+    grammar_masks: torch.Tensor | None = None
+    """``[B, T - 1, W]`` packed masks of the tokens each position's grammar allowed (every
+    bit set where none applied; see ``grammar_masks``), or ``None``: no grammar at all."""
+    unreplayed_tokens: int = 0
+    """Constrained tokens whose grammar could not be replayed (scored unmasked)."""
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """The same batch on ``device``."""
+        masks = self.grammar_masks
+        return MicroBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            loss_mask=self.loss_mask.to(device),
+            behaviour_logprobs=self.behaviour_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            weights=self.weights.to(device),
+            grammar_masks=masks.to(device) if masks is not None else None,
+            unreplayed_tokens=self.unreplayed_tokens,
+        )
+
+
+def collate(
+    sequences: Sequence[TrainingSequence],
+    advantages: Sequence[float],
+    weights: Sequence[float],
+    grammars: TokenMasks | None = None,
+) -> MicroBatch:
+    """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
+    on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``.
+
+    Raises:
+        ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
+    """
+    width = max(len(sequence) for sequence in sequences)
+    rows = len(sequences)
+    input_ids = torch.zeros(rows, width, dtype=torch.long)
+    attention = torch.zeros(rows, width, dtype=torch.long)
+    mask = torch.zeros(rows, width, dtype=torch.float32)
+    behaviour = torch.zeros(rows, width, dtype=torch.float32)
+    for row, sequence in enumerate(sequences):
+        length = len(sequence)
+        input_ids[row, :length] = torch.tensor(sequence.token_ids, dtype=torch.long)
+        attention[row, :length] = 1
+        mask[row, :length] = torch.tensor(sequence.loss_mask, dtype=torch.float32)
+        behaviour[row, :length] = torch.tensor(sequence.behaviour_logprobs, dtype=torch.float32)
+    loss_mask = mask[:, 1:]
+    packed, unreplayed = None, 0
+    if any(sequence.grammar_spans for sequence in sequences):
+        if grammars is None:
+            raise ConfigError(
+                "sequences generated under a grammar need the model's grammar compiler to be "
+                "scored (pass grammars=)"
+            )
+        packed, unreplayed = replayed_masks(sequences, width, grammars)
+    return MicroBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        behaviour_logprobs=behaviour[:, 1:],
+        advantages=torch.tensor(advantages, dtype=torch.float32).unsqueeze(1),
+        weights=loss_mask * torch.tensor(weights, dtype=torch.float32).unsqueeze(1),
+        grammar_masks=packed,
+        unreplayed_tokens=unreplayed,
+    )

@@ -1,0 +1,60 @@
+"""Group advantages and token weights, checked against the formulas by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from osmosis_ai.train.advantages import group_advantages, token_weights, zero_gradient_groups
+from tests.train.conftest import make_sequence
+
+
+def _stdev(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def test_advantages_are_normalised_within_each_group() -> None:
+    rewards_a = [1.0, 0.0, 0.5, 0.25]
+    rewards_b = [2.0, 4.0]
+    sequences = [make_sequence(f"a{i}", "a", r) for i, r in enumerate(rewards_a)]
+    sequences += [make_sequence(f"b{i}", "b", r) for i, r in enumerate(rewards_b)]
+    mean_a, mean_b = sum(rewards_a) / 4, sum(rewards_b) / 2
+    expected = [(r - mean_a) / (_stdev(rewards_a) + 1e-4) for r in rewards_a]
+    expected += [(r - mean_b) / (_stdev(rewards_b) + 1e-4) for r in rewards_b]
+    assert group_advantages(sequences) == pytest.approx(expected, rel=1e-12)
+    unscaled = [r - mean_a for r in rewards_a] + [r - mean_b for r in rewards_b]
+    assert group_advantages(sequences, scale="none") == pytest.approx(unscaled, rel=1e-12)
+
+
+def test_a_forked_rollout_counts_once_in_its_group() -> None:
+    sequences = [
+        make_sequence("x", "g", 1.0),
+        make_sequence("x", "g", 1.0, tokens=(5, 6, 7, 8)),
+        make_sequence("y", "g", 0.0),
+    ]
+    # Group {x: 1, y: 0}: mean 0.5, not (1 + 1 + 0) / 3.
+    advantages = group_advantages(sequences, scale="none")
+    assert advantages == pytest.approx([0.5, 0.5, -0.5])
+
+
+def test_groups_with_equal_rewards_carry_no_gradient() -> None:
+    sequences = [
+        make_sequence("a0", "same", 0.5),
+        make_sequence("a1", "same", 0.5),
+        make_sequence("b0", "single", 1.0),
+        make_sequence("c0", "mixed", 0.0),
+        make_sequence("c1", "mixed", 1.0),
+    ]
+    assert zero_gradient_groups(sequences) == {"same", "single"}
+    assert group_advantages(sequences)[:3] == [0.0, 0.0, 0.0]
+    assert all(a != 0 for a in group_advantages(sequences)[3:])
+
+
+def test_token_and_sequence_normalisation_weigh_tokens_differently() -> None:
+    long = make_sequence("a", "g", 1.0, tuple(range(1, 9)), (0, 0, 1, 1, 1, 1, 1, 1))
+    short = make_sequence("b", "g", 0.0, (1, 2, 3), (0, 0, 1))
+    # DAPO: every token of the step weighs 1/7. GRPO: each sequence weighs 1/2 in total.
+    assert token_weights([long, short], "token") == pytest.approx([1 / 7, 1 / 7])
+    assert token_weights([long, short], "sequence") == pytest.approx([1 / 12, 1 / 2])

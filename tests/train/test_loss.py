@@ -1,0 +1,120 @@
+"""The GRPO-family loss and its settings, checked against the formulas by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.train.advantages import group_advantages, token_weights
+from osmosis_ai.train.loss import GrpoConfig, grpo_loss
+from osmosis_ai.train.micro_batches import collate
+from tests.train.conftest import make_sequence
+
+
+def _batch_and_expected(
+    config: GrpoConfig, reference: list[list[float]] | None = None
+) -> tuple[torch.Tensor, float, object]:
+    """A two-sequence batch, made-up policy logprobs, and the loss computed by hand."""
+    sequences = [
+        make_sequence(
+            "p", "g", 1.0, (1, 2, 3, 4, 5), (0, 1, 0, 1, 1), (0.0, -1.0, 0.0, -0.5, -2.0)
+        ),
+        make_sequence("q", "g", 0.0, (1, 6, 7), (0, 1, 1), (0.0, -0.7, -1.2)),
+    ]
+    advantages = group_advantages(sequences, scale=config.advantage_scale)
+    weights = token_weights(sequences, config.normalisation)
+    batch = collate(sequences, advantages, weights)
+    # Policy logprobs of tokens 1..T-1 (padded to the longest sequence).
+    policy = [[-0.8, -0.3, -0.2, -2.5], [-0.9, -1.0, 0.0, 0.0]]
+    expected = 0.0
+    for row, sequence in enumerate(sequences):
+        for position in range(1, len(sequence)):
+            if not sequence.loss_mask[position]:
+                continue
+            logprob = policy[row][position - 1]
+            ratio = math.exp(logprob - sequence.behaviour_logprobs[position])
+            clipped = min(max(ratio, 1 - config.clip_low), 1 + config.clip_high)
+            advantage = advantages[row]
+            term = max(-advantage * ratio, -advantage * clipped)
+            if reference is not None:
+                delta = reference[row][position - 1] - logprob
+                term += config.kl_beta * (math.exp(delta) - delta - 1)
+            expected += term * weights[row]
+    return torch.tensor(policy, requires_grad=True), expected, batch
+
+
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+@pytest.mark.parametrize("scale", ["std", "none"])
+def test_loss_matches_the_formula(normalisation: str, scale: str) -> None:
+    config = GrpoConfig(normalisation=normalisation, advantage_scale=scale)  # type: ignore[arg-type]
+    policy, expected, batch = _batch_and_expected(config)
+    loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert parts.tokens == 5
+
+
+def test_kl_term_is_the_k3_estimate_to_the_reference() -> None:
+    config = GrpoConfig(kl_beta=0.3)
+    reference = [[-1.0, -0.1, -0.4, -2.0], [-0.2, -1.5, 0.0, 0.0]]
+    policy, expected, batch = _batch_and_expected(config, reference)
+    loss, parts = grpo_loss(policy, batch, config, torch.tensor(reference))  # type: ignore[arg-type]
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert parts.kl_sum > 0
+    same, _ = grpo_loss(policy, batch, config, policy.detach())  # type: ignore[arg-type]
+    without, _ = grpo_loss(policy, batch, GrpoConfig())  # type: ignore[arg-type]
+    assert same.item() == pytest.approx(without.item(), rel=1e-6)
+    with pytest.raises(ConfigError, match="reference"):
+        grpo_loss(policy, batch, config)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("advantage_sign", "policy_logprob", "clipped_side"),
+    [
+        (1.0, math.log(1.5), "high"),  # ratio 1.5 > 1 + 0.28 with A > 0: clipped
+        (-1.0, math.log(0.5), "low"),  # ratio 0.5 < 1 - 0.2 with A < 0: clipped
+        (1.0, math.log(1.1), None),  # inside the band: the gradient flows
+        (-1.0, math.log(1.5), None),  # A < 0 above the band: unclipped (pessimistic max)
+        (1.0, math.log(0.5), None),  # A > 0 below the band: unclipped
+    ],
+)
+def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
+    advantage_sign: float, policy_logprob: float, clipped_side: str | None
+) -> None:
+    config = GrpoConfig(clip_low=0.2, clip_high=0.28)
+    sequences = [make_sequence("a", "g", 1.0, (1, 2), (0, 1), (0.0, 0.0))]
+    batch = collate(sequences, [advantage_sign], [1.0])
+    policy = torch.tensor([[policy_logprob]], requires_grad=True)
+    loss, parts = grpo_loss(policy, batch, config)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    gradient = float(policy.grad[0, 0])
+    if clipped_side is None:
+        # d(-A·ρ)/d logπ = -A·ρ
+        assert gradient == pytest.approx(-advantage_sign * math.exp(policy_logprob))
+        assert parts.clipped_low == parts.clipped_high == 0
+    else:
+        assert gradient == 0.0
+        assert (parts.clipped_high, parts.clipped_low) == (
+            (1, 0) if clipped_side == "high" else (0, 1)
+        )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("clip_low", 1.0),
+        ("clip_high", -0.1),
+        ("kl_beta", math.inf),
+        ("advantage_scale", "mad"),
+        ("normalisation", "batch"),
+        ("micro_batch_tokens", 1),
+        ("max_grad_norm", 0.0),
+        ("temperature", 0.0),
+    ],
+)
+def test_bad_config_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        GrpoConfig(**{field: value})  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""One GRPO update: micro-batching, refused non-finite steps, the KL reference."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.train.loss import GrpoConfig
+from osmosis_ai.train.sequences import TrainingSequence
+from osmosis_ai.train.update import NonFiniteStepError, train_step
+from tests.train.conftest import VOCAB, make_sequence, tiny_llama
+
+
+def _step_sequences() -> list[TrainingSequence]:
+    generator = torch.Generator().manual_seed(3)
+    sequences = []
+    for i in range(6):
+        length = 4 + i % 3
+        tokens = torch.randint(0, VOCAB, (length,), generator=generator).tolist()
+        mask = [0, 0] + [1] * (length - 2)
+        logprobs = [-2.5 * m for m in mask]
+        sequences.append(make_sequence(f"r{i}", f"g{i % 2}", float(i % 3), tokens, mask, logprobs))
+    return sequences
+
+
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_micro_batching_gives_the_same_update_as_one_batch(normalisation: str) -> None:
+    updated = []
+    for budget in (64, 6):
+        model = tiny_llama()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        config = GrpoConfig(micro_batch_tokens=budget, normalisation=normalisation)  # type: ignore[arg-type]
+        metrics = train_step(model, optimizer, _step_sequences(), config, step=1)
+        updated.append((metrics, torch.nn.utils.parameters_to_vector(model.parameters())))
+    (whole, whole_params), (split, split_params) = updated
+    assert (whole.micro_batches, split.micro_batches) == (1, 6)
+    assert split.loss == pytest.approx(whole.loss, rel=1e-5)
+    assert split.grad_norm == pytest.approx(whole.grad_norm, rel=1e-4)
+    assert torch.allclose(whole_params, split_params, atol=1e-6)
+    assert not torch.equal(
+        whole_params, torch.nn.utils.parameters_to_vector(tiny_llama().parameters())
+    )
+    assert whole.tokens == sum(len(s) for s in _step_sequences())
+    assert whole.policy_tokens == sum(s.policy_tokens for s in _step_sequences())
+
+
+def test_a_non_finite_loss_is_refused_and_nothing_is_applied(model: LlamaForCausalLM) -> None:
+    before = copy.deepcopy(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sequences = _step_sequences()
+    broken = sequences[0]
+    sequences[0] = make_sequence(
+        broken.rollout_id,
+        broken.group_id,
+        broken.reward,
+        broken.token_ids,
+        broken.loss_mask,
+        [*broken.behaviour_logprobs[:-1], math.nan],
+    )
+    with pytest.raises(NonFiniteStepError, match=r"step 12: the loss is nan; no update"):
+        train_step(model, optimizer, sequences, GrpoConfig(micro_batch_tokens=8), step=12)
+    _assert_untouched(model, before, optimizer)
+
+
+def test_a_non_finite_gradient_is_refused_and_nothing_is_applied(
+    model: LlamaForCausalLM,
+) -> None:
+    before = copy.deepcopy(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    # The loss stays finite; one parameter's gradient becomes infinite on its way back.
+    model.model.norm.weight.register_hook(lambda grad: grad * math.inf)
+    with pytest.raises(NonFiniteStepError, match=r"step 4: the gradient norm is (inf|nan)"):
+        train_step(model, optimizer, _step_sequences(), GrpoConfig(), step=4)
+    _assert_untouched(model, before, optimizer)
+
+
+def _assert_untouched(
+    model: LlamaForCausalLM, before: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer
+) -> None:
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert not optimizer.state
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_kl_needs_a_reference_model_and_starts_at_zero(model: LlamaForCausalLM) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = GrpoConfig(kl_beta=0.1)
+    with pytest.raises(ConfigError, match="reference_model"):
+        train_step(model, optimizer, _step_sequences(), config, step=0)
+    reference = copy.deepcopy(model)
+    first = train_step(
+        model, optimizer, _step_sequences(), config, step=0, reference_model=reference
+    )
+    second = train_step(
+        model, optimizer, _step_sequences(), config, step=1, reference_model=reference
+    )
+    assert first.kl == pytest.approx(0.0, abs=1e-7)
+    assert second.kl > 0
+
+
+def test_an_empty_step_is_refused(model: LlamaForCausalLM) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ConfigError, match="step 3: no training sequences"):
+        train_step(model, optimizer, [], GrpoConfig(), step=3)
