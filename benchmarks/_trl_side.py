@@ -155,7 +155,7 @@ def train(args: argparse.Namespace) -> None:
         scale_rewards="group",
         mask_truncated_completions=False,
         max_grad_norm=settings["max_grad_norm"],
-        bf16=True,
+        bf16=settings["bf16"],
         use_cpu=True,
         activation_checkpointing=False,  # TRL's default is on (gradient_checkpointing)
         logging_steps=1,

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TASK = HERE / "trl_task"
@@ -391,6 +393,9 @@ def trl_settings(steps: int, seed: int) -> dict[str, Any]:
         "clip_high": training["clip_high"],
         "kl_beta": training["kl_beta"],
         "max_grad_norm": 1.0,
+        # What osmosis's precision "auto" picks on this CPU: bf16 autocast only where the CPU
+        # computes bf16 natively (emulated, an update takes minutes instead of seconds).
+        "bf16": cpu_has_native_bf16(),
     }
 
 
@@ -399,7 +404,7 @@ def _check_config(training: dict[str, Any]) -> None:
     expected = {
         "normalisation": "token",
         "advantage_scale": "std",
-        "precision": "bf16",
+        "precision": "auto",
         "eval_every": 0,
         "resample_zero_gradient": 0,
     }
@@ -446,8 +451,11 @@ def print_settings(
         ("KL", f"off (kl_beta = beta = {s['kl_beta']:g})"),
         (
             "precision",
-            "fp32 weights, update under bf16 autocast (osmosis precision 'bf16'; "
-            "TRL bf16=True, use_cpu=True)",
+            "fp32 weights, update under bf16 autocast (osmosis precision 'auto' on a CPU with "
+            "native bf16; TRL bf16=True, use_cpu=True)"
+            if s["bf16"]
+            else "fp32 weights and update: this CPU has no native bf16 (osmosis precision "
+            "'auto'; TRL bf16=False, use_cpu=True)",
         ),
         ("grad clip", f"global norm {s['max_grad_norm']:g}"),
         (
@@ -460,10 +468,10 @@ def print_settings(
         "generation: osmosis serves the policy through its gateway to one rollout per "
         "completion (HTTP, the rollout server in a child process), batching concurrent calls, "
         "in fp32; TRL calls model.generate on the 32 left-padded prompts at once, under the "
-        "bf16 autocast accelerate puts on the model's forward",
+        "autocast accelerate puts on the model's forward (bf16 where the update uses it)",
         "the clip: TRL with one gradient step per batch takes the ratio against its own "
         "detached logprobs (exactly 1, the clip never binds); osmosis against the behaviour "
-        "logprobs the engine recorded in fp32, so its bf16 update sees ratios near 1",
+        "logprobs the engine recorded in fp32, so a bf16 update sees ratios near 1",
         "all-equal groups: osmosis leaves them out of the update and out of the token "
         "normalisation (and applies no update when every group is); TRL trains on their "
         "zero-advantage tokens, which count in its normalisation",
@@ -471,7 +479,7 @@ def print_settings(
         "the 32 completions as one padded batch",
         "the update's head: osmosis projects only the completion positions onto the vocabulary; "
         "TRL's fused LM head does so on CUDA but, in its torch tiles on the CPU, projects every "
-        "position, prompt included (both: bf16 autocast, log-softmax in fp32, logits / T)",
+        "position, prompt included (both: log-softmax in fp32, logits / T)",
         "sampling is random on both and not seeded alike: the same rows, other completions",
         "held-out evaluations inside the runs: osmosis evaluates its held-out rows at the start "
         "and the end (in its wall time, not in the step times); TRL none",
@@ -493,16 +501,8 @@ def print_settings(
     for name, found in versions.items():
         listed = ", ".join(f"{k} {v}" for k, v in found.items())
         print(f"  {name:<8} {listed}")
-    cpu = "bf16 natively (AVX512-BF16 or AMX)" if _native_bf16() else "no native bf16"
+    cpu = "bf16 natively (AVX512-BF16 or AMX)" if cpu_has_native_bf16() else "no native bf16"
     print(f"  machine  {os.cpu_count()} cores, {platform.machine()}, {cpu}\n", flush=True)
-
-
-def _native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 # -- the table -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.learner import Learner
@@ -83,6 +84,11 @@ def test_precision_decides_whether_the_update_runs_under_bf16_autocast(
     config = load_train_config(
         _workspace(tmp_path / "ws", tiny_model_dir, f'precision = "{precision}"')
     )
+    native = cpu_has_native_bf16()
+    if precision == "bf16" and not native:  # emulated here: refused (test_torch_device.py)
+        with pytest.raises(ConfigError, match='training.precision = "bf16"'):
+            Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
+        return
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
-    expected = {"bf16": True, "fp32": False, "auto": cpu_has_native_bf16()}[precision]
+    expected = {"bf16": True, "fp32": False, "auto": native}[precision]
     assert learner.grpo.bf16 is expected

@@ -533,7 +533,8 @@ TRAINING = Section(
             comment='the update: "bf16" autocast, "fp32", or bf16 where it is native',
             docs='the update\'s forward pass under bf16 autocast (`"bf16"`), in `"fp32"`, or '
             "bf16 where the device computes it natively: a GPU of compute capability 8.0+, a "
-            "CPU with AVX512-BF16 or AMX (about twice as fast); never on MPS",
+            'CPU with AVX512-BF16 or AMX (about twice as fast); never on MPS. `"bf16"` '
+            "where the device would emulate it is refused",
         ),
         Key(
             "token_budget",

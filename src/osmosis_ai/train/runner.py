@@ -50,7 +50,7 @@ from osmosis_ai.gateway.policies._hf_dir import (
     import_torch_stack,
     quiet_transformers,
 )
-from osmosis_ai.gateway.policies._torch_device import resolve_device
+from osmosis_ai.gateway.policies._torch_device import resolve_device, update_in_bf16
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.redact import Redactor, credential_env_values
@@ -130,6 +130,9 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     # missing dependency one line with its install command.
     device = await asyncio.to_thread(
         resolve_device, config.training.device, key="[training] device", feature=_FEATURE
+    )
+    await asyncio.to_thread(
+        update_in_bf16, device, config.training.precision, key="training.precision"
     )
     await asyncio.to_thread(_check_dependencies, config)
     name = check_run_name(options.name or options.config_path.stem)

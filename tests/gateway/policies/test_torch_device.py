@@ -47,12 +47,28 @@ def test_mps_without_apple_silicon_and_unknown_devices_are_refused() -> None:
             resolve_device(bad)
 
 
-def test_the_update_runs_in_bf16_where_the_device_computes_it() -> None:
+def test_the_update_runs_in_bf16_where_the_device_computes_it(tmp_path: Path) -> None:
     cpu = torch.device("cpu")
     assert update_in_bf16(cpu, "auto") is cpu_has_native_bf16()
-    assert update_in_bf16(cpu, "bf16") is True
     assert update_in_bf16(cpu, "fp32") is False
     assert update_in_bf16(torch.device("mps"), "auto") is False  # no bf16 autocast by default
+    native, emulated, unknown = (tmp_path / name for name in ("native", "emulated", "unknown"))
+    native.write_text("processor: 0\nflags\t: fpu avx2 avx512f amx_bf16\n")
+    emulated.write_text("processor: 0\nflags\t: fpu avx2\n")
+    unknown.write_text("processor: 0\nFeatures\t: fp asimd bf16\n")  # aarch64: not read
+    assert update_in_bf16(cpu, "bf16", cpuinfo=native) is True
+    assert update_in_bf16(cpu, "auto", cpuinfo=native) is True
+    assert update_in_bf16(cpu, "auto", cpuinfo=emulated) is False
+    # Asked for where the flags say it is emulated: refused with the setting to use.
+    with pytest.raises(ConfigError) as refused:
+        update_in_bf16(cpu, "bf16", key="training.precision", cpuinfo=emulated)
+    assert str(refused.value).startswith(
+        'training.precision = "bf16" but this CPU does not compute bf16'
+    )
+    assert str(refused.value).endswith('use "fp32" or "auto"')
+    # Where the flags are not read, an explicit "bf16" is taken as asked.
+    assert update_in_bf16(cpu, "bf16", cpuinfo=unknown) is True
+    assert update_in_bf16(cpu, "auto", cpuinfo=unknown) is False
 
 
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path: Path) -> None:

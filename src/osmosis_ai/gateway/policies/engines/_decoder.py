@@ -122,7 +122,7 @@ class Decoder:
             mask[index, width - len(prompt) :] = 1
         input_ids, mask = input_ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self._model.config)  # filled in place by the forward pass
+        cache: Any = DynamicCache(config=self._model.config)  # filled by the forward pass
         logits = self._forward(input_ids, mask, positions, cache)
         jobs = [job for group in groups for job in group]
         if len(jobs) > len(groups):
