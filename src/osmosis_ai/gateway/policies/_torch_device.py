@@ -143,15 +143,17 @@ def update_in_bf16(
                 'capability 8.0 or newer); use "fp32" or "auto"'
             )
         return supported
-    if device.type != "cpu":
+    flags = _cpu_flags(cpuinfo) if device.type == "cpu" else None
+    if flags is None:  # MPS, or a CPU whose flags are not read here: as asked
         return precision == "bf16"
-    supported = cpu_has_native_bf16(cpuinfo)
-    if precision == "bf16" and not supported and _cpu_flags(cpuinfo) is not None:
+    if flags & _NATIVE_BF16:
+        return True
+    if precision == "bf16":
         raise ConfigError(
             f'{key} = "bf16" but this CPU does not compute bf16 (it needs AVX512-BF16 or '
             'AMX; emulated, an update takes minutes instead of seconds); use "fp32" or "auto"'
         )
-    return supported or precision == "bf16"
+    return False
 
 
 def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
@@ -159,8 +161,7 @@ def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
 
     Elsewhere bf16 is emulated, slower than fp32, so the trainer stays in fp32.
     """
-    flags = _cpu_flags(cpuinfo)
-    return flags is not None and bool(flags & _NATIVE_BF16)
+    return bool((_cpu_flags(cpuinfo) or set()) & _NATIVE_BF16)
 
 
 def _cpu_flags(cpuinfo: Path) -> set[str] | None:
