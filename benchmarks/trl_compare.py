@@ -501,7 +501,7 @@ def print_settings(
     for name, found in versions.items():
         listed = ", ".join(f"{k} {v}" for k, v in found.items())
         print(f"  {name:<8} {listed}")
-    cpu = "bf16 natively (AVX512-BF16 or AMX)" if cpu_has_native_bf16() else "no native bf16"
+    cpu = "bf16 natively (AVX512-BF16 or AMX)" if s["bf16"] else "no native bf16"
     print(f"  machine  {os.cpu_count()} cores, {platform.machine()}, {cpu}\n", flush=True)
 
 
