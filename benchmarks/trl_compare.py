@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
+from osmosis_ai.train.config import TrainingConfig
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -68,6 +69,11 @@ def _training_table() -> dict[str, Any]:
     with (TASK / CONFIG).open("rb") as file:
         table: dict[str, Any] = tomllib.load(file)["training"]
     return table
+
+
+def _token_budget() -> int:
+    """The update's micro-batch size osmosis trains with: the config's, else the default."""
+    return int(_training_table().get("token_budget", TrainingConfig.token_budget))
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -475,8 +481,8 @@ def print_settings(
         "all-equal groups: osmosis leaves them out of the update and out of the token "
         "normalisation (and applies no update when every group is); TRL trains on their "
         "zero-advantage tokens, which count in its normalisation",
-        "micro-batches: osmosis packs the update into 2,048-token micro-batches; TRL forwards "
-        "the 32 completions as one padded batch",
+        f"micro-batches: osmosis packs the update into {_token_budget():,}-token micro-batches; "
+        "TRL forwards the 32 completions as one padded batch",
         "the update's head: osmosis projects only the completion positions onto the vocabulary; "
         "TRL's fused LM head does so on CUDA but, in its torch tiles on the CPU, projects every "
         "position, prompt included (both: log-softmax in fp32, logits / T)",

@@ -539,7 +539,7 @@ TRAINING = Section(
         Key(
             "token_budget",
             "integer",
-            default=2048,
+            default=1024,
             comment="tokens per micro-batch of the update; lower it on out of memory",
             docs="tokens per micro-batch of the update; lower it when memory runs out",
         ),

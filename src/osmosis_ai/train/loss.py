@@ -39,7 +39,7 @@ class GrpoConfig:
     """Average over every policy token of the step (DAPO) or per sequence, then over sequences."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = 1024
     """Token budget of one micro-batch, padding included (lower it when memory runs out)."""
     max_grad_norm: float | None = 1.0
     """Gradients are clipped to this global norm (``None``: measured, not clipped)."""

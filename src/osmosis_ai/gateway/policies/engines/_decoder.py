@@ -256,7 +256,7 @@ def _choose(
 ) -> tuple[int, float, list[tuple[int, float]]]:
     """The next token, its logprob, and the top alternatives asked for."""
     if sampling.temperature == 0:
-        logprobs = torch.log_softmax(logits, dim=-1)
+        scaled = logits
         token = int(torch.argmax(logits))
     else:
         scaled = logits / sampling.temperature
@@ -269,16 +269,34 @@ def _choose(
             # Keep the smallest prefix whose mass reaches top_p (the first token always).
             drop = cumulative - torch.softmax(ordered, dim=-1) >= sampling.top_p
             scaled = scaled.scatter(0, order[drop], float("-inf"))
-        logprobs = torch.log_softmax(scaled, dim=-1)
-        token = int(torch.multinomial(logprobs.exp(), 1, generator=generator))
+        token = _draw(torch, scaled, generator)
+    # Logprobs are the scaled logits less their log-sum-exp; only the ones reported are taken.
+    normaliser = torch.logsumexp(scaled, dim=-1)
     alternatives: list[tuple[int, float]] = []
     if sampling.top_logprobs:
-        values, ids = torch.topk(logprobs, sampling.top_logprobs)
+        values, ids = torch.topk(scaled, sampling.top_logprobs)
         # Tokens masked out (grammar, top-k, top-p) are no alternatives (and -inf is no JSON).
         alternatives = [
-            (int(i), float(v)) for i, v in zip(ids, values, strict=True) if math.isfinite(v)
+            (int(i), float(v))
+            for i, v in zip(ids, values - normaliser, strict=True)
+            if math.isfinite(v)
         ]
-    return token, float(logprobs[token]), alternatives
+    return token, float(scaled[token] - normaliser), alternatives
+
+
+def _draw(torch: Any, scores: Any, generator: Any) -> int:
+    """A token drawn with ``generator`` from ``softmax(scores)`` (logits, ``-inf`` for
+    tokens that may not be drawn).
+
+    The race of exponential clocks: with ``E_i ~ Exp(1)`` independent, ``argmax p_i / E_i``
+    (here ``argmax scores_i - log E_i``) is token ``i`` with probability ``p_i``. It draws
+    as ``torch.multinomial`` does at a third of its cost on a 49k vocabulary: multinomial with
+    a generator takes ~1.4 ms a row on this CPU, a sixth of a decoding step at 32 rows.
+    """
+    uniform = torch.rand(scores.shape, generator=generator, device=scores.device)
+    # E = -log(1 - U), 1 - U in (0, 1]; a clock of exactly 0 is lifted to keep its log finite.
+    clocks = uniform.neg_().log1p_().neg_().clamp_(min=torch.finfo(uniform.dtype).tiny)
+    return int(torch.argmax(scores - clocks.log_()))
 
 
 def _finished(
