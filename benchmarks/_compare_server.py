@@ -17,7 +17,7 @@ import resource
 import sys
 from typing import Any
 
-import httpx
+import httpx2
 import uvicorn
 
 from osmosis_ai.rollout import (
@@ -29,7 +29,7 @@ from osmosis_ai.rollout import (
 )
 from osmosis_ai.rollout.server import create_rollout_server
 
-_HTTP: httpx.AsyncClient | None = None
+_HTTP: httpx2.AsyncClient | None = None
 
 
 class NoOp(AgentWorkflow):
@@ -49,7 +49,7 @@ class Chat3(AgentWorkflow):
         rollout = get_rollout_context()
         assert rollout is not None
         if _HTTP is None:
-            _HTTP = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1024))
+            _HTTP = httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=1024))
         messages = list(ctx.prompt)
         for _ in range(3):
             reply = await _HTTP.post(

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
+import httpx2
 import hydra
 from omegaconf import OmegaConf
 from skyrl.train.generators.base import BatchMetadata, TrajectoryID
@@ -90,7 +90,7 @@ class Calls(AgentWorkflow):
         assert rollout is not None
         messages = list(ctx.prompt)
         headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
-        async with httpx.AsyncClient(timeout=60, verify=_TLS) as http:
+        async with httpx2.AsyncClient(timeout=60, verify=_TLS) as http:
             for _ in range(int((ctx.metadata or {})["calls"])):
                 response = await http.post(
                     f"{rollout.chat_completions_url}/chat/completions",

@@ -59,7 +59,7 @@ _ROLLOUT = '''
 import difflib
 import os
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow, AgentWorkflowContext, Grader, GraderContext, LocalBackend,
@@ -71,7 +71,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 class Reply(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext):
         rollout = get_rollout_context()
-        async with httpx.AsyncClient(timeout=600) as http:
+        async with httpx2.AsyncClient(timeout=600) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 json={"model": "policy", "messages": ctx.prompt},

@@ -50,14 +50,14 @@ def _calculator_tool() -> dict[str, Any]:
 
 
 async def _speed(model_dir: Path) -> dict[str, float]:
-    import httpx
+    import httpx2
 
     from osmosis_ai.gateway import Gateway, TorchPolicy
 
     tool = _calculator_tool()
     async with Gateway(TorchPolicy(model_dir)) as gateway:
         headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=gateway.base_url, headers=headers, timeout=600
         ) as http:
 

@@ -64,14 +64,14 @@ def _load(model_dir: Path) -> tuple[Any, Any]:
 
 async def _policy_figures(model_dir: Path) -> list[Figure]:
     """Tokens/s of 8 concurrent calls and of one, and logprob exactness, over HTTP."""
-    import httpx
+    import httpx2
 
     from osmosis_ai.gateway import Gateway, TorchPolicy
 
     policy = TorchPolicy(model_dir)
     async with Gateway(policy) as gateway:
         headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=gateway.base_url, headers=headers, timeout=600
         ) as http:
 

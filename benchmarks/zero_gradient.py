@@ -41,7 +41,7 @@ TERSE_ROLLOUT = '''"""Terse answers: the bare number, nothing else."""
 import os
 import re
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow, AgentWorkflowConfig, Grader, LocalBackend, get_rollout_context,
@@ -54,7 +54,7 @@ class TerseWorkflow(AgentWorkflow[AgentWorkflowConfig]):
         rollout = get_rollout_context()
         headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
         messages = list(ctx.prompt)
-        async with httpx.AsyncClient(timeout=300) as http:
+        async with httpx2.AsyncClient(timeout=300) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 json={"model": "policy", "messages": messages, "max_tokens": 24},

@@ -57,6 +57,7 @@ def test_importing_rollout_loads_no_server_gateway_or_framework() -> None:
         "starlette",
         "uvicorn",
         "httpx",
+        "httpx2",
         "fastapi",
         "strands",
         "agents",

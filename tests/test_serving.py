@@ -7,7 +7,7 @@ import socket
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai._serving import HEADER_TIMEOUT_SEC, bind_socket, running_server
@@ -37,7 +37,7 @@ async def test_gateway_closes_a_connection_that_never_finishes_its_headers() -> 
         port = int(gateway.base_url.rsplit(":", 1)[1])
         elapsed = await seconds_until_closed_after_partial_headers(port)
         assert HEADER_TIMEOUT_SEC - 1 <= elapsed <= HEADER_TIMEOUT_SEC + 5
-        async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+        async with httpx2.AsyncClient(base_url=gateway.base_url) as http:
             assert (await http.get("/health")).status_code == 200
 
 

@@ -17,14 +17,14 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("uvicorn", "uvicorn"),
         ("uvloop", "uvloop"),
         ("httptools", "httptools"),
-        ("httpx", "httpx"),
         ("aiohttp", "aiohttp"),
+        ("anyio", "anyio"),
     ),
     "gateway": (("xllamacpp", "xllamacpp"),),
     "litellm": (("litellm", "litellm"),),
     "strands": (("strands-agents", "strands"), ("openai", "openai")),
     "openai-agents": (("openai-agents", "agents"), ("openai", "openai")),
-    "eval": (("rich", "rich"), ("pyarrow", "pyarrow")),
+    "eval": (("pyarrow", "pyarrow"),),
     "ray": (("ray", "ray"),),
     "harbor": (("harbor", "harbor"),),
     "viewer": (),
@@ -45,7 +45,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("trackio", "trackio"),
     ),
     "skyrl": (("skyrl", "skyrl"),),
-    "verl": (("verl", "verl"),),
+    "verl": (("verl", "verl"), ("omegaconf", "omegaconf")),
 }
 
 

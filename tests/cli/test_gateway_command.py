@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from osmosis_ai._serving import bind_socket
 from osmosis_ai.testing import ChatStub
@@ -41,7 +41,7 @@ async def test_gateway_command_prints_url_and_token_serves_and_stops_on_sigterm(
                     lines[key.strip()] = value.strip()
             base_url = lines["gateway"].split()[0]
             headers = {"Authorization": f"Bearer {lines['token']}"}
-            async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
+            async with httpx2.AsyncClient(base_url=base_url, headers=headers) as http:
                 response = await http.post(
                     "/v1/rollouts/r1/chat/completions",
                     json={"messages": [{"role": "user", "content": "hi"}]},
@@ -112,7 +112,7 @@ async def test_upstream_timeout_flag_bounds_each_upstream_call() -> None:
                     key, _, value = line.decode().partition(":")
                     lines[key.strip()] = value.strip()
             headers = {"Authorization": f"Bearer {lines['token']}"}
-            async with httpx.AsyncClient(
+            async with httpx2.AsyncClient(
                 base_url=lines["gateway"].split()[0], headers=headers, timeout=4
             ) as http:
                 response = await http.post(

@@ -10,7 +10,14 @@ import pytest
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.journal import JournalRecord, JournalStatus
-from osmosis_ai.eval.metrics import IndexRow, index_rows, pass_at_k, pass_at_k_points, summarize
+from osmosis_ai.eval.metrics import (
+    IndexRow,
+    failure_line,
+    index_rows,
+    pass_at_k,
+    pass_at_k_points,
+    summarize,
+)
 
 BASE_KEYS = {
     "total_samples",
@@ -234,3 +241,17 @@ def test_index_rows_are_sorted_and_flag_resumed_items() -> None:
     )
     assert rows[0].trajectory_filename is None and not rows[0].resumed
     assert rows[1].error_type == "x"
+
+
+def test_failure_line_counts_categories_most_first_and_quotes_the_first_message() -> None:
+    failures = [
+        ("timeout", None),
+        ("agent_error", "workflow raised KeyError: 'x'\nTraceback (most recent call last):"),
+        ("agent_error", "workflow raised ValueError"),
+        (None, "lost"),
+    ]
+    assert failure_line(failures, 10) == (
+        "4 of 10 rollouts failed (agent_error 2, timeout 1, unknown 1); "
+        "first: workflow raised KeyError: 'x'"
+    )
+    assert failure_line([("http_error", "  ")], 1) == "1 of 1 rollouts failed (http_error 1)"

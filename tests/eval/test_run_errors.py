@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.eval.conftest import Workspace
+from tests.eval.conftest import Workspace, rows
 
 
 def _error_lines(out: str) -> list[str]:
@@ -112,3 +112,31 @@ async def test_upstream_timeout_flag_reaches_the_gateway(workspace: Workspace) -
     assert code == 1, out
     payload = json.loads(out[out.index("{") :])
     assert "upstream timed out after 0.5s" in payload["halted"]
+
+
+async def test_every_rollout_failing_exits_3_with_one_summary_line(workspace: Workspace) -> None:
+    # A workflow that always raises: the table's pass rate of 0 must not read as a result.
+    workspace.write_rows(rows(3, metadata={"do": "raise"}))
+    code, out = await workspace.run("--name", "broken")
+    assert code == 3, out
+    last = out.rstrip().splitlines()[-1]
+    assert last == (
+        "error: 3 of 3 rollouts failed (agent_error 3); first: workflow raised "
+        "RuntimeError: injected tool failure"
+    ), out
+    assert "Traceback" not in out
+    # Resuming the finished run reports the same, from its journal.
+    code, out = await workspace.run("--name", "broken")
+    assert code == 3 and out.rstrip().splitlines()[-1] == last, out
+
+
+async def test_some_rollouts_failing_exit_0_unless_strict(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(2), *rows(1, metadata={"do": "raise"})])
+    code, out = await workspace.run("--name", "partial")
+    assert code == 0 and not _error_lines(out), out
+    code, out = await workspace.run("--name", "partial", "--strict", "--json")
+    assert code == 3, out
+    assert out.rstrip().splitlines()[-1] == (
+        "error: 1 of 3 rollouts failed (agent_error 1); first: workflow raised "
+        "RuntimeError: injected tool failure"
+    ), out

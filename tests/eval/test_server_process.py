@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from osmosis_ai.eval.server_process import RolloutServerProcess
 
@@ -49,7 +49,7 @@ async def test_a_port_taken_before_the_child_binds_it_is_picked_again(tmp_path: 
     )
     try:
         url = await server.start(timeout_sec=60)
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             assert (await http.get(f"{url}/health")).status_code == 200
     finally:
         await server.stop()

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -27,33 +27,33 @@ async def gateway(stub: ChatStub) -> AsyncIterator[Gateway]:
 @contextlib.asynccontextmanager
 async def serving(
     policy: Policy, *, client_timeout_sec: float = 30, **gateway_options: Any
-) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[Gateway, httpx2.AsyncClient]]:
     """A running gateway for ``policy`` and a client that sends its token."""
     async with Gateway(policy, **gateway_options) as running:
         headers = {"Authorization": f"Bearer {running.token}"}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=running.base_url, headers=headers, timeout=client_timeout_sec
         ) as http:
             yield running, http
 
 
 @pytest.fixture(scope="module")
-def served(running: tuple[Policy, Gateway, httpx.AsyncClient]) -> tuple[Policy, Gateway]:
+def served(running: tuple[Policy, Gateway, httpx2.AsyncClient]) -> tuple[Policy, Gateway]:
     """``(policy, gateway)`` of a module's ``running`` fixture (a policy served by
     `serving`), for a module that defines one."""
     return running[0], running[1]
 
 
 @pytest.fixture(scope="module")
-def http(running: tuple[Policy, Gateway, httpx.AsyncClient]) -> httpx.AsyncClient:
+def http(running: tuple[Policy, Gateway, httpx2.AsyncClient]) -> httpx2.AsyncClient:
     """The client of a module's ``running`` fixture."""
     return running[2]
 
 
 @pytest_asyncio.fixture
-async def client(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+async def client(gateway: Gateway) -> AsyncIterator[httpx2.AsyncClient]:
     headers = {"Authorization": f"Bearer {gateway.token}"}
-    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=30) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=30) as http:
         yield http
 
 

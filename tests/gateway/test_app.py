@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -33,7 +33,10 @@ async def test_under_a_root_path_the_router_serves_the_same_chat_handler(stub: C
     policy = OpenAICompatiblePolicy(stub.base_url, api_key=PROVIDER_KEY)
     gateway = create_gateway_app(policy, token=TOKEN, records=records)
     outer = Starlette(routes=[Mount("/gw", app=gateway)])
-    async with running_server(outer) as server, httpx.AsyncClient(base_url=server.base_url) as http:
+    async with (
+        running_server(outer) as server,
+        httpx2.AsyncClient(base_url=server.base_url) as http,
+    ):
         # Starlette runs a mounted app's lifespan only if the outer app forwards it.
         await policy.start()
         try:
@@ -58,7 +61,7 @@ async def test_a_content_type_with_parameters_and_the_first_bearer_are_taken(
     gateway: Gateway,
 ) -> None:
     # The chat handler reads headers from the ASGI scope as Starlette's Headers.get does.
-    async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url) as http:
         response = await http.post(
             CHAT,
             content=b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}',

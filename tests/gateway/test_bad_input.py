@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 import pytest_asyncio
@@ -17,13 +16,13 @@ CHAT = "/v1/rollouts/r1/chat/completions"
 
 
 @pytest_asyncio.fixture(autouse=True)
-async def stays_healthy(client: httpx.AsyncClient) -> AsyncIterator[None]:
+async def stays_healthy(client: httpx2.AsyncClient) -> AsyncIterator[None]:
     yield
     assert (await client.get("/health")).json()["status"] == "ok"
     assert (await client.post(CHAT, json=chat())).status_code == 200
 
 
-def _error(response: httpx.Response) -> dict[str, Any]:
+def _error(response: httpx2.Response) -> dict[str, Any]:
     error: dict[str, Any] = response.json()["error"]
     return error
 
@@ -74,7 +73,7 @@ async def test_a_body_that_is_no_json_is_a_bad_request_as_openai_answers_it(
     assert says in raised.value.message
 
 
-async def test_wrong_content_type(client: httpx.AsyncClient) -> None:
+async def test_wrong_content_type(client: httpx2.AsyncClient) -> None:
     response = await client.post(CHAT, content=b"{}", headers={"Content-Type": "text/plain"})
     assert response.status_code == 415
     assert "application/json" in _error(response)["message"]
@@ -96,7 +95,7 @@ async def test_wrong_content_type(client: httpx.AsyncClient) -> None:
     ],
 )
 async def test_invalid_fields_name_the_field(
-    client: httpx.AsyncClient, body: dict[str, Any], param: str
+    client: httpx2.AsyncClient, body: dict[str, Any], param: str
 ) -> None:
     response = await client.post(CHAT, json=body)
     assert response.status_code == 400
@@ -108,7 +107,7 @@ async def test_invalid_fields_name_the_field(
     "field", ["api_key", "api_base", "base_url", "extra_headers", "litellm_params", "_private"]
 )
 async def test_fields_that_would_reconfigure_the_gateway_are_refused(
-    client: httpx.AsyncClient, field: str
+    client: httpx2.AsyncClient, field: str
 ) -> None:
     response = await client.post(CHAT, json=chat(**{field: "x"}))
     assert response.status_code == 400
@@ -116,13 +115,13 @@ async def test_fields_that_would_reconfigure_the_gateway_are_refused(
     assert repr(field) in message and "remove it" in message
 
 
-async def test_denied_field_hidden_in_extra_body_is_refused(client: httpx.AsyncClient) -> None:
+async def test_denied_field_hidden_in_extra_body_is_refused(client: httpx2.AsyncClient) -> None:
     response = await client.post(CHAT, json=chat(extra_body={"api_base": "http://evil"}))
     assert response.status_code == 400
     assert _error(response)["param"] == "api_base"
 
 
-async def test_oversize_body_is_refused(client: httpx.AsyncClient) -> None:
+async def test_oversize_body_is_refused(client: httpx2.AsyncClient) -> None:
     big = chat("x" * (32 * 1024 * 1024 + 1))
     response = await client.post(CHAT, json=big)
     assert response.status_code == 413
@@ -130,7 +129,7 @@ async def test_oversize_body_is_refused(client: httpx.AsyncClient) -> None:
     assert "32.0 MiB" in message and "the gateway's 32 MiB limit" in message
 
 
-async def test_lone_surrogates_are_refused(client: httpx.AsyncClient) -> None:
+async def test_lone_surrogates_are_refused(client: httpx2.AsyncClient) -> None:
     response = await client.post(
         CHAT,
         content=b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
@@ -140,7 +139,7 @@ async def test_lone_surrogates_are_refused(client: httpx.AsyncClient) -> None:
     assert "surrogate" in _error(response)["message"]
 
 
-async def test_deeply_nested_body_is_refused(client: httpx.AsyncClient) -> None:
+async def test_deeply_nested_body_is_refused(client: httpx2.AsyncClient) -> None:
     nested = b"[" * 100_000 + b"]" * 100_000
     response = await client.post(CHAT, content=nested, headers={"Content-Type": "application/json"})
     assert response.status_code == 400
@@ -148,7 +147,7 @@ async def test_deeply_nested_body_is_refused(client: httpx.AsyncClient) -> None:
 
 
 async def test_body_nested_past_the_depth_limit_without_recursion_error_is_refused(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
 ) -> None:
     # 100 levels parse fine but pass the shared limit of 64: refused before any policy sees them.
     nested: Any = "x"
@@ -160,7 +159,7 @@ async def test_body_nested_past_the_depth_limit_without_recursion_error_is_refus
 
 
 async def test_a_body_nested_to_the_limit_is_taken_and_one_level_more_is_refused(
-    client: httpx.AsyncClient,
+    client: httpx2.AsyncClient,
 ) -> None:
     def nested(levels: int) -> Any:
         value: Any = "x"
@@ -177,7 +176,7 @@ async def test_a_body_nested_to_the_limit_is_taken_and_one_level_more_is_refused
 
 
 @pytest.mark.parametrize("rollout_id", ["..", ".", "a%2Fb", "a%00b", "x" * 300])
-async def test_invalid_rollout_id_in_the_path(client: httpx.AsyncClient, rollout_id: str) -> None:
+async def test_invalid_rollout_id_in_the_path(client: httpx2.AsyncClient, rollout_id: str) -> None:
     response = await client.post(f"/v1/rollouts/{rollout_id}/chat/completions", json=chat())
     assert response.status_code in (404, 422)
     assert "error" in response.json()
@@ -190,7 +189,7 @@ async def test_missing_or_wrong_bearer_is_401(gateway: Gateway, authorization: s
     headers = {}
     if authorization is not None:
         headers["Authorization"] = authorization.format(token=gateway.token)
-    async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url) as http:
         response = await http.post(CHAT, json=chat(), headers=headers)
         calls = await http.get("/v1/rollouts/r1/calls", headers=headers)
         models = await http.get("/v1/models", headers=headers)
@@ -200,7 +199,7 @@ async def test_missing_or_wrong_bearer_is_401(gateway: Gateway, authorization: s
 
 async def test_unauthorized_answer_shows_the_header_to_send(gateway: Gateway) -> None:
     # The help is the gateway's own text: redaction must not turn it into "[REDACTED] token>".
-    async with httpx.AsyncClient(base_url=gateway.base_url) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url) as http:
         response = await http.get("/v1/models", headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
     assert _error(response)["message"] == (
@@ -208,7 +207,7 @@ async def test_unauthorized_answer_shows_the_header_to_send(gateway: Gateway) ->
     )
 
 
-async def test_unknown_route_and_method_answer_in_json(client: httpx.AsyncClient) -> None:
+async def test_unknown_route_and_method_answer_in_json(client: httpx2.AsyncClient) -> None:
     missing = await client.post("/v1/chat/completions", json=chat())
     assert missing.status_code == 404 and "error" in missing.json()
     wrong_method = await client.get(CHAT)

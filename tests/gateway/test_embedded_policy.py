@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -70,13 +70,13 @@ async def embedded() -> AsyncIterator[Gateway]:
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def http(embedded: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+async def http(embedded: Gateway) -> AsyncIterator[httpx2.AsyncClient]:
     headers = {"Authorization": f"Bearer {embedded.token}"}
-    async with httpx.AsyncClient(base_url=embedded.base_url, headers=headers, timeout=120) as c:
+    async with httpx2.AsyncClient(base_url=embedded.base_url, headers=headers, timeout=120) as c:
         yield c
 
 
-async def _chat(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
+async def _chat(http: httpx2.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
     response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
@@ -87,7 +87,7 @@ def _ask(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-async def test_plain_chat(http: httpx.AsyncClient, embedded: Gateway) -> None:
+async def test_plain_chat(http: httpx2.AsyncClient, embedded: Gateway) -> None:
     answer = await _chat(
         http, "plain", messages=_ask("Name a color."), max_tokens=12, temperature=0
     )
@@ -100,7 +100,7 @@ async def test_plain_chat(http: httpx.AsyncClient, embedded: Gateway) -> None:
 
 
 async def test_token_ids_and_logprobs_match_usage(
-    http: httpx.AsyncClient, embedded: Gateway
+    http: httpx2.AsyncClient, embedded: Gateway
 ) -> None:
     answer = await _chat(http, "tokens", messages=_ask("Say hello."), max_tokens=10, temperature=0)
     (call,) = embedded.records.calls("tokens")
@@ -113,7 +113,7 @@ async def test_token_ids_and_logprobs_match_usage(
     assert all(logprob <= 0 for logprob in call.logprobs)
 
 
-async def test_caller_can_ask_for_token_ids_and_logprobs(http: httpx.AsyncClient) -> None:
+async def test_caller_can_ask_for_token_ids_and_logprobs(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "asked",
@@ -130,7 +130,7 @@ async def test_caller_can_ask_for_token_ids_and_logprobs(http: httpx.AsyncClient
     assert len(answer["prompt_token_ids"]) == answer["usage"]["prompt_tokens"]
 
 
-async def test_forced_tool_call_parses_into_tool_calls(http: httpx.AsyncClient) -> None:
+async def test_forced_tool_call_parses_into_tool_calls(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "forced",
@@ -148,7 +148,7 @@ async def test_forced_tool_call_parses_into_tool_calls(http: httpx.AsyncClient) 
     assert isinstance(arguments["city"], str)
 
 
-async def test_auto_tool_call_on_a_calculator_prompt(http: httpx.AsyncClient) -> None:
+async def test_auto_tool_call_on_a_calculator_prompt(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "auto",
@@ -164,7 +164,7 @@ async def test_auto_tool_call_on_a_calculator_prompt(http: httpx.AsyncClient) ->
     assert isinstance(json.loads(call["function"]["arguments"])["expression"], str)
 
 
-async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) -> None:
+async def test_turn_after_a_tool_result_is_an_answer(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "after-tool",
@@ -177,7 +177,7 @@ async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) ->
     assert "tool_calls" not in message and isinstance(message["content"], str)
 
 
-async def test_tool_choice_none_generates_text(http: httpx.AsyncClient) -> None:
+async def test_tool_choice_none_generates_text(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "none",
@@ -191,7 +191,7 @@ async def test_tool_choice_none_generates_text(http: httpx.AsyncClient) -> None:
 
 
 async def test_streaming_concatenates_to_the_non_streamed_answer(
-    http: httpx.AsyncClient, embedded: Gateway
+    http: httpx2.AsyncClient, embedded: Gateway
 ) -> None:
     body = {
         "messages": _ask("Tell me about the sea."),
@@ -217,7 +217,7 @@ async def test_streaming_concatenates_to_the_non_streamed_answer(
 
 
 async def test_streamed_answer_records_the_token_that_ended_the_turn(
-    http: httpx.AsyncClient, embedded: Gateway
+    http: httpx2.AsyncClient, embedded: Gateway
 ) -> None:
     body = {"messages": _ask("Say hi."), "max_tokens": 200, "temperature": 0, "seed": 1}
     whole = await _chat(http, "eos", **body)
@@ -236,7 +236,7 @@ async def test_streamed_answer_records_the_token_that_ended_the_turn(
     )
 
 
-async def test_streamed_tool_call_arrives_as_tool_call_chunks(http: httpx.AsyncClient) -> None:
+async def test_streamed_tool_call_arrives_as_tool_call_chunks(http: httpx2.AsyncClient) -> None:
     response = await http.post(
         "/v1/rollouts/stream-tool/chat/completions",
         json={
@@ -260,7 +260,7 @@ async def test_streamed_tool_call_arrives_as_tool_call_chunks(http: httpx.AsyncC
     assert finish == ["tool_calls"]
 
 
-async def test_context_overflow_is_a_client_error(http: httpx.AsyncClient) -> None:
+async def test_context_overflow_is_a_client_error(http: httpx2.AsyncClient) -> None:
     response = await http.post(
         "/v1/rollouts/overflow/chat/completions",
         json={"messages": _ask("word " * 20000), "max_tokens": 4},
@@ -277,7 +277,7 @@ async def test_missing_model_package_names_the_install_command(
         _llama.embedded_model_path()
 
 
-async def test_generation_never_blocks_the_event_loop(http: httpx.AsyncClient) -> None:
+async def test_generation_never_blocks_the_event_loop(http: httpx2.AsyncClient) -> None:
     body = {"messages": _ask("Write a poem."), "max_tokens": 64, "ignore_eos": True}
     launched = time.perf_counter()
     generations = [asyncio.create_task(_chat(http, f"busy-{index}", **body)) for index in range(3)]
@@ -295,7 +295,7 @@ async def test_generation_never_blocks_the_event_loop(http: httpx.AsyncClient) -
 
 
 async def test_abandoned_streams_free_their_slots(
-    http: httpx.AsyncClient, embedded: Gateway
+    http: httpx2.AsyncClient, embedded: Gateway
 ) -> None:
     endless = {
         "messages": _ask("Count forever."),

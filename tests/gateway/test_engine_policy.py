@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai.gateway import Gateway
@@ -79,14 +79,14 @@ def tokenizer(tokenizer_dir: Path) -> Any:  # noqa: F811
 @contextlib.asynccontextmanager
 async def _served(
     tokenizer: Any, *replies: str
-) -> AsyncIterator[tuple[ScriptedEngine, Gateway, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[ScriptedEngine, Gateway, httpx2.AsyncClient]]:
     engine = ScriptedEngine(tokenizer, list(replies), end_id=tokenizer.eos_token_id)
     policy = EnginePolicy(ChatFront(tokenizer, context_length=2048), engine, name="scripted")
     async with serving(policy) as (gateway, http):
         yield engine, gateway, http
 
 
-async def _chat(http: httpx.AsyncClient, rollout: str, **body: Any) -> httpx.Response:
+async def _chat(http: httpx2.AsyncClient, rollout: str, **body: Any) -> httpx2.Response:
     return await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
 
 

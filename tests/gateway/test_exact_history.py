@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
@@ -46,14 +46,14 @@ SHORT_JSON = {
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def running(
     tiny_model_dir: Path,  # noqa: F811
-) -> AsyncIterator[tuple[TorchPolicy, Gateway, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[TorchPolicy, Gateway, httpx2.AsyncClient]]:
     policy = TorchPolicy(tiny_model_dir)
     async with serving(policy, client_timeout_sec=120) as (gateway, http):
         yield policy, gateway, http
 
 
 async def _reply(
-    http: httpx.AsyncClient, rollout: str, messages: list[dict[str, Any]], **body: Any
+    http: httpx2.AsyncClient, rollout: str, messages: list[dict[str, Any]], **body: Any
 ) -> dict[str, Any]:
     response = await http.post(
         f"/v1/rollouts/{rollout}/chat/completions",
@@ -86,7 +86,7 @@ def _rerendered(policy: TorchPolicy, messages: list[dict[str, Any]]) -> list[int
 
 
 async def _reply_that_tokenises_otherwise(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], name: str
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], name: str
 ) -> tuple[str, list[dict[str, Any]], list[int], list[int]]:
     """A rollout whose first reply (sampled JSON, token by token under the grammar) the
     tokenizer splits otherwise when it is rendered again (the drift the splice removes): its
@@ -104,7 +104,7 @@ async def _reply_that_tokenises_otherwise(
 
 
 async def test_a_reply_that_tokenises_otherwise_is_replayed_as_generated(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     gateway = served[1]
     rollout, follow_up, prompt, completion = await _reply_that_tokenises_otherwise(
@@ -119,7 +119,7 @@ async def test_a_reply_that_tokenises_otherwise_is_replayed_as_generated(
 
 
 async def test_a_tool_call_the_agent_sends_back_is_replayed_as_the_model_wrote_it(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     """The front re-renders a tool call as indented JSON, the model writes it its own way; the
     turn after the tool result is held to an answer without changing the system message."""
@@ -152,7 +152,7 @@ async def test_a_tool_call_the_agent_sends_back_is_replayed_as_the_model_wrote_i
 
 
 async def test_a_rewritten_history_is_a_new_context(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     policy, gateway = served
     first = [{"role": "user", "content": "Say yes or no."}]
@@ -182,7 +182,7 @@ async def test_a_rewritten_history_is_a_new_context(
     seed=st.integers(0, 2**16),
 )
 async def test_a_spliced_prompt_reads_as_the_rendered_conversation(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     served: tuple[TorchPolicy, Gateway],
     question: str,
     follow_up: str,
@@ -207,7 +207,7 @@ async def test_a_spliced_prompt_reads_as_the_rendered_conversation(
 
 
 async def test_a_released_rollout_is_forgotten(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     policy, gateway = served
     rollout, follow_up, _, _ = await _reply_that_tokenises_otherwise(http, served, "released")

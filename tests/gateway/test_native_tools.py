@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -36,13 +36,13 @@ ASK = [{"role": "user", "content": "What is 17*23? And the weather in Oslo?"}]
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def running(
     hermes_model_dir: Path,  # noqa: F811
-) -> AsyncIterator[tuple[TorchPolicy, Gateway, httpx.AsyncClient]]:
+) -> AsyncIterator[tuple[TorchPolicy, Gateway, httpx2.AsyncClient]]:
     policy = TorchPolicy(hermes_model_dir)
     async with serving(policy, client_timeout_sec=120) as (gateway, http):
         yield policy, gateway, http
 
 
-async def _answer(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
+async def _answer(http: httpx2.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
     body = {"messages": ASK, "tools": [CALCULATOR, WEATHER], "max_tokens": 200, **body}
     response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
     assert response.status_code == 200, response.text
@@ -73,7 +73,7 @@ async def test_the_format_follows_the_template_and_the_setting(
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_required_calls_come_back_as_openai_tool_calls(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], seed: int
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], seed: int
 ) -> None:
     gateway = served[1]
     rollout = f"required-{seed}"
@@ -98,7 +98,7 @@ async def test_required_calls_come_back_as_openai_tool_calls(
 
 
 async def test_a_named_function_is_the_only_one_called(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     named = {"type": "function", "function": {"name": "weather"}}
     for seed in (4, 5):
@@ -111,7 +111,7 @@ async def test_a_named_function_is_the_only_one_called(
 
 
 async def test_one_call_when_parallel_calls_are_off(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     for seed in (6, 7):
         answer = await _answer(
@@ -122,7 +122,7 @@ async def test_one_call_when_parallel_calls_are_off(
 
 
 async def test_auto_answers_or_calls_and_none_only_answers(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     gateway = served[1]
     for seed in range(4):
@@ -139,7 +139,7 @@ async def test_auto_answers_or_calls_and_none_only_answers(
 
 
 async def test_a_tool_conversation_chains_into_one_sequence(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     gateway = served[1]
     first = await _answer(
@@ -158,7 +158,7 @@ async def test_a_tool_conversation_chains_into_one_sequence(
 
 
 async def test_a_malformed_call_in_the_history_is_rendered_not_crashed_on(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     """A workflow hand-edited the history: a call's arguments are not JSON, and a reply holds
     half a call as text."""

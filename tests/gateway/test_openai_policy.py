@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai.errors import ConfigError
@@ -25,7 +25,7 @@ TOOLS = [
 
 
 async def test_inference_fields_are_forwarded_unchanged(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     fields = {
         "tools": TOOLS,
@@ -47,13 +47,13 @@ async def test_inference_fields_are_forwarded_unchanged(
 
 
 async def test_extra_body_is_merged_into_the_request(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     await client.post(CHAT, json=chat("hi", extra_body={"top_k": 5}))
     assert stub.requests[-1]["body"]["top_k"] == 5
 
 
-async def test_answer_and_call_record(client: httpx.AsyncClient, stub: ChatStub) -> None:
+async def test_answer_and_call_record(client: httpx2.AsyncClient, stub: ChatStub) -> None:
     stub.push(
         StubReply(
             content="four", usage={"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}
@@ -73,7 +73,7 @@ async def test_answer_and_call_record(client: httpx.AsyncClient, stub: ChatStub)
 
 
 async def test_streaming_passes_chunks_and_usage_when_asked(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     stub.push(StubReply(content="one two three"))
     response = await client.post(
@@ -91,7 +91,7 @@ async def test_streaming_passes_chunks_and_usage_when_asked(
 
 
 async def test_streaming_without_include_usage_hides_the_usage_chunk_but_records_it(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     response = await client.post(CHAT, json=chat("count", stream=True))
     events = sse_events(response.text)
@@ -121,13 +121,13 @@ async def test_token_data_is_requested_and_recorded_but_only_returned_when_asked
         assert call["logprobs"] == [-0.5, -0.5, -0.5]
 
 
-async def test_caller_asking_for_logprobs_gets_them(client: httpx.AsyncClient) -> None:
+async def test_caller_asking_for_logprobs_gets_them(client: httpx2.AsyncClient) -> None:
     answer = (await client.post(CHAT, json=chat("a b", logprobs=True))).json()
     assert answer["choices"][0]["logprobs"]["content"][0]["logprob"] == -0.5
 
 
 async def test_upstream_rate_limit_keeps_its_status(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     stub.push(StubFailure(429, "slow down"))
     response = await client.post(CHAT, json=chat())
@@ -138,7 +138,9 @@ async def test_upstream_rate_limit_keeps_its_status(
     assert call["status"] == "error" and "slow down" in call["error"]
 
 
-async def test_upstream_server_error_becomes_502(client: httpx.AsyncClient, stub: ChatStub) -> None:
+async def test_upstream_server_error_becomes_502(
+    client: httpx2.AsyncClient, stub: ChatStub
+) -> None:
     stub.push(StubFailure(500, "kaboom"))
     response = await client.post(CHAT, json=chat())
     assert response.status_code == 502
@@ -146,7 +148,7 @@ async def test_upstream_server_error_becomes_502(client: httpx.AsyncClient, stub
 
 
 async def test_upstream_error_while_streaming_keeps_its_status(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     stub.push(StubFailure(503, "overloaded"))
     response = await client.post(CHAT, json=chat(stream=True))
@@ -208,7 +210,7 @@ async def test_a_cookie_the_upstream_sets_is_not_sent_with_later_calls() -> None
 
 
 async def test_secrets_echoed_by_the_upstream_are_redacted(
-    client: httpx.AsyncClient, stub: ChatStub, gateway: Gateway
+    client: httpx2.AsyncClient, stub: ChatStub, gateway: Gateway
 ) -> None:
     stub.push(
         StubFailure(401, f"bad key {PROVIDER_KEY} (gateway token was {gateway.token})"),
@@ -223,7 +225,7 @@ async def test_secrets_echoed_by_the_upstream_are_redacted(
 
 
 async def test_an_upstream_echoing_its_key_never_passes_it_on(
-    client: httpx.AsyncClient, stub: ChatStub
+    client: httpx2.AsyncClient, stub: ChatStub
 ) -> None:
     echo = f"you called me with Bearer {PROVIDER_KEY}!"
     call = {"id": "c1", "type": "function",
@@ -254,7 +256,7 @@ async def test_a_streamed_key_split_across_chunks_is_scrubbed(stub: ChatStub) ->
     assert "sk-split" not in streamed.text and "key-9c1e5d" not in streamed.text
 
 
-async def test_long_upstream_errors_are_capped(client: httpx.AsyncClient, stub: ChatStub) -> None:
+async def test_long_upstream_errors_are_capped(client: httpx2.AsyncClient, stub: ChatStub) -> None:
     stub.push(StubFailure(400, "x" * 5000))
     response = await client.post(CHAT, json=chat())
     assert response.status_code == 400
@@ -262,7 +264,7 @@ async def test_long_upstream_errors_are_capped(client: httpx.AsyncClient, stub: 
 
 
 async def test_records_are_per_rollout_and_can_be_released(
-    client: httpx.AsyncClient, gateway: Gateway
+    client: httpx2.AsyncClient, gateway: Gateway
 ) -> None:
     for rollout in ("a", "a", "b"):
         await client.post(f"/v1/rollouts/{rollout}/chat/completions", json=chat())
@@ -277,7 +279,7 @@ async def test_records_are_per_rollout_and_can_be_released(
     assert len(gateway.records.calls("b")) == 1
 
 
-async def test_models_and_health(client: httpx.AsyncClient) -> None:
+async def test_models_and_health(client: httpx2.AsyncClient) -> None:
     models = (await client.get("/v1/models")).json()
     assert models["object"] == "list" and models["data"][0]["object"] == "model"
     health = (await client.get("/health")).json()
@@ -328,7 +330,7 @@ async def test_gateway_sampling_can_change_between_phases(stub: ChatStub) -> Non
 
 
 async def test_trajectory_report_endpoint_serves_recorded_calls(
-    client: httpx.AsyncClient, gateway: Gateway
+    client: httpx2.AsyncClient, gateway: Gateway
 ) -> None:
     assert (await client.get("/v1/rollouts/r1/trajectory-report")).status_code == 404
     await client.post(CHAT, json=chat("a"))

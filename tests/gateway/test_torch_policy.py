@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -53,10 +53,10 @@ async def served(tiny_model_dir: Path) -> AsyncIterator[tuple[TorchPolicy, Gatew
 
 
 @pytest_asyncio.fixture(loop_scope="module")
-async def http(served: tuple[TorchPolicy, Gateway]) -> AsyncIterator[httpx.AsyncClient]:
+async def http(served: tuple[TorchPolicy, Gateway]) -> AsyncIterator[httpx2.AsyncClient]:
     gateway = served[1]
     headers = {"Authorization": f"Bearer {gateway.token}"}
-    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as c:
+    async with httpx2.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as c:
         yield c
 
 
@@ -69,7 +69,7 @@ def reference(tiny_model_dir: Path) -> Any:  # noqa: F811
     return model.eval()
 
 
-async def _chat(http: httpx.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
+async def _chat(http: httpx2.AsyncClient, rollout: str, **body: Any) -> dict[str, Any]:
     response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
@@ -143,7 +143,7 @@ def _max_delta(a: list[float], b: list[float]) -> float:
 
 
 async def test_plain_answer_records_token_ids_logprobs_and_version(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     policy, gateway = served
     answer = await _chat(http, "plain", messages=_ask("Name a color."), max_tokens=12, seed=3)
@@ -163,7 +163,7 @@ async def test_plain_answer_records_token_ids_logprobs_and_version(
     assert record.to_json()["policy_version"] == _engine(policy).version
 
 
-async def test_caller_can_ask_for_token_ids_and_top_logprobs(http: httpx.AsyncClient) -> None:
+async def test_caller_can_ask_for_token_ids_and_top_logprobs(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "asked",
@@ -184,7 +184,7 @@ async def test_caller_can_ask_for_token_ids_and_top_logprobs(http: httpx.AsyncCl
 
 
 async def test_prompt_ids_are_the_chat_template_of_the_messages(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     served: tuple[TorchPolicy, Gateway],
     tokenizer_dir: Path,  # noqa: F811
 ) -> None:
@@ -199,7 +199,7 @@ async def test_prompt_ids_are_the_chat_template_of_the_messages(
     assert list(_one(served[1], "template").prompt_token_ids or ()) == expected
 
 
-async def test_named_tool_choice_is_a_call_of_that_tool(http: httpx.AsyncClient) -> None:
+async def test_named_tool_choice_is_a_call_of_that_tool(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http,
         "named",
@@ -218,7 +218,7 @@ async def test_named_tool_choice_is_a_call_of_that_tool(http: httpx.AsyncClient)
 
 
 async def test_alternatives_are_only_tokens_that_could_be_sampled(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     answer = await _chat(
         http,
@@ -241,7 +241,7 @@ async def test_alternatives_are_only_tokens_that_could_be_sampled(
 
 @pytest.mark.parametrize("seed", [1, 2])
 async def test_required_tool_choice_is_always_a_valid_call(
-    http: httpx.AsyncClient, seed: int
+    http: httpx2.AsyncClient, seed: int
 ) -> None:
     answer = await _chat(
         http,
@@ -260,7 +260,7 @@ async def test_required_tool_choice_is_always_a_valid_call(
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_auto_tool_choice_is_a_call_or_an_answer(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], seed: int
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], seed: int
 ) -> None:
     answer = await _chat(
         http,
@@ -287,7 +287,7 @@ async def test_auto_tool_choice_is_a_call_or_an_answer(
         assert (record.completion_token_ids or [0])[-1] == 2
 
 
-async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) -> None:
+async def test_turn_after_a_tool_result_is_an_answer(http: httpx2.AsyncClient) -> None:
     answer = await _chat(
         http, "after-tool", messages=TOOL_CALL_RESULT, tools=[CALCULATOR], max_tokens=48, seed=1
     )
@@ -296,7 +296,7 @@ async def test_turn_after_a_tool_result_is_an_answer(http: httpx.AsyncClient) ->
 
 
 async def test_tool_choice_none_generates_free_text(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     answer = await _chat(
         http,
@@ -314,7 +314,7 @@ async def test_tool_choice_none_generates_free_text(
 
 
 async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     policy, gateway = served
     prompts = ["Hi.", "Tell me a long story about the sea and the ships on it.", "Count to ten."]
@@ -343,7 +343,7 @@ async def test_sampled_logprobs_match_teacher_forcing_in_a_padded_batch(
 
 
 async def test_top_p_logprobs_are_of_the_renormalised_distribution(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     import torch
 
@@ -366,7 +366,7 @@ async def test_top_p_logprobs_are_of_the_renormalised_distribution(
 
 
 async def test_top_k_one_samples_the_greedy_tokens_with_certainty(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     body = {"messages": _ask("Hi."), "max_tokens": 8}
     await _chat(http, "greedy", **body, temperature=0)
@@ -376,7 +376,7 @@ async def test_top_k_one_samples_the_greedy_tokens_with_certainty(
     assert all(logprob == 0 for logprob in top_k.logprobs or ())
 
 
-async def test_response_format_json_schema_is_enforced(http: httpx.AsyncClient) -> None:
+async def test_response_format_json_schema_is_enforced(http: httpx2.AsyncClient) -> None:
     schema = {
         "type": "object",
         "properties": {"color": {"enum": ["red", "green"]}},
@@ -404,7 +404,7 @@ async def test_response_format_json_schema_is_enforced(http: httpx.AsyncClient) 
 
 
 async def test_constrained_logprobs_match_teacher_forcing_under_the_grammar(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     policy, gateway = served
     answer = await _chat(
@@ -456,7 +456,7 @@ async def test_tool_replies_may_be_laid_out_as_the_model_likes_within_a_bound(
 
 
 async def test_concurrent_calls_are_generated_in_one_batch(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     policy, gateway = served
     before = sum(_engine(policy).batch_sizes.values())
@@ -475,7 +475,7 @@ async def test_concurrent_calls_are_generated_in_one_batch(
 
 
 async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway], reference: Any
 ) -> None:
     policy, gateway = served
     admissions = sum(_engine(policy).batch_sizes.values())
@@ -508,7 +508,7 @@ async def test_calls_join_and_leave_a_running_batch_with_exact_logprobs(
 
 
 async def test_streamed_answer_arrives_with_its_records(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     response = await http.post(
         "/v1/rollouts/stream/chat/completions",
@@ -538,7 +538,7 @@ async def test_streamed_answer_arrives_with_its_records(
     [("presence_penalty", 0.5), ("seed", "x"), ("top_k", -1), ("stop", [1])],
 )
 async def test_bad_sampling_fields_are_refused_by_name(
-    http: httpx.AsyncClient, field: str, value: Any
+    http: httpx2.AsyncClient, field: str, value: Any
 ) -> None:
     response = await http.post(
         "/v1/rollouts/bad/chat/completions", json={"messages": _ask("Hi."), field: value}
@@ -547,7 +547,7 @@ async def test_bad_sampling_fields_are_refused_by_name(
     assert response.json()["error"]["param"] == field
 
 
-async def test_context_overflow_is_a_client_error(http: httpx.AsyncClient) -> None:
+async def test_context_overflow_is_a_client_error(http: httpx2.AsyncClient) -> None:
     response = await http.post(
         "/v1/rollouts/overflow/chat/completions",
         json={"messages": _ask("word " * 2100), "max_tokens": 4},
@@ -557,7 +557,7 @@ async def test_context_overflow_is_a_client_error(http: httpx.AsyncClient) -> No
 
 
 async def test_stop_string_ends_the_answer_before_it(
-    http: httpx.AsyncClient, served: tuple[TorchPolicy, Gateway]
+    http: httpx2.AsyncClient, served: tuple[TorchPolicy, Gateway]
 ) -> None:
     body = {"messages": _ask("Hi."), "max_tokens": 12, "temperature": 1.0, "seed": 11}
     text = (await _chat(http, "free", **body))["choices"][0]["message"]["content"]
@@ -730,7 +730,7 @@ async def test_gateway_command_serves_a_checkpoint_directory(tiny_model_dir: Pat
                 lines[key.strip()] = value.strip()
         assert "policy torch" in lines["gateway"]
         headers = {"Authorization": f"Bearer {lines['token']}"}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=lines["gateway"].split()[0], headers=headers, timeout=60
         ) as http:
             await _chat(http, "cli", messages=_ask("Hi."), max_tokens=3)

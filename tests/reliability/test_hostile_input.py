@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
@@ -79,8 +79,8 @@ def _requests(routes: list[str], fields: dict[str, Any]) -> st.SearchStrategy[di
 
 
 async def _send(
-    client: httpx.AsyncClient, case: dict[str, Any], auth: str | None
-) -> httpx.Response:
+    client: httpx2.AsyncClient, case: dict[str, Any], auth: str | None
+) -> httpx2.Response:
     headers: list[tuple[bytes, bytes]] = []
     if case["content_type"]:
         headers.append((b"Content-Type", case["content_type"].encode()))
@@ -93,7 +93,7 @@ async def _send(
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server() -> AsyncIterator[httpx.AsyncClient]:
+async def server() -> AsyncIterator[httpx2.AsyncClient]:
     app = create_rollout_server(
         backend=LocalBackend(workflow=Answer, grader=ExactMatch),
         configure_logging=False,
@@ -101,18 +101,18 @@ async def server() -> AsyncIterator[httpx.AsyncClient]:
     )
     async with (
         running_server(app) as running,
-        httpx.AsyncClient(base_url=running.base_url, timeout=30) as client,
+        httpx2.AsyncClient(base_url=running.base_url, timeout=30) as client,
     ):
         yield client
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def gateway() -> AsyncIterator[tuple[httpx.AsyncClient, Gateway]]:
+async def gateway() -> AsyncIterator[tuple[httpx2.AsyncClient, Gateway]]:
     async with ChatStub() as stub:
         policy = OpenAICompatiblePolicy(base_url=stub.base_url, api_key="upstream-key")
         async with (
             Gateway(policy) as running,
-            httpx.AsyncClient(base_url=running.base_url, timeout=30) as client,
+            httpx2.AsyncClient(base_url=running.base_url, timeout=30) as client,
         ):
             yield client, running
 
@@ -147,7 +147,7 @@ CASE_SETTINGS = settings(
 @given(cases=st.lists(st.tuples(_requests(SERVER_ROUTES, SERVER_FIELDS), st.booleans()),
                       min_size=BATCH, max_size=BATCH))  # fmt: skip
 async def test_server_never_fails_on_generated_requests(
-    server: httpx.AsyncClient, cases: list[tuple[dict[str, Any], bool]]
+    server: httpx2.AsyncClient, cases: list[tuple[dict[str, Any], bool]]
 ) -> None:
     keys = [f"Bearer {SERVER_KEY}" if authorised else "Bearer wrong" for _, authorised in cases]
     answers = await asyncio.gather(
@@ -161,7 +161,7 @@ async def test_server_never_fails_on_generated_requests(
         assert SERVER_KEY not in answer.text
 
 
-async def test_server_stayed_healthy(server: httpx.AsyncClient) -> None:
+async def test_server_stayed_healthy(server: httpx2.AsyncClient) -> None:
     assert sum(SERVER_STATUSES.values()) >= CASES
     assert any(200 <= code < 300 for code in SERVER_STATUSES), SERVER_STATUSES
     health = await server.get("/health", headers={"Authorization": f"Bearer {SERVER_KEY}"})
@@ -172,7 +172,7 @@ async def test_server_stayed_healthy(server: httpx.AsyncClient) -> None:
 @given(cases=st.lists(st.tuples(_requests(GATEWAY_ROUTES, GATEWAY_FIELDS), st.booleans()),
                       min_size=BATCH, max_size=BATCH))  # fmt: skip
 async def test_gateway_never_fails_on_generated_requests(
-    gateway: tuple[httpx.AsyncClient, Gateway], cases: list[tuple[dict[str, Any], bool]]
+    gateway: tuple[httpx2.AsyncClient, Gateway], cases: list[tuple[dict[str, Any], bool]]
 ) -> None:
     client, running = gateway
     keys = [f"Bearer {running.token}" if authorised else "Bearer x" for _, authorised in cases]
@@ -187,7 +187,7 @@ async def test_gateway_never_fails_on_generated_requests(
         assert running.token not in answer.text and "upstream-key" not in answer.text
 
 
-async def test_gateway_stayed_healthy(gateway: tuple[httpx.AsyncClient, Gateway]) -> None:
+async def test_gateway_stayed_healthy(gateway: tuple[httpx2.AsyncClient, Gateway]) -> None:
     client, running = gateway
     assert sum(GATEWAY_STATUSES.values()) >= CASES
     reply = await client.post(

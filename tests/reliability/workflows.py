@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext, get_rollout_context
 
@@ -24,7 +24,7 @@ class Chaos(AgentWorkflow):
             time.sleep(float((ctx.metadata or {}).get("block_sec", 0.3)))  # noqa: ASYNC251
         rollout = get_rollout_context()
         assert rollout is not None
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=30) as http:
             reply = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 headers={"Authorization": f"Bearer {rollout.api_key}"},

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai.errors import ConfigError, MissingExtraError
@@ -33,7 +33,7 @@ REQUESTS: list[dict[str, Any]] = [
 
 async def _prompt_ids(gateway: Gateway, rollout: str, request: dict[str, Any]) -> list[int]:
     headers = {"Authorization": f"Bearer {gateway.token}"}
-    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as http:
         response = await http.post(
             f"/v1/rollouts/{rollout}/chat/completions",
             json={**request, "max_tokens": 1, "temperature": 0},

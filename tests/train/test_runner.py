@@ -234,6 +234,28 @@ async def test_rollout_server_dying_mid_step_leaves_the_step_unapplied(
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1, 2]
 
 
+async def test_a_held_out_evaluation_whose_rollouts_all_failed_stops_the_run(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1")
+    _write_rows(tmp_path / "ws", metadata={"raise": True})
+    with pytest.raises(TrainingStopped) as stopped:
+        await _train_here(config)
+    assert str(stopped.value) == (
+        "held-out evaluation after step 0: 2 of 2 rollouts failed (agent_error 2); first: "
+        "workflow raised RuntimeError: the tool crashed; run the same command to resume"
+    )
+    assert stopped.value.outcome is not None and not stopped.value.outcome.evals
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    journal = _lines(run_dir / "events.jsonl")
+    assert [(e["event"], e["step"]) for e in journal if e["event"] in {"stopped", "eval"}] == [
+        ("stopped", 0)
+    ]
+    _write_rows(tmp_path / "ws")  # the workflow is fixed: the same command runs
+    outcome = await _train_here(config)
+    assert [point.step for point in outcome.evals] == [0, 1]
+
+
 async def test_non_finite_step_stops_the_run_and_keeps_the_checkpoint(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

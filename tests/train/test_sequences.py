@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -43,7 +43,7 @@ async def conversations() -> AsyncIterator[dict[str, list[CallRecord]]]:
     """Two real conversations' call records, and the same records as served over HTTP."""
     async with Gateway(EmbeddedPolicy(), sampling={"temperature": 0, "seed": 7}) as gateway:
         headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             base_url=gateway.base_url, headers=headers, timeout=120
         ) as http:
 

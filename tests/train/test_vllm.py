@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -117,7 +117,7 @@ async def served(
 async def _answer(gateway: Gateway, rollout: str, **body: Any) -> tuple[Any, CallRecord]:
     """The chat completion over HTTP, and the gateway's record of it."""
     headers = {"Authorization": f"Bearer {gateway.token}"}
-    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as http:
+    async with httpx2.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=120) as http:
         response = await http.post(f"/v1/rollouts/{rollout}/chat/completions", json=body)
     assert response.status_code == 200, response.text
     (record,) = gateway.records.calls(rollout)
@@ -242,7 +242,7 @@ async def test_native_tool_calls_and_exact_history_through_vllm(
             for c in message["tool_calls"]
         ]
         headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
+        async with httpx2.AsyncClient(base_url=gateway.base_url, headers=headers) as http:
             response = await http.post(
                 "/v1/rollouts/hermes/chat/completions",
                 json={"messages": [*ask, message, *results], "tools": [CALCULATOR],

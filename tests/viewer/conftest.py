@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, async_playwright
@@ -148,7 +148,7 @@ async def _train_with_view(config: Path) -> ViewedTraining:
                 lines.append(line.decode())
         found = re.search(r"viewer: (http://[^/\s]+)/", "".join(lines))
         assert found, "".join(lines)
-        async with httpx.AsyncClient(base_url=found.group(1), timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=found.group(1), timeout=30) as client:
             response = await client.get(f"/api/train/{TRAIN_RUN}")
         page = response.json() if response.status_code == 200 else {}
     finally:

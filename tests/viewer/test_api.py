@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -18,21 +18,21 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def http(finished_run_root: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def http(finished_run_root: Path) -> AsyncIterator[httpx2.AsyncClient]:
     async with (
         Viewer(finished_run_root) as viewer,
-        httpx.AsyncClient(base_url=viewer.served_url, timeout=30) as client,
+        httpx2.AsyncClient(base_url=viewer.served_url, timeout=30) as client,
     ):
         yield client
 
 
-async def _items(http: httpx.AsyncClient) -> list[dict[str, Any]]:
+async def _items(http: httpx2.AsyncClient) -> list[dict[str, Any]]:
     response = await http.get("/api/runs/finished/items")
     assert response.status_code == 200
     return list(response.json())
 
 
-async def test_runs_overview_and_items(http: httpx.AsyncClient) -> None:
+async def test_runs_overview_and_items(http: httpx2.AsyncClient) -> None:
     (run,) = (await http.get("/api/runs")).json()
     assert run["name"] == "finished" and run["status"] == "finished"
     assert run["total_samples"] == 3 and run["rollout"] == "chatty"
@@ -47,14 +47,14 @@ async def test_runs_overview_and_items(http: httpx.AsyncClient) -> None:
     ]
 
 
-async def test_failed_rollout_shows_its_error(http: httpx.AsyncClient) -> None:
+async def test_failed_rollout_shows_its_error(http: httpx2.AsyncClient) -> None:
     failed = next(i for i in await _items(http) if i["status"] == "failed")
     detail = (await http.get(f"/api/runs/finished/rollouts/{failed['rollout_id']}")).json()
     assert detail["diagnostics"]["exception_type"] == "RuntimeError"
     assert FAILURE in detail["diagnostics"]["traceback"]
 
 
-async def test_trajectory_artifacts_and_download(http: httpx.AsyncClient) -> None:
+async def test_trajectory_artifacts_and_download(http: httpx2.AsyncClient) -> None:
     first = (await _items(http))[0]
     detail = (await http.get(f"/api/runs/finished/rollouts/{first['rollout_id']}")).json()
     sources = [step["source"] for step in detail["trajectory"]["steps"]]
@@ -78,7 +78,7 @@ async def test_trajectory_artifacts_and_download(http: httpx.AsyncClient) -> Non
         "%2E%2E%2Fdiagnostics.json",
     ],
 )
-async def test_paths_outside_the_artifacts_are_refused(http: httpx.AsyncClient, path: str) -> None:
+async def test_paths_outside_the_artifacts_are_refused(http: httpx2.AsyncClient, path: str) -> None:
     first = (await _items(http))[0]
     response = await http.get(f"/api/runs/finished/rollouts/{first['rollout_id']}/artifacts/{path}")
     assert response.status_code == 404
@@ -94,12 +94,12 @@ async def test_paths_outside_the_artifacts_are_refused(http: httpx.AsyncClient, 
         "/api/runs/finished/rollouts/not-a-rollout",
     ],
 )
-async def test_unknown_or_crafted_names_are_not_found(http: httpx.AsyncClient, path: str) -> None:
+async def test_unknown_or_crafted_names_are_not_found(http: httpx2.AsyncClient, path: str) -> None:
     response = await http.get(path)
     assert response.status_code == 404
 
 
-async def test_page_and_assets_are_served_with_a_strict_policy(http: httpx.AsyncClient) -> None:
+async def test_page_and_assets_are_served_with_a_strict_policy(http: httpx2.AsyncClient) -> None:
     page = await http.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
     policy = page.headers["content-security-policy"]
@@ -107,11 +107,11 @@ async def test_page_and_assets_are_served_with_a_strict_policy(http: httpx.Async
     assert (await http.get("/static/app.js")).status_code == 200
 
 
-async def test_finished_runs_have_no_live_previews(http: httpx.AsyncClient) -> None:
+async def test_finished_runs_have_no_live_previews(http: httpx2.AsyncClient) -> None:
     assert (await http.get("/api/runs/finished/previews")).json() == []
 
 
-async def test_other_host_names_are_refused(http: httpx.AsyncClient) -> None:
+async def test_other_host_names_are_refused(http: httpx2.AsyncClient) -> None:
     rebound = await http.get("/api/runs", headers={"Host": "evil.example"})
     assert rebound.status_code == 421
     local = await http.get("/api/runs", headers={"Host": "localhost:1234"})
@@ -119,7 +119,7 @@ async def test_other_host_names_are_refused(http: httpx.AsyncClient) -> None:
 
 
 async def test_symlinks_out_of_a_rollout_are_not_followed(
-    http: httpx.AsyncClient, finished_run_root: Path, tmp_path_factory: pytest.TempPathFactory
+    http: httpx2.AsyncClient, finished_run_root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     outside = tmp_path_factory.mktemp("outside")
     (outside / "id_rsa").write_text("private")
@@ -138,7 +138,7 @@ async def test_symlinks_out_of_a_rollout_are_not_followed(
 
 
 async def test_a_damaged_run_is_flagged_and_the_others_still_listed(damaged_root: Path) -> None:
-    async with Viewer(damaged_root) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as c:
+    async with Viewer(damaged_root) as viewer, httpx2.AsyncClient(base_url=viewer.served_url) as c:
         listed = await c.get("/api/runs")
         assert listed.status_code == 200
         runs = {run["name"]: run for run in listed.json()}
@@ -160,11 +160,14 @@ async def test_a_damaged_run_is_flagged_and_the_others_still_listed(damaged_root
 
 
 async def test_a_live_run_has_its_summary_from_the_journal(
-    http: httpx.AsyncClient, finished_run_root: Path, tmp_path: Path
+    http: httpx2.AsyncClient, finished_run_root: Path, tmp_path: Path
 ) -> None:
     finished = (await http.get("/api/runs/finished")).json()["summary"]
     run_dir = copy_run(finished_run_root / "finished", tmp_path / "evals", live=True)
-    async with Viewer(run_dir.parent) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as c:
+    async with (
+        Viewer(run_dir.parent) as viewer,
+        httpx2.AsyncClient(base_url=viewer.served_url) as c,
+    ):
         (listed,) = (await c.get("/api/runs")).json()
         overview = (await c.get("/api/runs/finished")).json()
     assert overview["status"] == "running"
@@ -187,7 +190,7 @@ async def guarded(finished_run_root: Path) -> AsyncIterator[Viewer]:
 
 
 async def test_without_the_token_everything_is_refused(guarded: Viewer) -> None:
-    async with httpx.AsyncClient(base_url=guarded.served_url) as client:
+    async with httpx2.AsyncClient(base_url=guarded.served_url) as client:
         first = (await _items_of(client, headers={"Authorization": f"Bearer {TOKEN}"}))[0]
         for path in (
             "/api/runs",
@@ -207,7 +210,7 @@ async def test_without_the_token_everything_is_refused(guarded: Viewer) -> None:
         assert (await client.get("/?token=nope")).status_code == 401
 
 
-async def _items_of(client: httpx.AsyncClient, **kwargs: Any) -> list[dict[str, Any]]:
+async def _items_of(client: httpx2.AsyncClient, **kwargs: Any) -> list[dict[str, Any]]:
     response = await client.get("/api/runs/finished/items", **kwargs)
     assert response.status_code == 200, response.text
     return list(response.json())
@@ -215,7 +218,7 @@ async def _items_of(client: httpx.AsyncClient, **kwargs: Any) -> list[dict[str, 
 
 async def test_the_token_link_sets_a_strict_cookie_for_the_pages_fetches(guarded: Viewer) -> None:
     assert guarded.url.endswith(f"/?token={TOKEN}")
-    async with httpx.AsyncClient(base_url=guarded.served_url) as client:
+    async with httpx2.AsyncClient(base_url=guarded.served_url) as client:
         link = await client.get(f"/?token={TOKEN}&x=1")
         assert link.status_code == 303
         assert link.headers["location"] == "/?x=1"  # the token leaves the address bar
@@ -234,7 +237,7 @@ async def test_the_token_link_sets_a_strict_cookie_for_the_pages_fetches(guarded
 async def test_a_crafted_path_in_the_token_link_stays_on_the_viewer(
     guarded: Viewer, path: bytes
 ) -> None:
-    async with httpx.AsyncClient(base_url=guarded.served_url) as client:
+    async with httpx2.AsyncClient(base_url=guarded.served_url) as client:
         request = client.build_request("GET", "/")
         request.url = request.url.copy_with(raw_path=path + f"?token={TOKEN}".encode())
         link = await client.send(request)
@@ -251,8 +254,8 @@ async def test_off_loopback_a_token_is_generated_and_required(finished_run_root:
     for local in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         assert Viewer(finished_run_root, host=local).token is None
     # In process: a test binds nothing but 127.0.0.1.
-    transport = httpx.ASGITransport(app=exposed.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://h") as client:
+    transport = httpx2.ASGITransport(app=exposed.app)
+    async with httpx2.AsyncClient(transport=transport, base_url="http://h") as client:
         refused = await client.get("/api/runs")
         allowed = await client.get(
             "/api/runs", headers={"Authorization": f"Bearer {exposed.token}"}

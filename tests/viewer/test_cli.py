@@ -10,7 +10,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from tests.eval.conftest import OSMOSIS
 from tests.viewer.conftest import ViewedTraining
@@ -71,7 +71,7 @@ async def test_view_with_a_token_prints_the_link_once_and_refuses_without_it(
             line = (await process.stdout.readline()).decode()
         match = re.search(r"viewer: (http://\S+)/\?token=(\S+)", line)
         assert match and match.group(2) == token, line
-        async with httpx.AsyncClient(base_url=match.group(1), timeout=30) as client:
+        async with httpx2.AsyncClient(base_url=match.group(1), timeout=30) as client:
             assert (await client.get("/api/runs")).status_code == 401
             link = await client.get(f"/?token={token}")
             assert link.status_code == 303

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -31,10 +31,10 @@ def workspace_runs(
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def http(workspace_runs: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def http(workspace_runs: Path) -> AsyncIterator[httpx2.AsyncClient]:
     async with (
         Viewer(workspace_runs) as viewer,
-        httpx.AsyncClient(base_url=viewer.served_url, timeout=30) as client,
+        httpx2.AsyncClient(base_url=viewer.served_url, timeout=30) as client,
     ):
         yield client
 
@@ -52,14 +52,14 @@ def _evals(run_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-async def _get(http: httpx.AsyncClient, path: str) -> Any:
+async def _get(http: httpx2.AsyncClient, path: str) -> Any:
     response = await http.get(path)
     assert response.status_code == 200, (path, response.text)
     return response.json()
 
 
 async def test_training_runs_are_listed_beside_eval_runs(
-    http: httpx.AsyncClient, workspace_runs: Path, tiny_model_dir: Path
+    http: httpx2.AsyncClient, workspace_runs: Path, tiny_model_dir: Path
 ) -> None:
     run_dir = _run_dir(workspace_runs)
     metrics, evals = read_lines(run_dir / "metrics.jsonl"), _evals(run_dir)
@@ -75,7 +75,7 @@ async def test_training_runs_are_listed_beside_eval_runs(
 
 
 async def test_the_run_page_has_every_step_and_held_out_point(
-    http: httpx.AsyncClient, workspace_runs: Path
+    http: httpx2.AsyncClient, workspace_runs: Path
 ) -> None:
     run_dir = _run_dir(workspace_runs)
     overview = await _get(http, f"/api/train/{TRAIN_RUN}")
@@ -87,7 +87,7 @@ async def test_the_run_page_has_every_step_and_held_out_point(
 
 
 async def test_a_steps_rollouts_are_listed_and_each_opens_its_trajectory(
-    http: httpx.AsyncClient, workspace_runs: Path
+    http: httpx2.AsyncClient, workspace_runs: Path
 ) -> None:
     run_dir = _run_dir(workspace_runs)
     on_disk = sorted(
@@ -122,7 +122,7 @@ async def test_a_steps_rollouts_are_listed_and_each_opens_its_trajectory(
         f"/api/train/{TRAIN_RUN}/rollouts/step-0001-row-0-0/artifacts/..%2F..%2Fevents.jsonl",
     ],
 )
-async def test_unknown_or_crafted_names_are_not_found(http: httpx.AsyncClient, path: str) -> None:
+async def test_unknown_or_crafted_names_are_not_found(http: httpx2.AsyncClient, path: str) -> None:
     response = await http.get(path)
     assert response.status_code == 404, response.text
 
@@ -132,7 +132,7 @@ def _copy(workspace_runs: Path, root: Path) -> Path:
 
 
 async def _overview(root: Path) -> dict[str, Any]:
-    async with Viewer(root) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as client:
+    async with Viewer(root) as viewer, httpx2.AsyncClient(base_url=viewer.served_url) as client:
         return dict(await _get(client, f"/api/train/{TRAIN_RUN}"))
 
 
@@ -202,7 +202,7 @@ async def test_without_the_token_the_training_routes_are_refused(workspace_runs:
     ]
     async with (
         Viewer(workspace_runs, token=TOKEN) as viewer,
-        httpx.AsyncClient(base_url=viewer.served_url) as client,
+        httpx2.AsyncClient(base_url=viewer.served_url) as client,
     ):
         steps = await client.get(paths[2], headers={"Authorization": f"Bearer {TOKEN}"})
         assert rollout_id in [item["rollout_id"] for item in steps.json()]
@@ -226,7 +226,7 @@ async def test_training_rollout_artifacts_are_served_as_downloads(
     (artifacts / "notes.txt").write_text("<script>no</script>")
     shutil.copy(artifacts / "notes.txt", tmp_path / "outside.txt")
     (artifacts / "escape").symlink_to(tmp_path)
-    async with Viewer(tmp_path) as viewer, httpx.AsyncClient(base_url=viewer.served_url) as c:
+    async with Viewer(tmp_path) as viewer, httpx2.AsyncClient(base_url=viewer.served_url) as c:
         base = f"/api/train/{TRAIN_RUN}/rollouts/step-0001-row-0-0"
         detail = await _get(c, base)
         served = await c.get(f"{base}/artifacts/notes.txt")

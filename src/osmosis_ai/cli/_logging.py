@@ -7,7 +7,7 @@ import logging
 __all__ = ["configure_logging", "quiet_logging_errors"]
 
 # Libraries that log every request at INFO: useful when debugging them, noise otherwise.
-_CHATTY = ("httpx", "httpcore", "uvicorn.access", "aiohttp.access")
+_CHATTY = ("httpx2", "httpcore2", "httpx", "httpcore", "uvicorn.access", "aiohttp.access")
 
 
 def quiet_logging_errors() -> None:

@@ -223,9 +223,18 @@ def run_command(
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
     ),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Exit 3 when any rollout failed (without it, only when every rollout failed).",
+    ),
     overrides: list[str] | None = set_option(),
 ) -> None:
-    """Run the rollout over the dataset against the model, then print the results table."""
+    """Run the rollout over the dataset against the model, then print the results table.
+
+    Exit status: 0 done; 1 stopped early (run again to resume); 2 a usage or config error;
+    3 every rollout failed (errors, not low rewards), or any did under --strict; 130 Ctrl-C.
+    """
     from osmosis_ai.eval.runner import EvalOptions
 
     console = _prepare_terminal(name, verbose=verbose, as_json=as_json)
@@ -246,7 +255,7 @@ def run_command(
         backend=backend,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
-    _run_and_report(options, console, as_json=as_json, view=view)
+    _run_and_report(options, console, as_json=as_json, view=view, strict=strict)
 
 
 def _prepare_terminal(name: str | None, *, verbose: bool, as_json: bool) -> Console:
@@ -269,8 +278,11 @@ def _check_name(name: str) -> None:
         raise error_exit(str(exc)) from None
 
 
-def _run_and_report(options: EvalOptions, console: Console, *, as_json: bool, view: bool) -> None:
-    """Run the eval, print its outcome and exit 1 unless it is complete."""
+def _run_and_report(
+    options: EvalOptions, console: Console, *, as_json: bool, view: bool, strict: bool
+) -> None:
+    """Run the eval, print its outcome and exit 1 unless it is complete, 3 when its rollouts
+    failed (all of them, or under ``strict`` any)."""
     from osmosis_ai.errors import OsmosisError
 
     try:
@@ -284,3 +296,19 @@ def _run_and_report(options: EvalOptions, console: Console, *, as_json: bool, vi
         _report(outcome, console, as_json=as_json)
     if not outcome.complete:
         raise typer.Exit(1)
+    failures = _failures(outcome, strict=strict)
+    if failures:
+        raise error_exit(failures, code=3)
+
+
+def _failures(outcome: EvalOutcome, *, strict: bool) -> str | None:
+    """The line that fails a complete run: every rollout failed (the rollouts could not run,
+    which a pass rate of 0 would hide), or under ``strict`` any did; else None."""
+    from osmosis_ai.eval.metrics import failure_line
+
+    summary = outcome.metrics.get("summary", {})
+    failed, total = summary.get("failed", 0), summary.get("total_samples", 0)
+    if not failed or (failed < total and not strict):
+        return None
+    rows = outcome.failed_rows
+    return failure_line(((row["error_type"], row["error_message"]) for row in rows), total)

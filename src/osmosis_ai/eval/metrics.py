@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence, Set
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.journal import JournalRecord, JournalStatus, WorkItem
 from osmosis_ai.rollout.sample import JSONObject
 
-__all__ = ["IndexRow", "index_rows", "pass_at_k", "pass_at_k_points", "passes", "summarize"]
+__all__ = [
+    "IndexRow",
+    "failure_line",
+    "index_rows",
+    "pass_at_k",
+    "pass_at_k_points",
+    "passes",
+    "summarize",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +163,25 @@ def passes(status: str, reward: float | None, pass_threshold: float) -> bool:
     The one definition behind the final table, pass@k and the CLI's live counter.
     """
     return status != "skipped" and reward is not None and reward >= pass_threshold
+
+
+def failure_line(failures: Iterable[tuple[str | None, str | None]], total: int) -> str:
+    """One line for the rollouts that failed among ``total``: how many, by category (most
+    first), and the first one's message.
+
+    Args:
+        failures: ``(category, message)`` of each failed rollout, in run order.
+        total: How many rollouts there were.
+
+    Returns:
+        E.g. ``24 of 24 rollouts failed (agent_error 24); first: workflow raised ...``.
+    """
+    failed = list(failures)
+    counts = Counter(category or "unknown" for category, _ in failed)
+    by_category = ", ".join(f"{category} {count}" for category, count in counts.most_common())
+    line = f"{len(failed)} of {total} rollouts failed ({by_category})"
+    first = next((message for _, message in failed if message and message.strip()), None)
+    return f"{line}; first: {first.strip().splitlines()[0]}" if first else line
 
 
 def _passed(row: IndexRow, pass_threshold: float) -> bool:

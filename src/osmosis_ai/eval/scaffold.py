@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -53,7 +53,7 @@ class {cls}Workflow(AgentWorkflow):
         assert rollout is not None
         # Every LLM call goes to the rollout's own endpoint: that is what gets trained.
         # The process's one TLS context: a client that builds its own spends ~50 ms of CPU.
-        async with httpx.AsyncClient(timeout=300, verify=tls_context()) as http:
+        async with httpx2.AsyncClient(timeout=300, verify=tls_context()) as http:
             response = await http.post(
                 f"{{rollout.chat_completions_url}}/chat/completions",
                 json={{"model": "policy", "messages": ctx.prompt, "max_tokens": 64}},

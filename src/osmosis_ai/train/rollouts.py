@@ -14,7 +14,7 @@ from typing import Any
 
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem
-from osmosis_ai.eval.metrics import pass_at_k, passes
+from osmosis_ai.eval.metrics import failure_line, pass_at_k, passes
 from osmosis_ai.eval.stack import RolloutStack
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.redact import Redactor
@@ -137,6 +137,12 @@ class Run:
             done = await self.rollouts(jobs)
         finally:
             gateway.sampling = sampling
+        if all(r.result.status is not RolloutStatus.SUCCESS for r in done):
+            # A pass rate of 0 would read as a policy that fails the task.
+            failures = [(_category(r.result), r.result.err_message) for r in done]
+            raise TrainingStopped(
+                f"held-out evaluation after step {step}: {failure_line(failures, len(done))}"
+            )
         rewards = [rollout_reward(r.result) for r in done]
         threshold = training.pass_threshold
         passed = [
@@ -176,6 +182,10 @@ def rollout_status(result: RolloutResultResponse) -> str:
     return "skipped" if result.sample is not None and result.sample.remove_sample else "success"
 
 
+def _category(result: RolloutResultResponse) -> str | None:
+    return result.err_category.value if result.err_category else None
+
+
 def _rollout_line(
     rollout_id: str,
     row: int,
@@ -193,8 +203,6 @@ def _rollout_line(
         "tokens": sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls),
         # The weight versions its calls were generated with (the steps applied before).
         "policy_versions": sorted({c.policy_version for c in calls} - {None}),
-        "error_type": (result.err_category.value if result.err_category else None)
-        if failed
-        else None,
+        "error_type": _category(result) if failed else None,
         "error_message": redactor.text(result.err_message) if result.err_message else None,
     }

@@ -307,6 +307,19 @@ def _resolve_quietly(model: str) -> Path:
         return resolve_model(model)
 
 
+async def _evaluate(run: Run, outcome: TrainOutcome, step: int, held_out: list[int]) -> None:
+    """The held-out evaluation after ``step``, added to ``outcome``; one that cannot run (its
+    rollouts all failed, the server died) stops the run, recorded in the journal."""
+    try:
+        outcome.evals.append(await run.evaluate(step, held_out))
+    except TrainingStopped as exc:
+        reason = run.redactor.text(f"{exc}; run the same command to resume")
+        await asyncio.to_thread(
+            append, run.run_dir / "events.jsonl", {"event": "stopped", "step": step, "reason": reason}
+        )
+        raise TrainingStopped(reason, outcome) from None
+
+
 async def _loop(
     run: Run, learner: Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
 ) -> None:
@@ -314,7 +327,7 @@ async def _loop(
 
     training, run_dir = run.config.training, run.run_dir
     if not any(point.step == outcome.steps_done for point in outcome.evals):
-        outcome.evals.append(await run.evaluate(outcome.steps_done, held_out))
+        await _evaluate(run, outcome, outcome.steps_done, held_out)
     metrics_path = run_dir / "metrics.jsonl"
     spent = sum(map(step_seconds, await asyncio.to_thread(read_lines, metrics_path)))
     if training.max_minutes and spent >= training.max_minutes * 60:
@@ -354,7 +367,7 @@ async def _loop(
         if step % training.checkpoint_every == 0 or last:
             await learner.run(checkpoint, learner, run_dir, step, training.keep_checkpoints)
         if (training.eval_every and step % training.eval_every == 0) or last:
-            outcome.evals.append(await run.evaluate(step, held_out))
+            await _evaluate(run, outcome, step, held_out)
         if out_of_time:
             run.hooks.message(
                 f"stopped after step {step}: the steps took {spent / 60:.1f} min "

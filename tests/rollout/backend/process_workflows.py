@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -62,7 +62,7 @@ class Behave(AgentWorkflow[Settings]):
         if kind == "chat":
             context = get_rollout_context()
             assert context is not None
-            async with httpx.AsyncClient(timeout=10) as client:
+            async with httpx2.AsyncClient(timeout=10) as client:
                 reply = await client.post(
                     f"{context.chat_completions_url}/chat/completions",
                     headers={"Authorization": f"Bearer {context.api_key}"},

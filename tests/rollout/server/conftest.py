@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai._serving import bind_socket, running_server
@@ -56,12 +56,12 @@ async def start_server_process(
         },
     )
     url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http, asyncio.timeout(60):
+    async with httpx2.AsyncClient() as http, asyncio.timeout(60):
         while True:
             try:
                 if (await http.get(f"{url}/health")).status_code == 200:
                     return process, url
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 await asyncio.sleep(0.05)
 
 
@@ -72,7 +72,7 @@ class Server:
         self,
         base_url: str,
         client: RolloutClient,
-        http: httpx.AsyncClient,
+        http: httpx2.AsyncClient,
         app: RolloutServerApp,
     ):
         self.base_url = base_url
@@ -84,7 +84,7 @@ class Server:
     def state(self) -> ServerState:
         return self.app.state.rollout
 
-    async def admit(self, rollout_id: str, **fields: Any) -> httpx.Response:
+    async def admit(self, rollout_id: str, **fields: Any) -> httpx2.Response:
         body = {
             "rollout_id": rollout_id,
             "initial_messages": PROMPT,
@@ -113,7 +113,7 @@ def serve() -> ServeFactory:
         async with (
             running_server(app) as running,
             RolloutClient(url=running.base_url, api_key=api_key) as client,
-            httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=60) as http,
+            httpx2.AsyncClient(base_url=running.base_url, headers=headers, timeout=60) as http,
         ):
             yield Server(running.base_url, client, http, app)
 

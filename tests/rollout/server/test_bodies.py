@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
@@ -25,18 +25,18 @@ VALID = {"rollout_id": "r", "initial_messages": PROMPT, "chat_completions_url": 
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def http() -> AsyncIterator[httpx.AsyncClient]:
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
     app = create_rollout_server(backend=LocalBackend(workflow=Answer), configure_logging=False)
     async with (
         running_server(app) as server,
-        httpx.AsyncClient(base_url=server.base_url, timeout=60) as client,
+        httpx2.AsyncClient(base_url=server.base_url, timeout=60) as client,
     ):
         yield client
         health = await client.get("/health")
         assert health.status_code == 200 and health.json()["status"] == "ok"
 
 
-async def _post(http: httpx.AsyncClient, content: bytes) -> httpx.Response:
+async def _post(http: httpx2.AsyncClient, content: bytes) -> httpx2.Response:
     return await http.post(
         "/rollout", content=content, headers={"Content-Type": "application/json"}
     )
@@ -62,7 +62,7 @@ async def _post(http: httpx.AsyncClient, content: bytes) -> httpx.Response:
     ],
 )
 async def test_malformed_bodies_are_422(
-    http: httpx.AsyncClient, content: bytes, status: int
+    http: httpx2.AsyncClient, content: bytes, status: int
 ) -> None:
     response = await _post(http, content)
     assert response.status_code == status
@@ -72,21 +72,21 @@ async def test_malformed_bodies_are_422(
 @pytest.mark.parametrize("field", ["agent_timeout_sec", "grader_timeout_sec"])
 @pytest.mark.parametrize("value", [-5, 0, -0.001])
 async def test_non_positive_timeouts_are_422_naming_the_field(
-    http: httpx.AsyncClient, field: str, value: float
+    http: httpx2.AsyncClient, field: str, value: float
 ) -> None:
     response = await _post(http, json.dumps({**VALID, field: value}).encode())
     assert response.status_code == 422
     assert field in response.text and "greater than 0" in response.text
 
 
-async def test_validation_errors_never_echo_the_key(http: httpx.AsyncClient) -> None:
+async def test_validation_errors_never_echo_the_key(http: httpx2.AsyncClient) -> None:
     body = {**VALID, "rollout_id": "../x", "llm_api_key": "sk-never-echo-4411"}
     response = await _post(http, json.dumps(body).encode())
     assert response.status_code == 422 and "sk-never-echo-4411" not in response.text
 
 
 async def test_oversized_body_is_413_naming_its_size_and_the_limit(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     response = await _post(http, b'{"x": "' + b"a" * (33 * 1024 * 1024) + b'"}')
     assert response.status_code == 413
@@ -102,7 +102,7 @@ def _nested(levels: int) -> dict[str, Any]:
 
 
 async def test_bodies_nested_past_the_limit_are_refused_at_admission(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     # The body object is level 1, so metadata may nest 63 levels under the limit of 64.
     fits = {**VALID, "rollout_id": "deep-ok", "metadata": _nested(63)}
@@ -114,7 +114,7 @@ async def test_bodies_nested_past_the_limit_are_refused_at_admission(
 
 
 async def test_ten_megabyte_strings_and_unicode_garbage_are_accepted_as_data(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
 ) -> None:
     big = {**VALID, "rollout_id": "big", "label": "x" * (10 * 1024 * 1024)}
     assert (await _post(http, json.dumps(big).encode())).status_code == 202
@@ -126,7 +126,9 @@ async def test_ten_megabyte_strings_and_unicode_garbage_are_accepted_as_data(
     assert (await _post(http, json.dumps(odd).encode())).status_code == 202
 
 
-async def test_lone_surrogates_in_messages_do_not_break_the_result(http: httpx.AsyncClient) -> None:
+async def test_lone_surrogates_in_messages_do_not_break_the_result(
+    http: httpx2.AsyncClient,
+) -> None:
     content = (
         b'{"rollout_id": "surrogate", "chat_completions_url": "http://x", '
         b'"initial_messages": [{"role": "user", "content": "\\ud800"}], "label": "\\udfff"}'
@@ -175,7 +177,7 @@ FIELDS = st.fixed_dictionaries(
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=FIELDS | JSON)
 async def test_fuzzed_admission_bodies_never_cause_a_5xx(
-    http: httpx.AsyncClient, body: Any
+    http: httpx2.AsyncClient, body: Any
 ) -> None:
     try:
         content = json.dumps(body).encode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import RolloutStatus
 from osmosis_ai.rollout.client import RolloutClient
@@ -31,7 +31,7 @@ async def test_sigterm_with_fifty_rollouts_in_flight_ends_every_one_terminal() -
                 await handle.wait_for_running()
             process.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.1)
-            async with httpx.AsyncClient() as http:
+            async with httpx2.AsyncClient() as http:
                 refused = await http.post(
                     f"{url}/rollout",
                     json={

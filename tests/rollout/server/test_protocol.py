@@ -244,9 +244,9 @@ async def test_cancel_all(serve: ServeFactory) -> None:
 async def test_auth_is_required_on_every_route_when_configured(serve: ServeFactory) -> None:
     async with serve(api_key="server-secret") as server:
         assert (await _run(server, "ok")).status is RolloutStatus.SUCCESS
-        import httpx
+        import httpx2
 
-        async with httpx.AsyncClient(base_url=server.base_url) as anonymous:
+        async with httpx2.AsyncClient(base_url=server.base_url) as anonymous:
             responses = [
                 await anonymous.get("/health"),
                 await anonymous.post("/rollout", json={}),

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import numpy
 import pytest
 
@@ -39,7 +39,7 @@ class CallsTheModelTwice(AgentWorkflow):
         assert context is not None
         messages = list(ctx.prompt)
         headers = {"Authorization": f"Bearer {context.api_key}"}
-        async with httpx.AsyncClient() as http:
+        async with httpx2.AsyncClient() as http:
             for _ in range(2):
                 response = await http.post(
                     f"{context.chat_completions_url}/chat/completions",

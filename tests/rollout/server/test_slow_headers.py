@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import httpx
+import httpx2
 import pytest
 
 from osmosis_ai._serving import HEADER_TIMEOUT_SEC
@@ -20,7 +20,7 @@ async def test_user_served_rollout_server_closes_a_connection_slow_to_send_heade
         port = int(url.rsplit(":", 1)[1])
         elapsed = await seconds_until_closed_after_partial_headers(port)
         assert HEADER_TIMEOUT_SEC - 1 <= elapsed <= HEADER_TIMEOUT_SEC + 5
-        async with httpx.AsyncClient(base_url=url) as http:
+        async with httpx2.AsyncClient(base_url=url) as http:
             assert (await http.get("/health")).status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -34,7 +34,7 @@ async def ask(messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
     """One chat completion through the rollout's gateway URL; returns the message."""
     rollout = get_rollout_context()
     assert rollout is not None
-    async with httpx.AsyncClient(timeout=120) as http:
+    async with httpx2.AsyncClient(timeout=120) as http:
         response = await http.post(
             f"{rollout.chat_completions_url}/chat/completions",
             json={"messages": messages, "max_tokens": 12, **body},

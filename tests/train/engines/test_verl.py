@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import pytest_asyncio
 
@@ -305,12 +305,12 @@ async def test_the_loop_is_registered_and_bad_settings_are_named(
 @contextlib.asynccontextmanager
 async def _verl_gateway(
     engine: VerlEngine, tokenizer: Any, rollout_id: str
-) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient, str]]:
+) -> AsyncIterator[tuple[Gateway, httpx2.AsyncClient, str]]:
     """A gateway in front of the engine through `VerlServerPolicy`, an authorised client,
     and the rollout's chat completions URL."""
     async with Gateway(VerlServerPolicy(engine.client, tokenizer)) as gateway:
         headers = {"Authorization": f"Bearer {gateway.token}"}
-        async with httpx.AsyncClient(headers=headers, timeout=120) as http:
+        async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
             yield gateway, http, gateway.chat_completions_url(rollout_id) + "/chat/completions"
 
 

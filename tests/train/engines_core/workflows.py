@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -33,7 +33,7 @@ class Chat(AgentWorkflow):
         if kind == "leak":
             raise RuntimeError(f"upstream refused key {rollout.api_key}")
         messages = list(ctx.prompt)
-        async with httpx.AsyncClient(timeout=120) as http:
+        async with httpx2.AsyncClient(timeout=120) as http:
             for turn in range(int(meta.get("turns", 2))):
                 reply = await http.post(
                     f"{rollout.chat_completions_url}/chat/completions",

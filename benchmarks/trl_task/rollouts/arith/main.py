@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import httpx
+import httpx2
 from arith_reward import score  # type: ignore[import-not-found,unused-ignore]
 
 from osmosis_ai.rollout import (
@@ -35,7 +35,7 @@ class DirectAnswer(AgentWorkflow[AgentWorkflowConfig]):
         messages = list(ctx.prompt)
         headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
         # The process's one TLS context: a client that builds its own spends ~50 ms of CPU.
-        async with httpx.AsyncClient(timeout=300, verify=tls_context()) as http:
+        async with httpx2.AsyncClient(timeout=300, verify=tls_context()) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 json={"model": "policy", "messages": messages},

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -86,7 +86,7 @@ class CalculatorWorkflow(AgentWorkflow[CalculatorConfig]):
         messages = list(ctx.prompt)
         headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
         # The process's one TLS context: a client that builds its own spends ~50 ms of CPU.
-        async with httpx.AsyncClient(timeout=300, verify=tls_context()) as http:
+        async with httpx2.AsyncClient(timeout=300, verify=tls_context()) as http:
             for _ in range(config.max_turns):
                 response = await http.post(
                     f"{rollout.chat_completions_url}/chat/completions",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from harbor_rollout import AskTheModel
 
@@ -35,7 +35,7 @@ async def test_loopback_endpoint_is_forwarded_through_the_bridge(tmp_path: Path)
             assert url.startswith("http://host.docker.internal:")
             assert url.endswith("/v1/rollouts/r1")
             port = url.split(":")[2].split("/")[0]
-            async with httpx.AsyncClient() as client:  # what a container would do
+            async with httpx2.AsyncClient() as client:  # what a container would do
                 reply = await client.post(
                     f"http://127.0.0.1:{port}/v1/chat/completions",
                     json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},

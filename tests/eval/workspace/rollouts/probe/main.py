@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -47,7 +47,7 @@ class Probe(AgentWorkflow):
         if what == "env":  # tells the test which variables the rollout server was given
             env_drop = (ctx.metadata or {})["env_drop"]
             await asyncio.to_thread(_append, env_drop, json.dumps(dict(os.environ)))
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx2.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 json={"model": "policy", "messages": ctx.prompt},
@@ -63,7 +63,7 @@ async def _leak(ctx: AgentWorkflowContext, url: str, key: str) -> list[dict[str,
     secret = os.environ["PROBE_SECRET"]
     # Tells the test the key, outside the output root.
     await asyncio.to_thread(_append, meta["key_drop"], key + "\n")
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx2.AsyncClient(timeout=60) as http:
         response = await http.post(
             f"{url}/chat/completions",
             json={"model": "policy", "messages": ctx.prompt},

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -38,7 +38,7 @@ class AskTheModel(AgentWorkflow[AskConfig]):
         if meta.get("sleep"):
             await asyncio.sleep(float(meta["sleep"]))
         assert self.config is not None
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx2.AsyncClient(timeout=60) as client:
             reply = await client.post(
                 f"{context.chat_completions_url}/chat/completions",
                 headers={"Authorization": f"Bearer {context.api_key}"},

@@ -7,7 +7,7 @@ import os
 import random
 from typing import Any
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -39,12 +39,14 @@ class Reply(AgentWorkflow):
         die_at = (ctx.metadata or {}).get("die_at")
         if die_at is not None:  # the server dies on the die_at-th rollout of the run
             await asyncio.to_thread(_count, ctx.metadata or {})
+        if (ctx.metadata or {}).get("raise"):
+            raise RuntimeError("the tool crashed")
         rollout = get_rollout_context()
         assert rollout is not None
         body: dict[str, Any] = {"model": "policy", "messages": ctx.prompt}
         if (ctx.metadata or {}).get("tools"):
             body.update(tools=[CALCULATOR], tool_choice="required")
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx2.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
                 json=body,

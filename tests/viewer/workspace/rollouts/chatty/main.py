@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-import httpx
+import httpx2
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -33,7 +33,7 @@ class Chatty(AgentWorkflow):
         if meta.get("artifact") and ctx.artifacts_dir is not None:
             path = ctx.artifacts_dir / "notes.txt"
             await asyncio.to_thread(path.write_text, str(meta["artifact"]))
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx2.AsyncClient(timeout=60) as http:
             for turn in range(int(meta.get("turns", 1))):
                 if turn:
                     await asyncio.sleep(float(meta.get("pause", 0)))
