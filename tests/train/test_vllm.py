@@ -34,7 +34,6 @@ from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train import RolloutRecords, build_sequences
 from osmosis_ai.train.config import VllmConfig, load_train_config
 from osmosis_ai.train.grammar_masks import allowed_logits
-from osmosis_ai.train.model import embedded_model_dir
 from osmosis_ai.train.vllm_server import VllmServer, VllmServerError, lora_rank_slot
 from tests.gateway.test_embedded_policy import CALCULATOR
 from tests.train.conftest import HERMES_TEMPLATE
@@ -64,9 +63,9 @@ def vllm_python() -> Path:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded model converted to a HuggingFace directory once for the module."""
-    return embedded_model_dir(tmp_path_factory.mktemp("models"))
+def model_dir(embedded_hf_dir: Path) -> Path:
+    """The embedded model as a HuggingFace directory (converted once for the run)."""
+    return embedded_hf_dir
 
 
 def _server_config(python: Path, **overrides: Any) -> VllmConfig:
