@@ -91,7 +91,7 @@ test:
 ## The quick loop while developing: the tests not marked slow, on two workers, in the
 ## existing .venv (make install-dev first). CI runs everything (make test).
 test-fast:
-	$(BIN)/pytest -m "not slow" -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
 debian-packages:
 	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap strace=strace
@@ -118,13 +118,12 @@ type-check:
 	$(BIN)/mypy
 
 # The suites alone, in environments already built (what scripts/ci.py runs); PYTEST_ARGS
-# adds pytest flags. The main suite runs on TEST_WORKERS workers, the longest modules first;
-# tests that share a module fixture (a vLLM server) or a costly session fixture stay on one
-# worker (tests/conftest.py).
+# adds pytest flags. The main suite runs on TEST_WORKERS workers a module at a time (a module
+# fixture such as the vLLM server starts once), the longest modules first (tests/conftest.py).
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 suite-main:
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 suite-harbor:
 	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor $(PYTEST_ARGS)

@@ -22,8 +22,8 @@ collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info
 
 
 # The modules that take longest (from `--durations`), collected first: the suite runs on two
-# workers (`-n 2 --dist loadgroup`, see scripts/ci.py), and a long module handed out last
-# would run alone at the end while the other worker sits idle.
+# workers a module at a time (`-n 2 --dist loadfile`, see the Makefile's suite-main), and a
+# long module handed out last would run alone at the end while the other worker sits idle.
 _LONGEST_FIRST = (
     "train/test_vllm.py",
     "train/test_tool_formats.py",
@@ -38,47 +38,19 @@ _LONGEST_FIRST = (
     "gateway/test_embedded_policy.py",
     "test_serving.py",
 )
-#: Session fixtures too costly to make once per worker (a Ray instance, a training run): the
-#: tests that use one run on one worker.
-_SHARED_SESSION_FIXTURES = ("ray_cluster", "viewed_training")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the longest modules first (a stable sort: the rest keep their order), and keep
-    together on one worker the tests that share a costly fixture.
-
-    Under ``--dist loadgroup`` a test without an ``xdist_group`` goes to whichever worker is
-    free. A test that uses a module- or class-scoped fixture (a vLLM server, a loaded model)
-    is grouped with its module, so that fixture is made once; one that uses a fixture of
-    ``_SHARED_SESSION_FIXTURES`` is grouped with the other tests of that fixture.
-    """
+    """Put the longest modules first (a stable sort: the rest keep their order)."""
     tests = Path(__file__).resolve().parent
     rank = {module: index for index, module in enumerate(_LONGEST_FIRST)}
 
-    def module_of(item: pytest.Item) -> str:
+    def module_rank(item: pytest.Item) -> int:
         path = Path(item.path)
-        return path.relative_to(tests).as_posix() if path.is_relative_to(tests) else str(path)
+        module = path.relative_to(tests).as_posix() if path.is_relative_to(tests) else ""
+        return rank.get(module, len(rank))
 
-    items.sort(key=lambda item: rank.get(module_of(item), len(rank)))
-    for item in items:
-        group = _group_of(item, module_of(item))
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _group_of(item: pytest.Item, module: str) -> str | None:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    closure = set(info.names_closure)
-    shared = [name for name in _SHARED_SESSION_FIXTURES if name in closure]
-    if shared:
-        return shared[0]
-    for name in closure:
-        for definition in info.name2fixturedefs.get(name, ()):
-            if definition.scope in ("module", "class", "package"):
-                return module
-    return None
+    items.sort(key=module_rank)
 
 
 def pytest_configure(config: pytest.Config) -> None:
