@@ -314,9 +314,8 @@ async def _evaluate(run: Run, outcome: TrainOutcome, step: int, held_out: list[i
         outcome.evals.append(await run.evaluate(step, held_out))
     except TrainingStopped as exc:
         reason = run.redactor.text(f"{exc}; run the same command to resume")
-        await asyncio.to_thread(
-            append, run.run_dir / "events.jsonl", {"event": "stopped", "step": step, "reason": reason}
-        )
+        stopped = {"event": "stopped", "step": step, "reason": reason}
+        await asyncio.to_thread(append, run.run_dir / "events.jsonl", stopped)
         raise TrainingStopped(reason, outcome) from None
 
 
