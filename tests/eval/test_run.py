@@ -15,6 +15,8 @@ from osmosis_ai.testing import ChatStub
 from osmosis_ai.viewer.runs import run_items
 from tests.eval.conftest import Workspace, rows
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 
 def _processes_in(root: Path) -> list[int]:
     """Live processes whose working directory is inside ``root`` (leaked servers)."""

@@ -20,6 +20,8 @@ from osmosis_ai.train.config import TrainingConfig, load_train_config
 from osmosis_ai.train.runner import split_rows
 from tests.eval.conftest import OSMOSIS, ROOT
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 
 def test_init_writes_a_rollout_that_validates(tmp_path: Path) -> None:
     written = scaffold_rollout(tmp_path, "capitals")

@@ -42,7 +42,7 @@ from tests.gateway.conftest import serving, sse_events
 from tests.gateway.test_embedded_policy import CALCULATOR, TOOL_CALL_RESULT, WEATHER
 from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -24,6 +24,8 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 from tests.reliability.workflows import Chaos
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 ROLLOUTS = 500
 CONCURRENCY = 64
 #: fault -> (share of rollouts, agent deadline for that row, expected (status, category)).

@@ -18,6 +18,8 @@ import pytest
 from osmosis_ai.testing import StubFailure, StubReply
 from tests.eval.conftest import Workspace
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 ROWS = 500
 #: fault -> (share, journal (status, error_type)). Blocking code runs in its own process
 #: (``--backend process``), so it cannot delay the other rollouts past their deadline.

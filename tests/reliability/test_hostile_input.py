@@ -23,7 +23,7 @@ from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.testing import ChatStub
 from tests.rollout.server.workflows import Answer, ExactMatch
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 #: Requests per app: ``EXAMPLES`` generated batches of ``BATCH`` requests sent concurrently.
 EXAMPLES = 100

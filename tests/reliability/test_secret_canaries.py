@@ -17,6 +17,8 @@ import pytest
 from osmosis_ai.testing import StubFailure, StubReply
 from tests.eval.conftest import Workspace
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 UPSTREAM_KEY = "upstream-canary-" + secrets.token_hex(8)
 CONFIGURED = "configured-canary-" + secrets.token_hex(8)
 #: A credential of the user's shell that the run never passes on by name: the workflow still

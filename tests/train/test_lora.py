@@ -28,6 +28,8 @@ from osmosis_ai.train.micro_batches import collate
 from osmosis_ai.train.update import train_step
 from tests.train.test_runner import OSMOSIS, _lines, _run, _train_here, _workspace
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 CPU = torch.device("cpu")
 
 

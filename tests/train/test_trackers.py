@@ -23,6 +23,8 @@ from osmosis_ai.train.runner import held_out_pass_at_k
 from osmosis_ai.train.trackers import flat_params, scalars
 from tests.train.test_runner import _lines, _run, _workspace, run_without
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 FAKE_WANDB_KEY = "wandb-key-0123456789abcdef0123456789abcdef01234567"
 
 

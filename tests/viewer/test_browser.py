@@ -15,7 +15,7 @@ from playwright.async_api import Browser, Page
 from osmosis_ai.viewer import Viewer
 from tests.viewer.conftest import FAILURE, chatty_workspace, copy_run, read_line
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -16,7 +16,7 @@ from osmosis_ai.eval.run_dir import run_lock
 from osmosis_ai.viewer import Viewer
 from tests.viewer.conftest import TRAIN_RUN, copy_run, read_lines
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 #: The four curves of the run page: chart title and the metrics key it draws. The tiny run
 #: has no KL penalty (its KL is 0 throughout): its fourth chart is the engine's mismatch.

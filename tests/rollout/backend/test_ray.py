@@ -22,6 +22,8 @@ from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
 from tests.rollout.backend.ray_workflows import ExactMatch, Remote
 
+pytestmark = pytest.mark.slow  # left out of make test-fast
+
 PROMPT = [{"role": "user", "content": "What is 6*7?"}]
 URL = "http://127.0.0.1:9/v1"
 
