@@ -31,7 +31,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PHASES", "Phase", "SuiteCount", "main"]
+__all__ = [
+    "COUNTS",
+    "PHASES",
+    "Phase",
+    "Result",
+    "SuiteCount",
+    "check_counts",
+    "main",
+    "phase_table",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / ".ci-logs"

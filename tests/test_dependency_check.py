@@ -49,6 +49,15 @@ def _check(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _one_finding(root: Path) -> str:
+    """The check's only finding under ``root`` (it must fail, with that line and its count)."""
+    result = _check(root)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (finding, summary) = result.stdout.splitlines()
+    assert summary == "dependency check: 1 undeclared imports in 1 files"
+    return finding
+
+
 def test_the_project_declares_every_import() -> None:
     result = _check(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -83,21 +92,16 @@ def test_declared_imports_pass(tmp_path: Path) -> None:
 
 def test_an_undeclared_import_fails_with_its_line_and_fix(tmp_path: Path) -> None:
     root = _project(tmp_path, {"core.py": "import json\n\n\ndef late():\n    import aiohttp\n"})
-    result = _check(root)
-    assert result.returncode == 1
-    (finding, summary) = result.stdout.splitlines()
+    finding = _one_finding(root)
     assert finding.startswith("src/probe/core.py:5: imports aiohttp (distribution aiohttp)")
     assert "not declared in the base dependencies" in finding
     assert finding.endswith("add it to [project] dependencies")
-    assert summary == "dependency check: 1 undeclared imports in 1 files"
 
 
 def test_an_import_another_package_pulls_in_does_not_count(tmp_path: Path) -> None:
     # anyio is installed here (starlette requires it) but [web] does not name it.
     root = _project(tmp_path, {"web/app.py": "import starlette\nimport anyio\n"})
-    result = _check(root)
-    assert result.returncode == 1
-    (finding, _) = result.stdout.splitlines()
+    finding = _one_finding(root)
     assert finding.startswith("src/probe/web/app.py:2: imports anyio")
     assert "not declared in [web]; here it comes only with" in finding
     assert "starlette" in finding.split("comes only with", 1)[1]
@@ -107,9 +111,7 @@ def test_an_import_another_package_pulls_in_does_not_count(tmp_path: Path) -> No
 def test_each_alternative_installation_must_declare_it(tmp_path: Path) -> None:
     # both.py runs with [web] alone or with [full] alone: aiohttp is only in [full].
     root = _project(tmp_path, {"web/both.py": "import starlette\nimport aiohttp\n"})
-    result = _check(root)
-    assert result.returncode == 1
-    (finding, _) = result.stdout.splitlines()
+    finding = _one_finding(root)
     assert "imports aiohttp (distribution aiohttp), not declared in [web]" in finding
 
 
@@ -124,9 +126,7 @@ def test_import_optional_is_checked_against_the_extra_it_names(tmp_path: Path) -
                 """
         },
     )
-    result = _check(root)
-    assert result.returncode == 1
-    (finding, _) = result.stdout.splitlines()
+    finding = _one_finding(root)
     assert finding.startswith("src/probe/core.py:3: imports aiohttp")
     assert "not declared in [web]" in finding
 
