@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_PYTHON ?= python3.11
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-async bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -145,6 +145,11 @@ bench: install-dev
 ## The training figures (about 25 minutes on an idle machine; see benchmarks/README.md).
 bench-train: install-dev
 	$(BIN)/python benchmarks/train.py
+
+## Asynchronous training side by side: max_staleness 0, 1 and 2 on the calculator with slow
+## tools (heavy and light profiles, 3 seeds each; about 70 minutes on an idle machine).
+bench-async: install-dev
+	$(BIN)/python benchmarks/async_training.py
 
 ## Side by side with the reference SDK (osmosis-ai 0.3.8, installed once into a cached
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.

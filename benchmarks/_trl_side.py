@@ -166,9 +166,9 @@ def train(args: argparse.Namespace) -> None:
     )
     model: Any = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    # osmosis's optimiser and schedule (osmosis_ai.train.schedule): fused AdamW without weight
-    # decay; the factor (k + 1) / warm-up during the warm-up (transformers' constant_with_warmup
-    # starts at 0), then 1.
+    # osmosis's optimiser and schedule (osmosis_ai.train.algorithm.schedule): fused AdamW
+    # without weight decay; the factor (k + 1) / warm-up during the warm-up (transformers'
+    # constant_with_warmup starts at 0), then 1.
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings["learning_rate"], weight_decay=0.0, fused=True
     )

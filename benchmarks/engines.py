@@ -68,8 +68,8 @@ from osmosis_ai.testing import ChatStub
 from osmosis_ai.train.config import VllmConfig
 from osmosis_ai.train.engines.skyrl import OsmosisGenerator
 from osmosis_ai.train.engines.verl import close_shared_rollouts
+from osmosis_ai.train.generation.vllm_server import VllmServer
 from osmosis_ai.train.model import embedded_model_dir
-from osmosis_ai.train.vllm_server import VllmServer
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"

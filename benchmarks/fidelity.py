@@ -53,7 +53,7 @@ def _config(example: str, dataset: str, engine: str, rows: int, group_size: int)
 def _rollouts(run_dir: Path) -> list[Any]:
     """The step's rollouts as the trainer saw them: result, group and call records."""
     from osmosis_ai.rollout.types import RolloutResultResponse
-    from osmosis_ai.train.sequences import RolloutRecords
+    from osmosis_ai.train.algorithm.sequences import RolloutRecords
 
     rollouts = []
     for line in (run_dir / "rollouts.jsonl").read_text().splitlines():
@@ -77,7 +77,7 @@ def _rollouts(run_dir: Path) -> list[Any]:
 
 
 def _measure(example: str, engine: str, rows: int, group_size: int) -> dict[str, Any]:
-    from osmosis_ai.train.sequences import build_sequences
+    from osmosis_ai.train.algorithm.sequences import build_sequences
 
     folder, dataset = EXAMPLES[example]
     with tempfile.TemporaryDirectory(prefix="osmosis-fidelity-") as temp:

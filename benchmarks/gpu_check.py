@@ -119,6 +119,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument(
+        "--max-staleness", type=int, default=0, help="asynchronous training's bound (0: sync)"
+    )
     parser.add_argument("--save-tokenizer", type=Path, help="only write the tokenizer there")
     parser.add_argument(
         "--engine", choices=("torch", "vllm"), default="torch", help="what generates the rollouts"
@@ -218,6 +221,7 @@ def _workspace(root: Path, args: argparse.Namespace, model_dir: Path) -> Path:
                 learning_rate = {1e-4 if mode == "lora" else 1e-5}
                 token_budget = 8192
                 engine = "{args.engine}"
+                max_staleness = {args.max_staleness}
                 {f"lora_rank = {args.lora_rank}" if mode == "lora" else ""}
             """)
             + (_vllm_table(args) if args.engine == "vllm" else "")
@@ -269,7 +273,7 @@ def _figures(
     memory = "peak_gpu_memory_gb" if cuda else "peak_rss_gb"
     memory_name = "GPU memory allocated" if cuda else "RSS (whole process)"
     return [
-        # A vLLM server does not say how long it was busy: its rate is over the rollouts.
+        # An engine that measured no busy time: the rate over the rollouts.
         Figure(
             "generation: completion tokens / engine busy s",
             rate("tokens_generated", "policy_busy_sec"),
@@ -297,6 +301,18 @@ def _figures(
             "e-3",
         ),  # fmt: skip
         Figure(f"peak {memory_name}", max(m[memory] for m in metrics), "GB", digits=2),
+        Figure(
+            "weight probe after each push: largest mean |engine - learner| logprob",
+            1e3 * max(float(m.get("probe_gap") or 0) for m in metrics),
+            "e-3",
+            digits=3,
+        ),
+        Figure(
+            "staleness: largest (bound --max-staleness)",
+            max(float(m.get("staleness_max") or 0) for m in metrics),
+            "steps",
+            digits=0,
+        ),
         Figure(
             "recorded vs teacher-forced logprobs, fp32: max |delta|",
             deltas[0] * 1e6,
@@ -338,7 +354,7 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
 
     from osmosis_ai.gateway.policies._hf_dir import load_model_dir, quiet_transformers
     from osmosis_ai.gateway.policies._torch_device import resolve_device
-    from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
+    from osmosis_ai.train.loop.runner import TrainingStopped, TrainOptions, run_training
 
     device = resolve_device(args.device, key="--device")
     tokenizer_dir = _tokenizer_dir(args, scratch)

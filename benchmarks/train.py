@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +125,18 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
     ]
 
 
-def _train(
-    workspace: Path, settings: dict[str, str], tables: str = ""
+def train_example(
+    workspace: Path,
+    settings: dict[str, str],
+    tables: str = "",
+    prepare: Callable[[Path], None] | None = None,
 ) -> tuple[Path, float, float]:
-    """``osmosis train run`` with the config's ``[training]`` keys replaced by ``settings``
-    (TOML values) and ``tables`` appended; returns the run dir, wall time, peak RSS."""
+    """``osmosis train run`` on a copy of the calculator example with the config's
+    ``[training]`` keys replaced by ``settings`` (TOML values) and ``tables`` appended,
+    ``prepare(workspace)`` called on the copy first; returns the run dir, wall time, peak RSS."""
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
+    if prepare is not None:
+        prepare(workspace)
     config = workspace / CONFIG
     lines = [x for x in config.read_text().splitlines() if x.split("=")[0].strip() not in settings]
     at = lines.index("[training]") + 1
@@ -157,7 +164,7 @@ def _train(
 
 def _engine_figures(metrics: list[dict[str, Any]]) -> list[Figure]:
     """Completion tokens/s of the steps' rollouts and the weight push's share of a step."""
-    from osmosis_ai.train.runner import step_seconds
+    from osmosis_ai.train.loop.runner import step_seconds
 
     rates = [m["tokens_per_sec"] for m in metrics if m.get("tokens_per_sec")]
     applied = [m for m in metrics if m.get("loss") is not None]
@@ -221,7 +228,7 @@ def _step_rollouts(run_dir: Path, step: int) -> list[Any]:
     """``step``'s rollouts as the trainer saw them: result, group and call records (from
     each rollout's ATIF trajectory and ``rollouts.jsonl``)."""
     from osmosis_ai.rollout.types import RolloutResultResponse
-    from osmosis_ai.train.sequences import RolloutRecords
+    from osmosis_ai.train.algorithm.sequences import RolloutRecords
 
     results = {
         line["rollout_id"]: line
@@ -246,8 +253,8 @@ def _step_rollouts(run_dir: Path, step: int) -> list[Any]:
 
 def _trained_sequences(rollouts: list[Any]) -> list[Any]:
     """The sequences the step trained: its groups whose rewards differ."""
-    from osmosis_ai.train.advantages import zero_gradient_groups
-    from osmosis_ai.train.sequences import build_sequences
+    from osmosis_ai.train.algorithm.advantages import zero_gradient_groups
+    from osmosis_ai.train.algorithm.sequences import build_sequences
 
     sequences, _ = build_sequences(rollouts, drift="fork")
     zero = zero_gradient_groups(sequences)
@@ -297,8 +304,8 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
     autocast, the same micro-batches and loss masks), without the loss and optimiser."""
     import torch
 
-    from osmosis_ai.train.logprobs import policy_logprobs
-    from osmosis_ai.train.micro_batches import collate, pack_micro_batches
+    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+    from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches
 
     model.train()
     started = time.perf_counter()
@@ -312,7 +319,7 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
 
 
 def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
-    from osmosis_ai.train.runner import step_seconds
+    from osmosis_ai.train.loop.runner import step_seconds
 
     metrics = _lines(run_dir / "metrics.jsonl")
     trained = [m for m in metrics if m.get("loss") is not None]
@@ -323,7 +330,7 @@ def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
         from peft import get_peft_model
 
         from osmosis_ai.gateway.policies._hf_dir import quiet_peft
-        from osmosis_ai.train.learner import lora_config
+        from osmosis_ai.train.learner.core import lora_config
 
         with quiet_peft():
             learned = get_peft_model(model, lora_config(training))
@@ -376,8 +383,8 @@ def main() -> None:
     tables = VLLM_TABLE.format(python=args.vllm_python) if args.engine == "vllm" else ""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from osmosis_ai.train.config import load_train_config
+    from osmosis_ai.train.loop.runner import step_seconds
     from osmosis_ai.train.model import resolve_model
-    from osmosis_ai.train.runner import step_seconds
 
     print(
         f"osmosis_ai training benchmarks — python {sys.version.split()[0]}, {os.cpu_count()} cores"
@@ -390,7 +397,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-train-") as tmp:
         changed = ", ".join(f"{key} = {value}" for key, value in settings.items())
         print(f"\nTraining examples/calculator ({CONFIG}, {changed}):")
-        run_dir, wall, peak = _train(Path(tmp) / "calculator", settings, tables)
+        run_dir, wall, peak = train_example(Path(tmp) / "calculator", settings, tables)
         metrics = _lines(run_dir / "metrics.jsonl")
         evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
         _print_curve(metrics, evals)

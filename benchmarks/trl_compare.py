@@ -315,7 +315,7 @@ def run_osmosis(workdir: Path, steps: int, seed: int) -> tuple[Side, Path]:
 
 def trl_rows(steps: int, seed: int, per_step: int) -> list[dict[str, Any]]:
     """The training rows in the order osmosis picks them, step after step."""
-    from osmosis_ai.train.runner import step_rows
+    from osmosis_ai.train.loop.runner import step_rows
 
     rows = _read_jsonl(TASK / "data" / "train.jsonl")
     ordered = []

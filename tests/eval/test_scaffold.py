@@ -17,7 +17,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.scaffold import scaffold_rollout, validate_entrypoint
 from osmosis_ai.rollout import GraderContext, RolloutSample
 from osmosis_ai.train.config import TrainingConfig, load_train_config
-from osmosis_ai.train.runner import split_rows
+from osmosis_ai.train.loop.runner import split_rows
 from tests.eval.conftest import OSMOSIS, ROOT
 
 pytestmark = pytest.mark.slow  # left out of make test-fast

@@ -329,6 +329,26 @@ async def test_gateway_sampling_can_change_between_phases(stub: ChatStub) -> Non
     assert sent[2]["temperature"] == 0.3  # the caller's own again
 
 
+async def test_sampling_imposed_on_one_rollout_leaves_the_others_alone(stub: ChatStub) -> None:
+    """A trainer's greedy held-out rollouts run beside its training rollouts: the sampling
+    imposed on a rollout holds for its calls alone, until its records are released."""
+    async with serving(OpenAICompatiblePolicy(stub.base_url), sampling={"temperature": 1.0}) as (
+        gateway,
+        http,
+    ):
+        gateway.impose_sampling("held-out", {"temperature": 0.0, "max_tokens": 3})
+        await http.post("/v1/rollouts/held-out/chat/completions", json=chat())
+        await http.post(CHAT, json=chat())
+        with pytest.raises(ConfigError, match="top_q"):
+            gateway.impose_sampling("held-out", {"top_q": 1})
+        gateway.records.release("held-out")
+        await http.post("/v1/rollouts/held-out/chat/completions", json=chat())
+    sent = [request["body"] for request in stub.requests[-3:]]
+    assert (sent[0]["temperature"], sent[0]["max_tokens"]) == (0.0, 3)
+    assert sent[1]["temperature"] == 1.0
+    assert sent[2]["temperature"] == 1.0  # released: the gateway's own again
+
+
 async def test_trajectory_report_endpoint_serves_recorded_calls(
     client: httpx2.AsyncClient, gateway: Gateway
 ) -> None:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from osmosis_ai.gateway.policies._llama import embedded_model_path
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from osmosis_ai.train.model import save_gguf_tokenizer
-from osmosis_ai.train.sequences import TrainingSequence
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM

@@ -6,7 +6,11 @@ import math
 
 import pytest
 
-from osmosis_ai.train.advantages import group_advantages, token_weights, zero_gradient_groups
+from osmosis_ai.train.algorithm.advantages import (
+    group_advantages,
+    token_weights,
+    zero_gradient_groups,
+)
 from tests.train.conftest import make_sequence
 
 

@@ -10,8 +10,9 @@ import torch
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.runner import out_of_memory
-from tests.train.test_runner import _run, _workspace
+from osmosis_ai.train.loop.runner import out_of_memory
+from tests.train.training_project import run as _run
+from tests.train.training_project import workspace as _workspace
 
 
 async def test_a_missing_gpu_stops_the_run_before_anything_loads(

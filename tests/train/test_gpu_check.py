@@ -31,7 +31,10 @@ async def run_small_check(*args: str, limit_sec: float) -> tuple[int | None, str
 async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
     tokenizer_dir: Path,  # noqa: F811
 ) -> None:
-    code, out = await run_small_check("--tokenizer", str(tokenizer_dir), limit_sec=110)
+    """Asynchronously (``--max-staleness 1``): the GPU machine checks that path too."""
+    code, out = await run_small_check(
+        "--tokenizer", str(tokenizer_dir), "--max-staleness", "1", limit_sec=110
+    )
     assert code == 0, out
     assert "all checks passed" in out
     assert "model smollm2-135m" in out and "35.4M parameters" in out  # the shape, 2 layers
@@ -41,6 +44,10 @@ async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
             value = re.search(rf"{figure}[^\n]*?([0-9][0-9,.]*) ", table)
             assert value and float(value.group(1).replace(",", "")) > 0, (mode, figure, out)
         assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
+        # Step 2 trained on step 1's rollouts' version: one step stale, the bound.
+        assert re.search(r"staleness: largest \(bound --max-staleness\)\s+1 steps", table), table
+        probe = re.search(r"largest mean \|engine - learner\| logprob\s+([0-9.]+) e-3", table)
+        assert probe and float(probe.group(1)) <= 1.0, table
     # No bars from transformers between the lines.
     assert "Loading weights" not in out and "Writing model shards" not in out
 

@@ -11,8 +11,8 @@ import torch
 
 from osmosis_ai.gateway.policies.engines.base import JsonGrammar
 from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler, grammar_text
-from osmosis_ai.train.grammar_masks import allowed_logits, replayed_masks
-from osmosis_ai.train.sequences import GrammarSpan, TrainingSequence
+from osmosis_ai.train.algorithm.grammar_masks import allowed_logits, replayed_masks
+from osmosis_ai.train.algorithm.sequences import GrammarSpan, TrainingSequence
 from tests.train.conftest import tokenizer_dir  # noqa: F401 -- fixture
 
 ANSWER = JsonGrammar(
@@ -134,7 +134,7 @@ def test_a_token_the_grammar_rejects_ends_the_replay_and_is_counted(
 
 def test_a_batch_under_a_grammar_needs_the_compiler_that_replays_it() -> None:
     from osmosis_ai.errors import ConfigError
-    from osmosis_ai.train.micro_batches import collate
+    from osmosis_ai.train.algorithm.micro_batches import collate
 
     sequence = TrainingSequence(
         rollout_id="r",

@@ -30,7 +30,7 @@ def test_grpo_exports_each_name_of_its_parts_as_the_same_object() -> None:
     assert grpo.__all__ == sorted(grpo.__all__)
     homes = {}
     for part in PARTS:
-        module = importlib.import_module(f"osmosis_ai.train.{part}")
+        module = importlib.import_module(f"osmosis_ai.train.algorithm.{part}")
         homes.update(dict.fromkeys(module.__all__, module))
     assert set(homes) == NAMES
     for name in NAMES:

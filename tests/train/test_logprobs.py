@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaForCausalLM
 
-from osmosis_ai.train.logprobs import policy_logprobs
-from osmosis_ai.train.micro_batches import collate
+from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+from osmosis_ai.train.algorithm.micro_batches import collate
 from tests.train.conftest import make_sequence
 
 

@@ -19,14 +19,18 @@ import torch
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import quiet_peft
 from osmosis_ai.train import TrainingSequence
+from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+from osmosis_ai.train.algorithm.loss import GrpoConfig
+from osmosis_ai.train.algorithm.micro_batches import collate
+from osmosis_ai.train.algorithm.update import train_step
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
-from osmosis_ai.train.export import export_merged
-from osmosis_ai.train.learner import Learner, lora_config
-from osmosis_ai.train.logprobs import policy_logprobs
-from osmosis_ai.train.loss import GrpoConfig
-from osmosis_ai.train.micro_batches import collate
-from osmosis_ai.train.update import train_step
-from tests.train.test_runner import OSMOSIS, _lines, _run, _train_here, _workspace
+from osmosis_ai.train.learner.core import Learner, lora_config
+from osmosis_ai.train.learner.export import export_merged
+from tests.train.training_project import OSMOSIS
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import run as _run
+from tests.train.training_project import train_here as _train_here
+from tests.train.training_project import workspace as _workspace
 
 pytestmark = pytest.mark.slow  # left out of make test-fast
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.micro_batches import pack_micro_batches
+from osmosis_ai.train.algorithm.micro_batches import pack_micro_batches
 
 
 def test_micro_batches_fit_the_budget_and_cover_every_sequence_once() -> None:

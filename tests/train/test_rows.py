@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.rows import split_rows, step_rows
+from osmosis_ai.train.loop.rows import split_rows, step_rows
 
 
 def test_held_out_split_is_seeded_disjoint_and_sized_by_count_or_fraction() -> None:

@@ -12,8 +12,9 @@ import pytest
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.learner import Learner
-from tests.train.test_runner import _run, _workspace
+from osmosis_ai.train.learner.core import Learner
+from tests.train.training_project import run as _run
+from tests.train.training_project import workspace as _workspace
 
 pytestmark = pytest.mark.slow
 

@@ -11,77 +11,31 @@ import os
 import pty
 import re
 import resource
-import shutil
 import signal
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.run_dir import run_lock
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.runner import (
+from osmosis_ai.train.loop.runner import (
     TrainingStopped,
     TrainOptions,
-    TrainOutcome,
     run_training,
 )
-
-PROJECT = Path(__file__).resolve().parent / "project"
-OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+from tests.train.training_project import OSMOSIS
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import run as _run
+from tests.train.training_project import start as _start
+from tests.train.training_project import text as _text
+from tests.train.training_project import train_here as _train_here
+from tests.train.training_project import workspace as _workspace
+from tests.train.training_project import write_rows as _write_rows
 
 pytestmark = pytest.mark.slow
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _write_rows(root: Path, prompt: str = "", **metadata: object) -> None:
-    rows = [
-        {"user_prompt": f"count to {i}{prompt}", "ground_truth": str(i), **metadata}
-        for i in range(6)
-    ]
-    (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _workspace(root: Path, model_dir: Path, training: str) -> Path:
-    """A project with the tiny rollout, six rows and ``configs/training/tiny.toml``."""
-    shutil.copytree(PROJECT, root)
-    (root / "data").mkdir()
-    _write_rows(root)
-    config = root / "configs" / "training" / "tiny.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text(
-        "[experiment]\n"
-        'rollout = "tiny"\nentrypoint = "main.py"\n'
-        f'model = "{model_dir}"\ndataset = "data/rows.jsonl"\n'
-        "[training]\nprompts_per_step = 2\ngroup_size = 3\neval_rows = 2\nmax_tokens = 8\n"
-        f"learning_rate = 0.001\ntoken_budget = 2048\n{training}\n"
-    )
-    return config
-
-
-async def _start(config: Path, *args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        OSMOSIS, "train", "run", str(config), *args,
-        cwd=config.parents[2],
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-
-
-async def _run(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
-    process = await _start(config, *args)
-    async with asyncio.timeout(limit_sec):
-        out, _ = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode()
-
-
-async def _train_here(config: Path) -> TrainOutcome:
-    """The run in this process: no CLI start-up (torch, transformers), so seconds faster."""
-    return await run_training(TrainOptions(config_path=config))
 
 
 async def _run_on_a_terminal(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
@@ -116,14 +70,6 @@ async def _run_on_a_terminal(config: Path, *args: str, limit_sec: float = 120) -
     assert process.returncode is not None
     # Without the terminal's colour and cursor codes, so the text reads as on screen.
     return process.returncode, _ANSI.sub("", b"".join(chunks).decode(errors="replace"))
-
-
-def _text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
@@ -551,7 +497,6 @@ async def test_a_second_train_run_of_the_same_run_is_refused(
 async def test_library_run_keeps_transformers_quiet_and_restores_its_settings(
     tmp_path: Path, tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from osmosis_ai.train.runner import TrainOptions, run_training
 
     # Untyped functions: reached through the module object rather than imported names.
     hf_logging = importlib.import_module("transformers.utils.logging")

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.schedule import Decay, adamw, lr_factor, warmup_schedule
+from osmosis_ai.train.algorithm.schedule import Decay, adamw, lr_factor, warmup_schedule
 
 
 def test_warm_up_rises_linearly_then_each_decay_follows_its_curve() -> None:

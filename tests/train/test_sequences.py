@@ -393,3 +393,33 @@ async def test_one_sequence_cuts_earlier_conversations_and_counts_the_drop() -> 
 async def test_one_sequence_needs_the_realign_policy() -> None:
     with pytest.raises(ConfigError, match="one_sequence=True .* pass drift='realign'"):
         _build([], one_sequence=True)
+
+
+def _versioned(
+    index: int, prompt: list[int], completion: list[int], version: Any
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "prompt_token_ids": prompt,
+        "completion_token_ids": completion,
+        "logprobs": [-0.5] * len(completion),
+        "policy_version": version,
+    }
+
+
+async def test_a_sequence_keeps_the_weight_version_of_each_completion() -> None:
+    """Under asynchronous training a rollout's calls may come from several versions: a chained
+    sequence lists each completion's, a forked one only its own calls'."""
+    chained = [_versioned(0, [1, 2], [3], 4), _versioned(1, [1, 2, 3, 9], [5, 6], 5)]
+    (sequence,), _ = _build(chained)
+    assert sequence.versions == (4, 5) and sequence.oldest_version == 4
+    forked = [_versioned(0, [1, 2], [3], 4), _versioned(1, [7, 8], [5], 6)]
+    first, second = _build(forked)[0]
+    assert (first.versions, second.versions) == ((4,), (6,))
+    (unversioned,), _ = _build([_versioned(0, [1, 2], [3], None)])
+    assert unversioned.versions == () and unversioned.oldest_version is None
+
+
+async def test_a_policy_version_that_is_not_an_integer_is_refused() -> None:
+    with pytest.raises(ConfigError, match="policy_version"):
+        _build([_versioned(0, [1, 2], [3], "4")])

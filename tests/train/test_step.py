@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from osmosis_ai.train.step import FlatStepsHint
+from osmosis_ai.train.loop.step import FlatStepsHint
 
 
 def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.train.conftest import first_turn_calls, with_chat_template
-from tests.train.test_runner import _lines, _run
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import run as _run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

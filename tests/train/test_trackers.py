@@ -18,10 +18,13 @@ import pytest
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.metrics import pass_at_k
+from osmosis_ai.train.bookkeeping.trackers import flat_params, scalars
 from osmosis_ai.train.config import load_train_config
-from osmosis_ai.train.runner import held_out_pass_at_k
-from osmosis_ai.train.trackers import flat_params, scalars
-from tests.train.test_runner import _lines, _run, _workspace, run_without
+from osmosis_ai.train.loop.runner import held_out_pass_at_k
+from tests.train.test_runner import run_without
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import run as _run
+from tests.train.training_project import workspace as _workspace
 
 pytestmark = pytest.mark.slow  # left out of make test-fast
 

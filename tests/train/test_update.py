@@ -10,9 +10,9 @@ import torch
 from transformers import LlamaForCausalLM
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.loss import GrpoConfig
-from osmosis_ai.train.sequences import TrainingSequence
-from osmosis_ai.train.update import NonFiniteStepError, train_step
+from osmosis_ai.train.algorithm.loss import GrpoConfig
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.update import NonFiniteStepError, train_step
 from tests.train.conftest import VOCAB, make_sequence, tiny_llama
 
 

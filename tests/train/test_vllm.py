@@ -32,13 +32,19 @@ from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngine
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train import RolloutRecords, build_sequences
+from osmosis_ai.train.algorithm.grammar_masks import allowed_logits
 from osmosis_ai.train.config import VllmConfig, load_train_config
-from osmosis_ai.train.grammar_masks import allowed_logits
-from osmosis_ai.train.vllm_server import VllmServer, VllmServerError, lora_rank_slot
+from osmosis_ai.train.generation.vllm_server import VllmServer, VllmServerError, lora_rank_slot
+from osmosis_ai.train.loop.outcome import TrainingStopped
 from tests.gateway.test_embedded_policy import CALCULATOR
 from tests.train.conftest import HERMES_TEMPLATE
 from tests.train.test_gpu_check import run_small_check
-from tests.train.test_runner import _lines, _run, _start, _workspace, _write_rows
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import run as _run
+from tests.train.training_project import start as _start
+from tests.train.training_project import train_here as _train_here
+from tests.train.training_project import workspace as _workspace
+from tests.train.training_project import write_rows as _write_rows
 
 # A run that starts its own vLLM server waits about 40 s for it.
 pytestmark = [
@@ -83,7 +89,9 @@ def _server_config(python: Path, **overrides: Any) -> VllmConfig:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(vllm_python: Path, model_dir: Path) -> AsyncIterator[VllmServer]:
     lines: list[str] = []
-    server = VllmServer(_server_config(vllm_python), model_dir, lora_rank=4, log=lines.append)
+    server = VllmServer(
+        _server_config(vllm_python), model_dir, lora_rank=4, max_loras=3, log=lines.append
+    )
     try:
         await server.start()
         yield server
@@ -314,6 +322,55 @@ async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
     assert trained and all(m["weight_sync_sec"] > 0 for m in trained), trained
     assert (run_dir / "checkpoints" / "latest" / "adapter_config.json").is_file()
     assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
+
+
+async def test_async_lora_training_through_vllm_keeps_the_bound_and_generates_on(
+    tmp_path: Path, model_dir: Path, server: VllmServer
+) -> None:
+    """``max_staleness = 1`` with LoRA: each version's adapter is loaded beside the last while
+    the next step's rollouts generate; the bound holds on the recorded versions and the probe
+    finds the server on the learner's weights after every push."""
+    training = "steps = 3\nlora_rank = 4\nmax_staleness = 1"
+    config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
+    _write_rows(tmp_path / "ws", metadata={"random_reward": True, "sleep": 0.5})
+    code, out = await _run(config, limit_sec=600)
+    assert code == 0, out
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    metrics = _lines(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for line in metrics:
+        assert line["staleness_max"] <= 1 and line["probe_gap"] < 0.05, line
+    assert max(line["staleness_max"] for line in metrics) == 1
+    for line in _lines(run_dir / "rollouts.jsonl"):
+        if line["rollout_id"].startswith("step-"):
+            step = int(line["rollout_id"].split("-")[1])
+            assert min(line["policy_versions"]) >= step - 2, line
+    print(f"vLLM async LoRA steps: {metrics}")
+
+
+async def test_the_probe_stops_a_run_whose_adapter_never_reaches_the_calls(
+    tmp_path: Path, model_dir: Path, server: VllmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The classic LoRA failure, made on purpose: the adapter is loaded but calls still name
+    the base model. The run stops at the first push, naming the probe's gap."""
+    real = VllmEngine.serve_adapter
+
+    def loaded_but_never_called(engine: VllmEngine, name: str, version: int) -> list[str]:
+        model = engine.model_name
+        stale = real(engine, name, version)
+        engine.model_name = model  # the bug: the calls keep the name they had
+        return stale
+
+    monkeypatch.setattr(VllmEngine, "serve_adapter", loaded_but_never_called)
+    training = "steps = 2\nlora_rank = 4\nlearning_rate = 0.05"
+    config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
+    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
+    _write_rows(tmp_path / "ws", metadata={"random_reward": True})
+    with pytest.raises(TrainingStopped, match="not generating with the learner's weights") as stop:
+        await _train_here(config)
+    assert "after step 1's weights were pushed" in str(stop.value), stop.value
+    events = _lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl")
+    assert not [e for e in events if e["event"] == "step"], "step 1 was not applied"
 
 
 async def test_training_through_vllm_changes_the_served_weights_and_resumes_after_a_crash(

@@ -21,8 +21,8 @@ from playwright.async_api import Browser, Page, async_playwright
 from osmosis_ai.testing import ChatStub
 from tests.eval.conftest import OSMOSIS, Workspace
 from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
-from tests.train.test_runner import _lines
-from tests.train.test_runner import _workspace as training_workspace
+from tests.train.training_project import lines as _lines
+from tests.train.training_project import workspace as training_workspace
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
 XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'

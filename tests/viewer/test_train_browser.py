@@ -69,6 +69,12 @@ async def test_the_run_page_draws_a_point_per_step_and_marks_held_out_points(
         assert not any(label.startswith("held-out pass@") for label in cards)
         rows = page.locator("#train-steps tbody tr")
         assert [await r.get_attribute("data-step") for r in await rows.all()] == ["1", "2", "3"]
+        # The run records asynchronous training's figures (synchronous here: nothing stale).
+        headers = await page.locator("#train-steps thead th").all_inner_texts()
+        assert {"stale max", "groups waited", "learner idle", "engine idle"} <= set(headers)
+        stale = headers.index("stale max")
+        cells = [await r.locator("td").nth(stale).inner_text() for r in await rows.all()]
+        assert cells == ["0", "0", "0"]
 
 
 def _fixed(value: float) -> str:

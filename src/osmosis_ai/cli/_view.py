@@ -14,7 +14,7 @@ from osmosis_ai.cli._asyncio import wait_for_stop_signal
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from osmosis_ai.train.runner import TrainHooks, TrainOptions, TrainOutcome
+    from osmosis_ai.train.loop.runner import TrainHooks, TrainOptions, TrainOutcome
 
 __all__ = ["keep_viewing", "open_viewer", "watch_training"]
 
@@ -65,7 +65,7 @@ async def watch_training(
         ConfigError, TrainingStopped: As `run_training`.
     """
     from osmosis_ai.train.config import load_train_config
-    from osmosis_ai.train.runner import run_training
+    from osmosis_ai.train.loop.runner import run_training
 
     config = await asyncio.to_thread(load_train_config, options.config_path, options.overrides)
     # The runner's run name: --name, else the config's file name.

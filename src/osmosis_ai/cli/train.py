@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from osmosis_ai.train.runner import EvalPoint, TrainOutcome
+    from osmosis_ai.train.loop.runner import EvalPoint, TrainOutcome
 
 __all__ = ["train_app"]
 
@@ -142,7 +142,7 @@ def run_command(
     """Train, resuming the run from its last checkpoint when it exists."""
     silence_tqdm()  # before transformers imports it: no library progress bars in our output
     from osmosis_ai.errors import ConfigError, OsmosisError
-    from osmosis_ai.train.runner import TrainingStopped, TrainOptions, run_training
+    from osmosis_ai.train.loop.runner import TrainingStopped, TrainOptions, run_training
 
     console = plain_console()
     options = TrainOptions(
@@ -195,7 +195,7 @@ def export_command(
 ) -> None:
     """Write a checkpoint as a HuggingFace model directory (a LoRA adapter merged into its base)."""
     from osmosis_ai.errors import OsmosisError
-    from osmosis_ai.train.export import export_merged, find_checkpoint
+    from osmosis_ai.train.learner.export import export_merged, find_checkpoint
 
     silence_tqdm()
     console = plain_console()

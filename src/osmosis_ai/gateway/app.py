@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -58,6 +58,17 @@ class GatewayState:
     records: CallRecords
     redactor: Redactor
     sampling: dict[str, Any]
+    rollout_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Sampling fields imposed on one rollout's calls instead of ``sampling`` (until its
+    records are released)."""
+
+    def sampling_of(self, rollout_id: str) -> dict[str, Any]:
+        """The sampling fields imposed on ``rollout_id``'s calls."""
+        return self.rollout_sampling.get(rollout_id, self.sampling)
+
+    def forget_sampling(self, rollout_id: str) -> None:
+        """Drop what was imposed on ``rollout_id`` (its records were released)."""
+        self.rollout_sampling.pop(rollout_id, None)
 
     def error_message(self, exc: BaseException) -> str:
         """``exc``'s message, redacted and capped for an answer or a log line."""
@@ -228,7 +239,9 @@ async def _chat_completions(
     _authorize(headers.get(b"authorization", ""), state)
     rollout_id = _checked_rollout_id(rollout_id)
     payload = await _read_json(headers, receive)
-    chat = parse_chat_request(payload, sampling=state.sampling, rollout_id=rollout_id)
+    chat = parse_chat_request(
+        payload, sampling=state.sampling_of(rollout_id), rollout_id=rollout_id
+    )
     call = _Call(state, rollout_id, chat)
     if chat.stream:
         return await _stream(state, chat, call)
@@ -419,6 +432,7 @@ def create_gateway_app(
         sampling=check_sampling(sampling or {}),
     )
     state.records.on_release.append(policy.forget)
+    state.records.on_release.append(state.forget_sampling)
 
     chat = _ChatCompletions(state)
     app = _GatewayApp(

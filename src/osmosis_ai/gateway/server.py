@@ -60,6 +60,16 @@ class Gateway(ServedApp):
         # switches between phases (training rollouts, greedy held-out evaluation).
         self.app.state.gateway.sampling = check_sampling(sampling)
 
+    def impose_sampling(self, rollout_id: str, sampling: Mapping[str, Any]) -> None:
+        """Impose ``sampling`` on the calls of ``rollout_id`` instead of `sampling`, until its
+        records are released: a trainer's held-out rollouts sample greedily while training
+        rollouts run beside them.
+
+        Raises:
+            ConfigError: An unknown or invalid sampling field.
+        """
+        self.app.state.gateway.rollout_sampling[rollout_id] = check_sampling(sampling)
+
     @property
     def base_url(self) -> str:
         """``http://host:port`` of the running gateway."""

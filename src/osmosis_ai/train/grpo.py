@@ -9,11 +9,15 @@ loss) and ``update`` (one optimiser step). All but ``advantages`` need torch
 
 from __future__ import annotations
 
-from osmosis_ai.train.advantages import group_advantages, token_weights, zero_gradient_groups
-from osmosis_ai.train.logprobs import policy_logprobs, reference_logprobs
-from osmosis_ai.train.loss import GrpoConfig, LossParts, grpo_loss
-from osmosis_ai.train.micro_batches import MicroBatch, collate, pack_micro_batches
-from osmosis_ai.train.update import NonFiniteStepError, StepMetrics, train_step
+from osmosis_ai.train.algorithm.advantages import (
+    group_advantages,
+    token_weights,
+    zero_gradient_groups,
+)
+from osmosis_ai.train.algorithm.logprobs import policy_logprobs, reference_logprobs
+from osmosis_ai.train.algorithm.loss import GrpoConfig, LossParts, grpo_loss
+from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
+from osmosis_ai.train.algorithm.update import NonFiniteStepError, StepMetrics, train_step
 
 __all__ = [
     "GrpoConfig",

@@ -28,8 +28,8 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.testing import ChatStub
 from osmosis_ai.train.config import VllmConfig
 from osmosis_ai.train.engines.skyrl import OsmosisGenerator, sampling_overrides
+from osmosis_ai.train.generation.vllm_server import VllmServer
 from osmosis_ai.train.model import embedded_model_dir
-from osmosis_ai.train.vllm_server import VllmServer
 from tests.train.conftest import first_turn_calls, with_chat_template
 
 pytestmark = pytest.mark.timeout(600)

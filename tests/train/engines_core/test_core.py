@@ -14,8 +14,8 @@ from osmosis_ai.gateway import OpenAICompatiblePolicy
 from osmosis_ai.rollout import LocalBackend, RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.server import create_rollout_server
 from osmosis_ai.testing import ChatStub
+from osmosis_ai.train.algorithm.sequences import Exclusion
 from osmosis_ai.train.engines import AgentRollouts, EngineRollout, EngineTask, batch_metrics
-from osmosis_ai.train.sequences import Exclusion
 from tests.train.engines_core.workflows import Chat, Judge
 
 PROMPT = [{"role": "user", "content": "hello"}]

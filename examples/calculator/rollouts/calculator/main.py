@@ -106,10 +106,14 @@ class CalculatorWorkflow(AgentWorkflow[CalculatorConfig]):
                 if not calls:
                     break
                 for call in calls:
-                    arguments = json.loads(call["function"]["arguments"] or "{}")
-                    result = calculate(str(arguments.get("expression", "")))
+                    result = await self.call_tool(call)
                     messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         return messages
+
+    async def call_tool(self, call: dict[str, Any]) -> str:
+        """The result of one tool call (a subclass may reach a real service here)."""
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+        return calculate(str(arguments.get("expression", "")))
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

@@ -37,7 +37,7 @@ from osmosis_ai.rollout.server.app import backend_from_spec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.rollout.workflow import AgentWorkflow
-from osmosis_ai.train.sequences import (
+from osmosis_ai.train.algorithm.sequences import (
     DriftPolicy,
     Exclusion,
     RolloutRecords,

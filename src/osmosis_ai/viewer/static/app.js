@@ -286,13 +286,20 @@ const STEP_COLUMNS = [
   ["generation_sec", "rollouts (s)", 1], ["update_sec", "update (s)", 1], ["drift", "drift", 0],
   ["zero_gradient_groups", "zero-grad groups", 0],
 ];
+// Asynchronous training's columns (`max_staleness`), for runs whose steps record them.
+const ASYNC_COLUMNS = [
+  ["staleness_max", "stale max", 0], ["groups_waited", "groups waited", 0], ["importance_ratio_max", "ratio max", 3],
+  ["learner_idle_fraction", "learner idle", 2], ["generator_idle_fraction", "engine idle", 2],
+];
+const FRACTIONS = new Set(["pass_rate", "learner_idle_fraction", "generator_idle_fraction"]);
 
 function stepsTable(runName, metrics, selected) {
+  const columns = metrics.some((m) => "staleness_max" in m) ? [...STEP_COLUMNS, ...ASYNC_COLUMNS] : STEP_COLUMNS;
   return h("table", { id: "train-steps" },
-    h("thead", {}, h("tr", {}, STEP_COLUMNS.map(([, label]) => h("th", {}, label)))),
+    h("thead", {}, h("tr", {}, columns.map(([, label]) => h("th", {}, label)))),
     h("tbody", {}, metrics.map((m) =>
       h("tr", { class: `clickable${m.step === selected ? " selected" : ""}`, "data-step": m.step, onclick: () => (location.hash = `#/train/${enc(runName)}/step/${m.step}`) },
-        STEP_COLUMNS.map(([key, , digits]) => h("td", {}, key === "pass_rate" ? pct(m[key]) : fmt(m[key], digits)))))));
+        columns.map(([key, , digits]) => h("td", {}, FRACTIONS.has(key) ? pct(m[key]) : fmt(m[key], digits)))))));
 }
 
 const ROLLOUT_COLUMNS = [["kind", "kind"], ["row_index", "row"], ["run_index", "sample"], ["status", "status"], ["reward", "reward"], ["tokens", "tokens"], ["error_type", "error type"]];

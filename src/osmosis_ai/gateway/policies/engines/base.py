@@ -128,7 +128,7 @@ class TokenEngine(ABC):
     version: int = 0
     """The weight version new generations get."""
     busy_sec: float = 0.0
-    """Seconds spent generating so far, when the engine can tell (0 otherwise)."""
+    """Seconds spent generating so far (a server's engine: with a call in flight)."""
     out_of_memory: bool = False
     """Set once generating ran out of device memory (those calls failed with a 500)."""
     unreachable: str | None = None

@@ -10,11 +10,15 @@ Lark text (``grammar_text``), the one the torch engine compiles and the learner 
 vLLM's default backend (``auto``) hands a grammar with ``%json`` to llguidance.
 vLLM batches the calls that arrive together.
 
-New weights arrive between steps (`VllmEngine.updating`): once the running calls are done,
-``push`` writes them into a directory (a tmpfs when there is room) and has the server reload
-them (``/collective_rpc`` ``reload_weights``, which needs ``VLLM_SERVER_DEV_MODE=1``), or
-loads a LoRA adapter in place (``/v1/load_lora_adapter``); then it resets the prefix cache.
-Only then do the next calls start, stamped with the new version.
+New weights arrive between steps (`VllmEngine.updating`). Full weights: once the running
+calls are done, ``push`` writes them into a directory (a tmpfs when there is room), has the
+server reload them (``/collective_rpc`` ``reload_weights``, which needs
+``VLLM_SERVER_DEV_MODE=1``) and resets the prefix cache; only then do the next calls start,
+stamped with the new version. A LoRA adapter (``lora=True``) does not stop generation: each
+version is loaded beside the others under its own name (``policy-lora-v<N>``), calls in
+flight finish with the adapter they started with, new ones take the new adapter from the
+moment it is loaded, and the newest ``keep_adapters`` stay loaded (prefix caches are kept per
+adapter, so none is reset).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
@@ -43,7 +48,7 @@ __all__ = ["VllmEngine", "VllmEngineError"]
 T = TypeVar("T")
 #: The name the managed server serves the base weights under.
 SERVED_MODEL = "policy"
-#: The name a LoRA run's adapter is loaded (and called) under.
+#: A LoRA run's adapters are loaded (and called) as ``<this>-v<version>``.
 ADAPTER_NAME = "policy-lora"
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -55,8 +60,8 @@ class VllmEngineError(PolicyError):
 class _Reload:
     """The engine's `WeightUpdate`: write the weights, have the server load them."""
 
-    def __init__(self, engine: VllmEngine) -> None:
-        self._engine = engine
+    def __init__(self, engine: VllmEngine, version: int) -> None:
+        self._engine, self._version = engine, version
 
     async def push(self, model: Any) -> None:
         engine = self._engine
@@ -68,19 +73,20 @@ class _Reload:
                 status_code=500,
             )
         started = time.perf_counter()
-        if hasattr(model, "peft_config"):  # LoRA: the adapter alone
-            await engine.run(_save_adapter, model, directory)
-            await engine.call(
-                "/v1/load_lora_adapter",
-                {"lora_name": ADAPTER_NAME, "lora_path": str(directory), "load_inplace": True},
-            )
-            engine.model_name = ADAPTER_NAME
+        if hasattr(model, "peft_config"):  # LoRA: the adapter alone, beside the last ones
+            name = f"{ADAPTER_NAME}-v{self._version}"
+            await engine.run(_save_adapter, model, directory / name)
+            load = {"lora_name": name, "lora_path": str(directory / name), "load_inplace": True}
+            await engine.call("/v1/load_lora_adapter", load)
+            for old in engine.serve_adapter(name, self._version):
+                await engine.call("/v1/unload_lora_adapter", {"lora_name": old})
+                await engine.run(shutil.rmtree, directory / old, True)
         else:
             await engine.run(_save_weights, model, directory, engine.weights_dtype)
             reload = {"weights_path": str(directory), "is_checkpoint_format": True}
             await engine.call("/collective_rpc", {"method": "reload_weights", "kwargs": reload})
-        # Cached prefixes hold keys and values of the old weights.
-        await engine.call("/reset_prefix_cache", None)
+            # Cached prefixes hold keys and values of the old weights.
+            await engine.call("/reset_prefix_cache", None)
         engine.weight_sync_sec = time.perf_counter() - started
 
 
@@ -104,6 +110,10 @@ class VllmEngine(TokenEngine):
         session_header: A header naming each call's rollout (`GenerationRequest.session`),
             for a router that keeps a rollout on one server (SkyRL's ``X-Session-ID``).
         model: The name the server serves the model under.
+        lora: Weights arrive as LoRA adapters: generation goes on while one loads.
+        keep_adapters: LoRA adapters kept loaded, the newest first (at least 2: the calls
+            in flight when a new one loads still use the last); a trainer with
+            ``max_staleness = S`` keeps ``S + 1``.
     """
 
     kind = "vllm"
@@ -121,8 +131,13 @@ class VllmEngine(TokenEngine):
         api_key: str | None = None,
         session_header: str | None = None,
         model: str = SERVED_MODEL,
+        lora: bool = False,
+        keep_adapters: int = 2,
     ) -> None:
         self.url = url.rstrip("/")
+        self.lora = lora
+        self.keep_adapters = max(2, keep_adapters)
+        self._adapters: list[str] = []
         self.weights_dir = weights_dir
         self.version = version
         self.weights_dtype = weights_dtype
@@ -136,6 +151,7 @@ class VllmEngine(TokenEngine):
         self._session_header = session_header
         self._upstream: Upstream | None = None
         self._running = 0
+        self._busy_since = 0.0
         self._idle = asyncio.Condition()
         self._open = asyncio.Event()
         self._open.set()
@@ -195,16 +211,34 @@ class VllmEngine(TokenEngine):
         except ValueError:  # /v1/load_lora_adapter answers in plain text
             return content.decode("utf-8", "replace")
 
+    def serve_adapter(self, name: str, version: int) -> list[str]:
+        """Call adapter ``name`` (loaded) from now on, as weight version ``version``; returns
+        the adapters beyond the newest ``keep_adapters``, to unload."""
+        # One step, nothing awaited between: a call never pairs one's name with another's version.
+        self.model_name, self.version = name, version
+        self._adapters.append(name)
+        old, self._adapters = (
+            self._adapters[: -self.keep_adapters],
+            self._adapters[-self.keep_adapters :],
+        )
+        return old
+
     @contextlib.asynccontextmanager
     async def updating(self, version: int | None = None) -> AsyncIterator[_Reload]:
-        """Hold new calls back, wait for the running ones, then let the weights change."""
+        """Full weights: hold new calls back, wait for the running ones, then let the weights
+        change. LoRA: generation goes on (calls keep the adapter they started with)."""
+        target = self.version + 1 if version is None else version
+        if self.lora:
+            yield _Reload(self, target)
+            self.version = target
+            return
         self._updates_waiting += 1
         self._open.clear()
         try:
             async with self._idle:
                 await self._idle.wait_for(lambda: self._running == 0)
-            yield _Reload(self)
-            self.version = self.version + 1 if version is None else version
+            yield _Reload(self, target)
+            self.version = target
         finally:
             self._updates_waiting -= 1
             if not self._updates_waiting:
@@ -218,14 +252,18 @@ class VllmEngine(TokenEngine):
         # torch engine would and the learner replays (its own schema compile differs).
         grammar = None if request.grammar is None else grammar_text(request.grammar)
         self._running += 1
-        version = self.version
+        if self._running == 1:  # busy: at least one call in flight at the server
+            self._busy_since = time.perf_counter()
+        version, body = self.version, self._body(request, grammar)
         try:
             headers = None
             if self._session_header and request.session:
                 headers = {self._session_header: request.session}
-            answer = await self.call("/v1/completions", self._body(request, grammar), headers)
+            answer = await self.call("/v1/completions", body, headers)
         finally:
             self._running -= 1
+            if not self._running:
+                self.busy_sec += time.perf_counter() - self._busy_since
             async with self._idle:
                 self._idle.notify_all()
         return _generation(answer, version, grammar)

@@ -39,6 +39,8 @@ class Reply(AgentWorkflow):
         die_at = (ctx.metadata or {}).get("die_at")
         if die_at is not None:  # the server dies on the die_at-th rollout of the run
             await asyncio.to_thread(_count, ctx.metadata or {})
+        # A slow tool or environment set-up, before the model call.
+        await asyncio.sleep(float((ctx.metadata or {}).get("sleep", 0)))
         if (ctx.metadata or {}).get("raise"):
             raise RuntimeError("the tool crashed")
         rollout = get_rollout_context()

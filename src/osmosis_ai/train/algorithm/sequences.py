@@ -36,7 +36,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
-from osmosis_ai.train._record_numbers import checked_numbers
+from osmosis_ai.train.algorithm._record_numbers import checked_numbers
 
 __all__ = [
     "DriftPolicy",
@@ -107,6 +107,9 @@ class TrainingSequence:
     """Logprob the sampling policy gave each token; 0.0 where the mask is 0."""
     grammar_spans: tuple[GrammarSpan, ...] = ()
     """The completions generated under a grammar."""
+    versions: tuple[int, ...] = ()
+    """The weight version that generated each of its completions, in order (a rollout may
+    span versions under asynchronous training); empty when the records carry none."""
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
@@ -123,6 +126,11 @@ class TrainingSequence:
     def policy_tokens(self) -> int:
         """How many tokens carry loss."""
         return sum(self.loss_mask)
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest weight version among its completions (``None``: not recorded)."""
+        return min(self.versions, default=None)
 
 
 @dataclass(slots=True)
@@ -176,6 +184,7 @@ class _CallTokens:
     completion: list[int]
     logprobs: list[float]
     grammar: str | None = None
+    version: int | None = None
 
 
 @dataclass(slots=True)
@@ -187,6 +196,9 @@ class _Building:
     logprobs: list[float]
     last_completion_start: int
     spans: list[GrammarSpan] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    """Each completion's weight version, with where it starts."""
+    version_starts: list[int] = field(default_factory=list)
 
     def append(self, tokens: Sequence[int], *, policy: Sequence[float] | None) -> None:
         self.tokens.extend(tokens)
@@ -196,6 +208,8 @@ class _Building:
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` tokens (and the grammar spans' parts among them)."""
         del self.tokens[length:], self.mask[length:], self.logprobs[length:]
+        kept = sum(1 for start in self.version_starts if start < length)
+        del self.versions[kept:], self.version_starts[kept:]
         self.spans = [
             GrammarSpan(span.start, min(span.end, length), span.grammar)
             for span in self.spans
@@ -284,6 +298,7 @@ def _rollout_sequences(
             loss_mask=tuple(building.mask),
             behaviour_logprobs=tuple(building.logprobs),
             grammar_spans=tuple(building.spans),
+            versions=tuple(building.versions),
         )
         for building in chained
         if 1 in building.mask
@@ -328,6 +343,9 @@ def _chain(
         best.append(call.completion, policy=call.logprobs)
         if call.grammar is not None and call.completion:
             best.spans.append(GrammarSpan(start, len(best.tokens), call.grammar))
+        if call.version is not None and call.completion:
+            best.versions.append(call.version)
+            best.version_starts.append(start)
     return chained
 
 
@@ -356,12 +374,14 @@ def _call_tokens(
         completion: object = call.completion_token_ids
         logprobs: object = call.logprobs
         grammar: object = call.grammar
+        version: object = call.policy_version
     else:
         status = call.get("status", "ok")
         prompt = call.get("prompt_token_ids")
         completion = call.get("completion_token_ids")
         logprobs = call.get("logprobs")
         grammar = call.get("grammar")
+        version = call.get("policy_version")
     if status == "error":
         return None
     if prompt is None:
@@ -385,9 +405,14 @@ def _call_tokens(
             f"call record of rollout {rollout_id!r}: 'grammar' must be a string (a Lark "
             "grammar) or null"
         )
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ConfigError(
+            f"call record of rollout {rollout_id!r}: 'policy_version' must be an integer or null"
+        )
     return _CallTokens(
         prompt=prompt_ids,
         completion=completion_ids,
         logprobs=[float(value) for value in completion_logprobs],
         grammar=grammar,
+        version=version,
     )

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.train.advantages import group_advantages, token_weights
-from osmosis_ai.train.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
 
-from osmosis_ai.train.grammar_masks import TokenMasks  # noqa: E402
-from osmosis_ai.train.logprobs import policy_logprobs, reference_logprobs  # noqa: E402
-from osmosis_ai.train.loss import GrpoConfig, LossParts, grpo_loss  # noqa: E402
-from osmosis_ai.train.micro_batches import collate, pack_micro_batches  # noqa: E402
+from osmosis_ai.train.algorithm.grammar_masks import TokenMasks  # noqa: E402
+from osmosis_ai.train.algorithm.logprobs import policy_logprobs, reference_logprobs  # noqa: E402
+from osmosis_ai.train.algorithm.loss import GrpoConfig, LossParts, grpo_loss  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches  # noqa: E402
 
 __all__ = ["NonFiniteStepError", "StepMetrics", "train_step"]
 
@@ -49,6 +49,9 @@ class StepMetrics:
     clip_high_fraction: float
     mean_ratio: float
     """Mean ``π_learner / π_behaviour`` per policy token at the start of the step."""
+    max_ratio: float
+    """Largest ``π_learner / π_behaviour`` of a policy token at the start of the step (stale
+    tokens of asynchronous training move it away from 1)."""
     kl: float
     """Mean k3 estimate per policy token (0 when ``kl_beta`` is 0)."""
     engine_mismatch_kl: float
@@ -151,6 +154,7 @@ def train_step(
         clip_low_fraction=low / policy if policy else 0.0,
         clip_high_fraction=high / policy if policy else 0.0,
         mean_ratio=sum(p.ratio_sum for p in parts) / policy if policy else 0.0,
+        max_ratio=max((p.ratio_max for p in parts), default=0.0),
         kl=sum(p.kl_sum for p in parts) / policy if policy else 0.0,
         engine_mismatch_kl=sum(p.mismatch_kl_sum for p in parts) / policy if policy else 0.0,
         tis_capped_fraction=sum(p.tis_capped for p in parts) / policy if policy else 0.0,

@@ -111,8 +111,8 @@ class Learner:
     ) -> Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
         training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
-        from osmosis_ai.train.loss import GrpoConfig
-        from osmosis_ai.train.schedule import adamw, warmup_schedule
+        from osmosis_ai.train.algorithm.loss import GrpoConfig
+        from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
 
         training = config.training
         if source != base_dir:

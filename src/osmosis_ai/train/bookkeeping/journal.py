@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.train.outcome import EvalPoint
+from osmosis_ai.train.loop.outcome import EvalPoint
 
 __all__ = ["append", "journaled_evals", "last_checkpoint", "read_lines", "rewind"]
 

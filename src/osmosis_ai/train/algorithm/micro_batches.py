@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
 
-from osmosis_ai.train.grammar_masks import TokenMasks, replayed_masks  # noqa: E402
+from osmosis_ai.train.algorithm.grammar_masks import TokenMasks, replayed_masks  # noqa: E402
 
 __all__ = ["MicroBatch", "collate", "pack_micro_batches"]
 

@@ -16,8 +16,8 @@ from osmosis_ai.gateway.policies.engines.base import TokenEngine
 from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngine
 from osmosis_ai.train.config import TrainConfig
-from osmosis_ai.train.learner import Learner
-from osmosis_ai.train.vllm_server import VllmServer
+from osmosis_ai.train.generation.vllm_server import VllmServer
+from osmosis_ai.train.learner.core import Learner
 
 __all__ = ["Generator", "open_generator", "weights_directory"]
 
@@ -33,6 +33,11 @@ class Generator:
 
     engine: TokenEngine
     server: VllmServer | None = None
+
+    @property
+    def on_learner_thread(self) -> bool:
+        """Whether the engine generates on the learner's own thread (the torch engine)."""
+        return self.server is None
 
     @property
     def lost(self) -> bool:
@@ -93,10 +98,13 @@ async def open_generator(
         )
         yield Generator(engine)
         return
+    # The adapters of the versions rollouts in flight may still use, and the one loading.
+    keep_adapters = max(2, training.max_staleness + 1)
     server = VllmServer(
         config.vllm,
         base_dir,
         lora_rank=training.lora_rank,
+        max_loras=keep_adapters + 1,
         log=lambda line: log.info("%s", line, extra={"step": "vllm"}),
         redact=redact,
     )
@@ -111,6 +119,8 @@ async def open_generator(
             version=version,
             weights_dtype=config.vllm.dtype,
             executor=learner.thread,
+            lora=bool(training.lora_rank),
+            keep_adapters=keep_adapters,
         )
         vllm.model_name = server.served_model
         await vllm.start()

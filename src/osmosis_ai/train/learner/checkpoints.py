@@ -7,8 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from osmosis_ai.train.journal import append
-from osmosis_ai.train.learner import Learner, checkpoint_steps
+from osmosis_ai.train.bookkeeping.journal import append
+from osmosis_ai.train.learner.core import Learner, checkpoint_steps
 
 __all__ = ["LATEST_CHECKPOINT", "checkpoint", "checkpoint_dir"]
 

@@ -1,16 +1,17 @@
 """``osmosis train run``: GRPO on the user's workflow and grader, served from live weights.
 
 Each step picks rows (seeded by the step, so a resumed run picks the same ones), runs
-``group_size`` rollouts per row through the rollout server, turns the gateway's call records
-into sequences and applies one update inside the token engine's ``updating()`` (no model
-call runs while the weights change), then pushes the new weights to the engine. The
-gateway serves an `EnginePolicy`: a `ChatFront` on that engine. The run directory
+``group_size`` rollouts per row through the rollout server (under ``max_staleness`` > 0,
+while earlier steps update), turns the gateway's call records into sequences and applies one
+update inside the token engine's ``updating()`` (no model call runs while the weights
+change), then pushes the new weights to the engine. The gateway serves an `EnginePolicy`: a
+`ChatFront` on that engine. The run directory
 ``.osmosis/train/<run>/`` holds:
 
-- ``events.jsonl``: the journal (``start``, ``step``, ``eval``, ``checkpoint``, ``resume``,
-  ``stopped``); the last ``checkpoint`` line is the last step a resume starts after, and a
-  resume drops the ``step`` and ``eval`` lines after it (those steps run again, and are
-  journaled once);
+- ``events.jsonl``: the journal (``start``, ``step`` with the rollouts it trained on,
+  ``eval``, ``checkpoint``, ``resume``, ``stopped``); the last ``checkpoint`` line is the
+  last step a resume starts after, and a resume drops the ``step`` and ``eval`` lines after
+  it (those steps run again, and are journaled once);
 - ``metrics.jsonl``: one line per applied step (rewound the same way);
 - ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
 - ``checkpoints/step-NNNN/``: weights (``save_pretrained``; the adapter under LoRA),
@@ -19,11 +20,14 @@ gateway serves an `EnginePolicy`: a `ChatFront` on that engine. The run director
   to the newest;
 - ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
 
-The loop's parts, in its order: `rows` (which rows train, are held out, and each step
-samples), `rollouts` (a row's rollout through the rollout stack, a held-out evaluation),
-`step` (rollouts → sequences → update → weights pushed to the engine, the step's metrics)
-and `checkpoints`; `journal` writes and rewinds the run directory's lines, `outcome` is what
-the caller hears and gets back. This module is the entry point and the loop.
+The loop's parts: `rows` (which rows train, are held out, and each step samples),
+`rollouts` (a row's rollout through the rollout stack, a held-out evaluation), the
+`producer` of rollout groups with its `group_queue` and `admission` rule (the staleness
+bound), the `consumer` that trains on them, and `step` (sequences → update → weights pushed
+to the engine and probed, the step's metrics); ``learner/checkpoints`` saves,
+``bookkeeping/journal`` writes and rewinds the run directory's lines, `outcome` is what the
+caller hears and gets back. This module is the entry point: it sets the run up and hands it
+to the consumer.
 """
 
 from __future__ import annotations
@@ -55,30 +59,36 @@ from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.redact import Redactor, credential_env_values
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
-from osmosis_ai.train.checkpoints import LATEST_CHECKPOINT, checkpoint, checkpoint_dir
+from osmosis_ai.train.bookkeeping.journal import (
+    append,
+    journaled_evals,
+    last_checkpoint,
+    read_lines,
+    rewind,
+)
+from osmosis_ai.train.bookkeeping.trackers import (
+    TrackedRun,
+    TrackerError,
+    Trackers,
+    check_trackers,
+    open_trackers,
+)
 from osmosis_ai.train.config import TrainConfig, load_train_config
-from osmosis_ai.train.generation import open_generator
-from osmosis_ai.train.journal import append, journaled_evals, last_checkpoint, read_lines, rewind
-from osmosis_ai.train.learner import Learner
-from osmosis_ai.train.model import resolve_model
-from osmosis_ai.train.outcome import (
+from osmosis_ai.train.generation.generator import open_generator
+from osmosis_ai.train.learner.checkpoints import LATEST_CHECKPOINT, checkpoint_dir
+from osmosis_ai.train.learner.core import Learner
+from osmosis_ai.train.loop.consumer import train_steps
+from osmosis_ai.train.loop.outcome import (
     EvalPoint,
     QuietHooks,
     TrainHooks,
     TrainingStopped,
     TrainOutcome,
 )
-from osmosis_ai.train.rollouts import Run, held_out_pass_at_k
-from osmosis_ai.train.rows import Rows, dataset_rows, split_rows, step_rows
-from osmosis_ai.train.step import FlatStepsHint, out_of_memory, run_step, step_seconds
-from osmosis_ai.train.trackers import (
-    TrackedRun,
-    TrackerError,
-    Trackers,
-    check_trackers,
-    open_trackers,
-    scalars,
-)
+from osmosis_ai.train.loop.rollouts import Run, held_out_pass_at_k
+from osmosis_ai.train.loop.rows import Rows, dataset_rows, split_rows, step_rows
+from osmosis_ai.train.loop.step import FlatStepsHint, out_of_memory, step_seconds
+from osmosis_ai.train.model import resolve_model
 
 __all__ = [
     "LATEST_CHECKPOINT",
@@ -295,7 +305,7 @@ async def _serve(
             ) as stack,
         ):  # fmt: skip
             run = Run(config, run_dir, rows.items, generator, stack, log, hooks, redactor, trackers)
-            await _loop(run, learner, outcome, rows.train, rows.held_out)
+            await train_steps(run, learner, outcome, rows.train, rows.held_out)
     except RolloutStackError as exc:
         raise TrainingStopped(f"{redactor.text(str(exc))}; no step was applied") from None
 
@@ -305,71 +315,3 @@ def _resolve_quietly(model: str) -> Path:
     also shows a plain tqdm bar, which only the CLI turns off: see ``silence_tqdm``)."""
     with quiet_transformers():
         return resolve_model(model)
-
-
-async def _evaluate(run: Run, outcome: TrainOutcome, step: int, held_out: list[int]) -> None:
-    """The held-out evaluation after ``step``, added to ``outcome``; one that cannot run (its
-    rollouts all failed, the server died) stops the run, recorded in the journal."""
-    try:
-        outcome.evals.append(await run.evaluate(step, held_out))
-    except TrainingStopped as exc:
-        reason = run.redactor.text(f"{exc}; run the same command to resume")
-        stopped = {"event": "stopped", "step": step, "reason": reason}
-        await asyncio.to_thread(append, run.run_dir / "events.jsonl", stopped)
-        raise TrainingStopped(reason, outcome) from None
-
-
-async def _loop(
-    run: Run, learner: Learner, outcome: TrainOutcome, train_rows: list[int], held_out: list[int]
-) -> None:
-    from osmosis_ai.train.update import NonFiniteStepError
-
-    training, run_dir = run.config.training, run.run_dir
-    if not any(point.step == outcome.steps_done for point in outcome.evals):
-        await _evaluate(run, outcome, outcome.steps_done, held_out)
-    metrics_path = run_dir / "metrics.jsonl"
-    spent = sum(map(step_seconds, await asyncio.to_thread(read_lines, metrics_path)))
-    if training.max_minutes and spent >= training.max_minutes * 60:
-        run.hooks.message(
-            f"nothing to do: the steps already took max_minutes ({spent / 60:.1f} min)"
-        )
-        return
-    run.hooks.started(outcome.steps_done + 1, training.steps)
-    flat_steps = FlatStepsHint(training.prompts_per_step, training.resample_zero_gradient)
-    for step in range(outcome.steps_done + 1, training.steps + 1):
-        try:
-            metrics = await run_step(run, learner, train_rows, step)
-        except (NonFiniteStepError, TrainingStopped) as exc:
-            last = last_checkpoint(await asyncio.to_thread(read_lines, run_dir / "events.jsonl"))
-            # Redacted: an error from the rollout server or a workflow may quote a secret.
-            reason = run.redactor.text(
-                f"{exc}; step {step} was not applied, the last checkpoint is step {last}"
-            )
-            await asyncio.to_thread(
-                append,
-                run_dir / "events.jsonl",
-                {"event": "stopped", "step": step, "reason": reason},
-            )
-            raise TrainingStopped(reason, outcome) from None
-        await asyncio.to_thread(append, metrics_path, metrics)
-        await asyncio.to_thread(append, run_dir / "events.jsonl", {"event": "step", "step": step})
-        await asyncio.to_thread(run.trackers.log, scalars(metrics), step)
-        run.hooks.step_done(metrics)
-        hint = flat_steps.after(metrics)
-        if hint:
-            run.hooks.message(hint)
-            run.log.info("%s", hint)
-        outcome.steps_done = step
-        spent += step_seconds(metrics)
-        out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
-        last = step == training.steps or out_of_time
-        if step % training.checkpoint_every == 0 or last:
-            await learner.run(checkpoint, learner, run_dir, step, training.keep_checkpoints)
-        if (training.eval_every and step % training.eval_every == 0) or last:
-            await _evaluate(run, outcome, step, held_out)
-        if out_of_time:
-            run.hooks.message(
-                f"stopped after step {step}: the steps took {spent / 60:.1f} min "
-                f"(max_minutes = {training.max_minutes:g})"
-            )
-            return

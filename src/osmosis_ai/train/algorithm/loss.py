@@ -20,7 +20,7 @@ import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
 
-from osmosis_ai.train.micro_batches import MicroBatch  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
 __all__ = ["GrpoConfig", "LossParts", "grpo_loss"]
 
@@ -91,6 +91,8 @@ class LossParts:
     """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage."""
     ratio_sum: float
     """Sum of ``π_learner / π_behaviour`` at the start of the step."""
+    ratio_max: float
+    """Largest ``π_learner / π_behaviour`` at the start of the step (0 without tokens)."""
     kl_sum: float
     mismatch_kl_sum: float
     """Sum of the k3 estimate of KL(behaviour ‖ learner) at the start of the step."""
@@ -149,6 +151,7 @@ def grpo_loss(
             clipped_low=int((on & (ratio < 1 - config.clip_low) & (advantages < 0)).sum()),
             clipped_high=int((on & (ratio > 1 + config.clip_high) & (advantages > 0)).sum()),
             ratio_sum=float(behaviour_ratio[on].sum()),
+            ratio_max=float(behaviour_ratio[on].max()) if bool(on.any()) else 0.0,
             kl_sum=float(kl[on].sum()),
             # exp(δ) - δ - 1 rounds to a hair below 0 in fp32 when δ is ~0.
             mismatch_kl_sum=float(_k3(gap)[on].clamp_min(0).sum()),

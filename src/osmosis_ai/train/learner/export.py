@@ -22,7 +22,7 @@ from osmosis_ai.gateway.policies._hf_dir import (
     load_model_dir,
     quiet_transformers,
 )
-from osmosis_ai.train.learner import checkpoint_steps
+from osmosis_ai.train.learner.core import checkpoint_steps
 
 __all__ = ["Exported", "export_merged", "find_checkpoint"]
 

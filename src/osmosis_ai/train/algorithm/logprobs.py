@@ -20,8 +20,8 @@ import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
 
-from osmosis_ai.train.grammar_masks import allowed_logits  # noqa: E402
-from osmosis_ai.train.micro_batches import MicroBatch  # noqa: E402
+from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
 __all__ = ["policy_logprobs", "reference_logprobs"]
 

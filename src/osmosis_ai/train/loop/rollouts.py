@@ -21,19 +21,20 @@ from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout._scrub import scrub_files
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
+from osmosis_ai.train.algorithm.sequences import RolloutRecords
+from osmosis_ai.train.bookkeeping.journal import append
+from osmosis_ai.train.bookkeeping.trackers import Trackers
 from osmosis_ai.train.config import TrainConfig
-from osmosis_ai.train.generation import Generator
-from osmosis_ai.train.journal import append
-from osmosis_ai.train.outcome import EvalPoint, TrainHooks, TrainingStopped
-from osmosis_ai.train.rows import group_id
-from osmosis_ai.train.sequences import RolloutRecords
-from osmosis_ai.train.trackers import Trackers
+from osmosis_ai.train.generation.generator import Generator
+from osmosis_ai.train.loop.outcome import EvalPoint, TrainHooks, TrainingStopped
+from osmosis_ai.train.loop.rows import group_id
 
 __all__ = ["Run", "held_out_pass_at_k", "rollout_reward", "rollout_status"]
 
 _ROLLOUT_DEADLINE_SEC = 900.0
-#: Rollouts in flight at least; a step's rollouts are all in flight at once, so the engine
-#: generates their calls together.
+#: Rollouts in flight at least; a step's rollouts (and under asynchronous training, those of
+#: the next ``max_staleness`` steps) are all in flight at once, so the engine generates their
+#: calls together.
 _MIN_IN_FLIGHT = 16
 
 
@@ -55,13 +56,20 @@ class Run:
 
     def __post_init__(self) -> None:
         training = self.config.training
+        steps = training.max_staleness + 1
         step_rollouts = training.prompts_per_step * training.group_size
-        self.semaphore = asyncio.Semaphore(max(_MIN_IN_FLIGHT, step_rollouts))
+        self.semaphore = asyncio.Semaphore(max(_MIN_IN_FLIGHT, steps * step_rollouts))
 
-    async def rollout(self, row: int, rollout_id: str) -> RolloutRecords:
-        """One rollout of ``row``, graded, with its call records (taken from the gateway)."""
+    async def rollout(
+        self, row: int, rollout_id: str, sampling: dict[str, Any] | None = None
+    ) -> RolloutRecords:
+        """One rollout of ``row``, graded, with its call records (taken from the gateway);
+        ``sampling`` replaces the gateway's imposed sampling for its calls."""
         item, gateway = self.items[row], self.stack.gateway
         async with self.semaphore:
+            if sampling is not None:
+                gateway.impose_sampling(rollout_id, sampling)
+            version = self.generator.engine.version
             handle = await self.stack.client.run_rollout(
                 item.prompt,
                 gateway.chat_completions_url(rollout_id),
@@ -79,11 +87,15 @@ class Run:
         secrets = self.redactor.secrets
         await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
         line = _rollout_line(rollout_id, row, result, calls, self.redactor)
+        line["started_version"] = version
         await asyncio.to_thread(append, self.run_dir / "rollouts.jsonl", line)
         return RolloutRecords(result=result, group_id=group_id(row), calls=calls)
 
-    async def rollouts(self, jobs: list[tuple[int, str]]) -> list[RolloutRecords]:
-        """All of ``jobs`` at once (the policy batches their calls).
+    async def rollouts(
+        self, jobs: list[tuple[int, str]], sampling: dict[str, Any] | None = None
+    ) -> list[RolloutRecords]:
+        """All of ``jobs`` at once (the policy batches their calls), with ``sampling`` imposed
+        on their calls if given.
 
         Raises:
             TrainingStopped: The server died (its rollouts' results are then failures that
@@ -93,7 +105,7 @@ class Run:
         exited: asyncio.Future[Any] = asyncio.ensure_future(server.wait())
         engine_died: asyncio.Future[None] = asyncio.ensure_future(self.generator.died())
         running: asyncio.Future[Any] = asyncio.gather(
-            *(self.rollout(row, rid) for row, rid in jobs)
+            *(self.rollout(row, rid, sampling) for row, rid in jobs)
         )
         try:
             await asyncio.wait((running, exited, engine_died), return_when=asyncio.FIRST_COMPLETED)
@@ -131,12 +143,10 @@ class Run:
             for row in held_out
             for index in range(samples)
         ]
-        sampling = gateway.sampling
-        gateway.sampling = {**sampling, "temperature": training.eval_temperature}
-        try:
-            done = await self.rollouts(jobs)
-        finally:
-            gateway.sampling = sampling
+        # Imposed on these rollouts alone: training rollouts may run beside them.
+        done = await self.rollouts(
+            jobs, {**gateway.sampling, "temperature": training.eval_temperature}
+        )
         if all(r.result.status is not RolloutStatus.SUCCESS for r in done):
             # A pass rate of 0 would read as a policy that fails the task.
             failures = [(_category(r.result), r.result.err_message) for r in done]

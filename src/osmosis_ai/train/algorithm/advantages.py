@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from osmosis_ai.train.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
 __all__ = ["group_advantages", "token_weights", "zero_gradient_groups"]
 

@@ -68,6 +68,8 @@ class VllmServer:
         model_dir: The HuggingFace directory to serve (the base model of a LoRA run).
         lora_rank: The adapter's rank (0: full fine-tuning); a managed server is then
             started with LoRA enabled and room for it.
+        max_loras: Adapters a managed LoRA server holds at once (the versions still in use
+            under asynchronous training, and the one loading).
         log: Receives the server's output, redacted.
         redact: Applied to every line of output and every error message.
     """
@@ -78,12 +80,14 @@ class VllmServer:
         model_dir: Path,
         *,
         lora_rank: int = 0,
+        max_loras: int = 1,
         log: Callable[[str], None],
         redact: Callable[[str], str] = str,
     ) -> None:
         self.config = config
         self.model_dir = model_dir
         self.lora_rank = lora_rank
+        self.max_loras = max_loras
         self.redact = redact
         self.url = config.url.rstrip("/") if config.url else ""
         self.served_model = SERVED_MODEL
@@ -171,6 +175,8 @@ class VllmServer:
             argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
         if self.lora_rank:
             argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(self.lora_rank))]
+            loras = str(self.max_loras)
+            argv += ["--max-loras", loras, "--max-cpu-loras", loras]
         return [*argv, *config.args]
 
     def _env(self) -> dict[str, str]:

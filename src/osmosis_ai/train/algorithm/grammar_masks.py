@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 
 from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits
-from osmosis_ai.train.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
 __all__ = ["TokenMasks", "allowed_logits", "replayed_masks"]
 

@@ -1,0 +1,118 @@
+"""The weight probe: after every weight push, the engine generates a few tokens of a fixed
+prompt and the learner scores them; the two must agree.
+
+An engine that did not receive the new weights (a reload that silently failed, a LoRA adapter
+loaded but never called, a server still serving the base model) goes on generating, and a
+run trains on data from a policy it does not know about; its logprobs then differ from the
+learner's by the step's whole change. The probe turns that into one clear stop, the step
+after it happens. The gap is the mean |engine - learner| logprob of the probe's tokens; the
+tolerance is the engine's: the torch engine generates with the learner's own weights
+(``1e-3``); a vLLM server holds them in its own dtype, so its tolerance is four times the gap
+measured before the first step (when both hold the same weights, a gap of at most 0.2), and
+at least 0.05.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from osmosis_ai.gateway.policies.engines.base import GenerationRequest, Sampling, TokenEngine
+from osmosis_ai.train.learner.core import Learner
+from osmosis_ai.train.loop.outcome import TrainingStopped
+
+__all__ = ["PROBE_TEXT", "WeightProbe", "probe_tolerance"]
+
+#: The probe's prompt: plain text, which any tokenizer encodes (no chat template needed).
+PROBE_TEXT = "The weather report for the coast this weekend says that"
+_PROBE_TOKENS = 16
+_PROBE_SEED = 1234
+#: The torch engine's tolerance: the learner's own weights, in the same precision.
+_EXACT = 1e-3
+#: A server's tolerance is this many times its gap before the first step, and at least
+#: ``_SERVER_FLOOR``.
+_SERVER_MARGIN = 4.0
+_SERVER_FLOOR = 0.05
+#: A server whose gap is over this before the first step does not hold the learner's weights.
+_SERVER_CEILING = 0.2
+
+
+def probe_tolerance(engine: TokenEngine, baseline: float) -> float:
+    """The mean logprob gap the probe accepts from ``engine``, whose gap was ``baseline``
+    when it held the learner's weights."""
+    if engine.kind == "torch":
+        return _EXACT
+    return max(_SERVER_FLOOR, _SERVER_MARGIN * baseline)
+
+
+class WeightProbe:
+    """Checks that ``engine`` generates with ``learner``'s current weights."""
+
+    def __init__(self, engine: TokenEngine, learner: Learner) -> None:
+        self._engine, self._learner = engine, learner
+        self.tolerance = probe_tolerance(engine, 0.0)
+        self.prompt_ids = [int(i) for i in learner.tokenizer(PROBE_TEXT)["input_ids"]]
+
+    async def calibrate(self, version: int) -> float:
+        """The probe before the first step, while engine and learner hold the same weights
+        (``version``): sets a server's tolerance from its gap; returns the gap.
+
+        Raises:
+            TrainingStopped: The engine does not hold the learner's weights.
+        """
+        if self._engine.kind != "torch":
+            self.tolerance = _SERVER_CEILING
+        gap = await self._gap(version, f"before step {version + 1}")
+        self.tolerance = probe_tolerance(self._engine, gap)
+        return gap
+
+    async def check(self, step: int) -> float:
+        """The probe after step ``step``'s weights were pushed; returns the mean logprob gap.
+
+        Raises:
+            TrainingStopped: The engine's logprobs are not the learner's (it does not serve
+                the weights of step ``step``).
+        """
+        return await self._gap(step, f"after step {step}'s weights were pushed")
+
+    async def _gap(self, version: int, when: str) -> float:
+        sampling = Sampling(temperature=1.0, max_tokens=_PROBE_TOKENS, seed=_PROBE_SEED)
+        generation = await self._engine.generate(GenerationRequest(self.prompt_ids, sampling))
+        if not generation.token_ids:
+            return 0.0
+        learner = self._learner
+        scored = await learner.run(_learner_logprobs, learner, self.prompt_ids, generation)
+        pairs = list(zip(generation.logprobs, scored, strict=True))
+        gap = sum(abs(a - b) for a, b in pairs) / len(pairs)
+        if generation.version != version or gap > self.tolerance:
+            raise TrainingStopped(
+                f"{when}, the {self._engine.kind} engine's logprobs of a probe prompt differ "
+                f"from the learner's by {gap:.3g} on average (at most {self.tolerance:.3g} "
+                f"expected; the engine says version {generation.version}): it is not "
+                f"generating with the learner's weights"
+            )
+        return round(gap, 6)
+
+
+def _learner_logprobs(learner: Learner, prompt_ids: list[int], generation: Any) -> list[float]:
+    """The learner's logprobs of the probe's completion, as the update scores tokens
+    (fp32, temperature 1; blocking, on the learner's thread)."""
+    import torch
+
+    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+    from osmosis_ai.train.algorithm.micro_batches import collate
+    from osmosis_ai.train.algorithm.sequences import TrainingSequence
+
+    completion = list(generation.token_ids)
+    sequence = TrainingSequence(
+        rollout_id="probe",
+        group_id="probe",
+        reward=0.0,
+        token_ids=(*prompt_ids, *completion),
+        loss_mask=(0,) * len(prompt_ids) + (1,) * len(completion),
+        behaviour_logprobs=(0.0,) * len(prompt_ids) + tuple(generation.logprobs),
+    )
+    learner.model.train(False)
+    batch = collate([sequence], [0.0], [1.0]).to(learner.device)
+    with torch.no_grad():
+        values = policy_logprobs(learner.model, batch)
+    return [float(x) for x in values[batch.loss_mask > 0].cpu()]

@@ -1,0 +1,78 @@
+"""The weight probe against a real torch engine that holds its own copy of the weights: a
+push that copies them passes, a push that does nothing is one clear stop (full and LoRA)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import torch
+
+from osmosis_ai.gateway.policies.engines.torch import TorchEngine
+from osmosis_ai.train.config import load_train_config
+from osmosis_ai.train.generation.probe import WeightProbe
+from osmosis_ai.train.learner.core import Learner
+from osmosis_ai.train.loop.outcome import TrainingStopped
+from tests.train.training_project import workspace
+
+
+@pytest_asyncio.fixture(params=[0, 4], ids=["full", "lora"])
+async def learner(
+    request: pytest.FixtureRequest, tmp_path: Path, tiny_model_dir: Path
+) -> AsyncIterator[Learner]:
+    config = load_train_config(
+        workspace(tmp_path / "ws", tiny_model_dir, f"lora_rank = {request.param}")
+    )
+    learner = await Learner.load(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
+    try:
+        yield learner
+    finally:
+        learner.close()
+
+
+@pytest_asyncio.fixture
+async def engine(learner: Learner) -> AsyncIterator[TorchEngine]:
+    """A torch engine on a copy of the learner's served model (as a separate generator
+    holds its own weights), on its own thread."""
+    engine = TorchEngine(copy.deepcopy(learner.served_model), learner.tokenizer, version=0)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.aclose()
+
+
+def _change_the_trained_weights(learner: Learner) -> None:
+    """As an update would: every trainable weight moves (under LoRA, the adapter's)."""
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in learner.model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+
+
+async def test_the_probe_passes_when_the_engine_got_the_weights(
+    learner: Learner, engine: TorchEngine
+) -> None:
+    probe = WeightProbe(engine, learner)
+    _change_the_trained_weights(learner)
+    async with engine.updating(version=1) as update:
+        await update.push(learner.model)
+    assert 0 <= await probe.check(1) <= 1e-3
+
+
+async def test_the_probe_stops_the_run_when_a_push_did_not_reach_the_engine(
+    learner: Learner, engine: TorchEngine
+) -> None:
+    probe = WeightProbe(engine, learner)
+    _change_the_trained_weights(learner)
+    async with engine.updating(version=1):
+        pass  # a broken push: the version moves on, the weights do not
+    with pytest.raises(
+        TrainingStopped, match="not generating with the learner.s weights"
+    ) as caught:
+        await probe.check(1)
+    assert "step 1" in str(caught.value) and "torch engine" in str(caught.value)

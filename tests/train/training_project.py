@@ -1,0 +1,71 @@
+"""The tiny training project of these tests (``project/``): a workspace with six rows and a
+``configs/training/tiny.toml``, and ``osmosis train run`` on it, as a subprocess or here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from osmosis_ai.train.loop.runner import TrainOptions, TrainOutcome, run_training
+
+PROJECT = Path(__file__).resolve().parent / "project"
+OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
+
+
+def write_rows(root: Path, prompt: str = "", **metadata: object) -> None:
+    rows = [
+        {"user_prompt": f"count to {i}{prompt}", "ground_truth": str(i), **metadata}
+        for i in range(6)
+    ]
+    (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def workspace(root: Path, model_dir: Path, training: str) -> Path:
+    """A project with the tiny rollout, six rows and ``configs/training/tiny.toml``."""
+    shutil.copytree(PROJECT, root)
+    (root / "data").mkdir()
+    write_rows(root)
+    config = root / "configs" / "training" / "tiny.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        "[experiment]\n"
+        'rollout = "tiny"\nentrypoint = "main.py"\n'
+        f'model = "{model_dir}"\ndataset = "data/rows.jsonl"\n'
+        "[training]\nprompts_per_step = 2\ngroup_size = 3\neval_rows = 2\nmax_tokens = 8\n"
+        f"learning_rate = 0.001\ntoken_budget = 2048\n{training}\n"
+    )
+    return config
+
+
+async def start(config: Path, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        OSMOSIS, "train", "run", str(config), *args,
+        cwd=config.parents[2],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+
+
+async def run(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
+    process = await start(config, *args)
+    async with asyncio.timeout(limit_sec):
+        out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def train_here(config: Path) -> TrainOutcome:
+    """The run in this process: no CLI start-up (torch, transformers), so seconds faster."""
+    return await run_training(TrainOptions(config_path=config))
+
+
+def text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
