@@ -50,6 +50,8 @@ class WeightProbe:
     def __init__(self, engine: TokenEngine, learner: Learner) -> None:
         self._engine, self._learner = engine, learner
         self.tolerance = probe_tolerance(engine, 0.0)
+        self.calibrated = False
+        """Whether `calibrate` ran (a server's tolerance is set from it)."""
         self.prompt_ids = [int(i) for i in learner.tokenizer(PROBE_TEXT)["input_ids"]]
 
     async def calibrate(self, version: int) -> float:
@@ -63,6 +65,7 @@ class WeightProbe:
             self.tolerance = _SERVER_CEILING
         gap = await self._gap(version, f"before step {version + 1}")
         self.tolerance = probe_tolerance(self._engine, gap)
+        self.calibrated = True
         return gap
 
     async def check(self, step: int) -> float:
@@ -71,6 +74,7 @@ class WeightProbe:
         Raises:
             TrainingStopped: The engine's logprobs are not the learner's (it does not serve
                 the weights of step ``step``).
+            PolicyError: The engine failed the probe's call.
         """
         return await self._gap(step, f"after step {step}'s weights were pushed")
 

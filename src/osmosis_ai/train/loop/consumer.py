@@ -52,7 +52,6 @@ async def train_steps(
     flat_steps = FlatStepsHint(training.prompts_per_step, training.resample_zero_gradient)
     bound = StalenessBound(training.max_staleness, min(training.prompts_per_step, len(train_rows)))
     probe = WeightProbe(run.generator.engine, learner)
-    await probe.calibrate(outcome.steps_done)
     first = outcome.steps_done + 1
     began = time.monotonic()
     async with Producer(run, train_rows, bound, first=first, last=training.steps) as producer:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from osmosis_ai.errors import PolicyError
 from osmosis_ai.eval.metrics import passes
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
@@ -80,6 +81,16 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
     return sampled
 
 
+async def _probing(run: Run, probing: Awaitable[float]) -> float:
+    """The probe's gap; an engine that failed to answer it stops the run, saying why."""
+    try:
+        return await probing
+    except PolicyError as exc:
+        if run.generator.lost:
+            raise TrainingStopped(await run.generator.why_lost()) from None
+        raise TrainingStopped(f"the weight probe's call failed: {exc}") from None
+
+
 def _check_budget(sequences: list[TrainingSequence], step: int, budget: int) -> None:
     """Refuse a sequence no micro-batch can hold, naming the config keys (``train_step``
     would name its own parameter, which the user never wrote)."""
@@ -112,6 +123,8 @@ async def run_step(
 
     training = run.config.training
     started, busy = time.monotonic(), run.generator.engine.busy_sec
+    if not probe.calibrated:  # engine and learner hold the weights of version step - 1
+        await _probing(run, probe.calibrate(step - 1))
     taken = await taking
     sampled = await _sample(run, step, taken)
     done = sampled.done
@@ -168,7 +181,7 @@ async def run_step(
                 raise TrainingStopped(f"the new weights did not reach vLLM: {exc}") from None
             sync_sec = time.monotonic() - pushing
         # After the version changed: the probe's call must be generated with the new weights.
-        probe_gap = await probe.check(step)
+        probe_gap = await _probing(run, probe.check(step))
     ended = time.monotonic()
     stale_mean, stale_max = staleness_stats(step, versions)
     wall, generating = ended - started, run.generator.engine.busy_sec - busy
