@@ -258,10 +258,15 @@ def _records(run_dir: Path) -> list[tuple[list[int], list[int], list[float]]]:
 
 
 def _figures(
-    metrics: list[dict[str, Any]], deltas: tuple[float, float], cuda: bool, exact: bool
+    metrics: list[dict[str, Any]],
+    deltas: tuple[float, float],
+    cuda: bool,
+    exact: bool,
+    overlapped: bool,
 ) -> list[Figure]:
-    # The first step warms up (kernels, allocator): the figures leave it out when there are more.
-    steady = metrics[1:] or metrics
+    # The first step warms up (kernels, allocator): the figures leave it out when there are
+    # more, unless steps overlap (asynchronous), when a step generates the next ones' rollouts.
+    steady = metrics if overlapped else metrics[1:] or metrics
 
     def median(key: str) -> float:
         return statistics.median(float(m.get(key) or 0) for m in steady)
@@ -302,7 +307,7 @@ def _figures(
         ),  # fmt: skip
         Figure(f"peak {memory_name}", max(m[memory] for m in metrics), "GB", digits=2),
         Figure(
-            "weight probe after each push: largest mean |engine - learner| logprob",
+            "weight probe after each push: largest median |engine - learner| logprob",
             1e3 * max(float(m.get("probe_gap") or 0) for m in metrics),
             "e-3",
             digits=3,
@@ -390,7 +395,9 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
         title = f"{mode}: {len(metrics)} steps of {args.prompts} x {args.group_size} rollouts"
         # vLLM in half precision samples from another distribution than the fp32 pass.
         exact = args.engine == "torch" or args.vllm_dtype == "float32"
-        print_table(title, _figures(metrics, deltas, device.type == "cuda", exact))
+        print_table(
+            title, _figures(metrics, deltas, device.type == "cuda", exact, args.max_staleness > 0)
+        )
         ok = ok and (deltas[0] <= FP32_TOLERANCE or not exact)
     return ok
 

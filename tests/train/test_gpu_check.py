@@ -46,7 +46,7 @@ async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
         assert re.search(r"fp32: max \|delta\|\s+[0-9.]+ e-6\s+<= 1000 e-6\s+meets target", table)
         # Step 2 trained on step 1's rollouts' version: one step stale, the bound.
         assert re.search(r"staleness: largest \(bound --max-staleness\)\s+1 steps", table), table
-        probe = re.search(r"largest mean \|engine - learner\| logprob\s+([0-9.]+) e-3", table)
+        probe = re.search(r"largest median \|engine - learner\| logprob\s+([0-9.]+) e-3", table)
         assert probe and float(probe.group(1)) <= 1.0, table
     # No bars from transformers between the lines.
     assert "Loading weights" not in out and "Writing model shards" not in out

@@ -163,7 +163,9 @@ def _cut_after_step(run_dir: Path, step: int) -> None:
     for name in ("metrics.jsonl", "events.jsonl"):
         lines = read_lines(run_dir / name)
         if name == "events.jsonl":  # up to and with the step's line
-            last = next(i for i, e in enumerate(lines) if e == {"event": "step", "step": step})
+            last = next(
+                i for i, e in enumerate(lines) if (e["event"], e.get("step")) == ("step", step)
+            )
             lines = lines[: last + 1]
         else:
             lines = [line for line in lines if line["step"] <= step]

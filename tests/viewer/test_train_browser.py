@@ -158,7 +158,7 @@ async def test_a_live_run_grows_its_curves(
     source = train_run_root / "train" / TRAIN_RUN
     run_dir = copy_run(source, tmp_path / "train")
     metrics, events = read_lines(source / "metrics.jsonl"), read_lines(source / "events.jsonl")
-    first_step = events.index({"event": "step", "step": 1})
+    first_step = next(i for i, e in enumerate(events) if (e["event"], e.get("step")) == ("step", 1))
     _write(run_dir / "metrics.jsonl", metrics[:1])
     _write(run_dir / "events.jsonl", events[: first_step + 1])
     async with Viewer(tmp_path) as viewer:

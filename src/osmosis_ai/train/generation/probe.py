@@ -5,7 +5,8 @@ An engine that did not receive the new weights (a reload that silently failed, a
 loaded but never called, a server still serving the base model) goes on generating, and a
 run trains on data from a policy it does not know about; its logprobs then differ from the
 learner's by the step's whole change. The probe turns that into one clear stop, the step
-after it happens. The gap is the mean |engine - learner| logprob of the probe's tokens; the
+after it happens. The gap is the median |engine - learner| logprob of the probe's tokens (a
+stale engine moves every token; one rare token scored a little apart does not stop a run); the
 tolerance is the engine's: the torch engine generates with the learner's own weights
 (``1e-3``); a vLLM server holds them in its own dtype, so its tolerance is four times the gap
 measured before the first step (when both hold the same weights, a gap of at most 0.2), and
@@ -14,6 +15,7 @@ at least 0.05.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from osmosis_ai.gateway.policies.engines.base import GenerationRequest, Sampling, TokenEngine
@@ -37,7 +39,7 @@ _SERVER_CEILING = 0.2
 
 
 def probe_tolerance(engine: TokenEngine, baseline: float) -> float:
-    """The mean logprob gap the probe accepts from ``engine``, whose gap was ``baseline``
+    """The median logprob gap the probe accepts from ``engine``, whose gap was ``baseline``
     when it held the learner's weights."""
     if engine.kind == "torch":
         return _EXACT
@@ -50,8 +52,6 @@ class WeightProbe:
     def __init__(self, engine: TokenEngine, learner: Learner) -> None:
         self._engine, self._learner = engine, learner
         self.tolerance = probe_tolerance(engine, 0.0)
-        self.calibrated = False
-        """Whether `calibrate` ran (a server's tolerance is set from it)."""
         self.prompt_ids = [int(i) for i in learner.tokenizer(PROBE_TEXT)["input_ids"]]
 
     async def calibrate(self, version: int) -> float:
@@ -65,11 +65,10 @@ class WeightProbe:
             self.tolerance = _SERVER_CEILING
         gap = await self._gap(version, f"before step {version + 1}")
         self.tolerance = probe_tolerance(self._engine, gap)
-        self.calibrated = True
         return gap
 
     async def check(self, step: int) -> float:
-        """The probe after step ``step``'s weights were pushed; returns the mean logprob gap.
+        """The probe after step ``step``'s weights were pushed; returns the median logprob gap.
 
         Raises:
             TrainingStopped: The engine's logprobs are not the learner's (it does not serve
@@ -85,12 +84,13 @@ class WeightProbe:
             return 0.0
         learner = self._learner
         scored = await learner.run(_learner_logprobs, learner, self.prompt_ids, generation)
-        pairs = list(zip(generation.logprobs, scored, strict=True))
-        gap = sum(abs(a - b) for a, b in pairs) / len(pairs)
+        gap = statistics.median(
+            abs(a - b) for a, b in zip(generation.logprobs, scored, strict=True)
+        )
         if generation.version != version or gap > self.tolerance:
             raise TrainingStopped(
                 f"{when}, the {self._engine.kind} engine's logprobs of a probe prompt differ "
-                f"from the learner's by {gap:.3g} on average (at most {self.tolerance:.3g} "
+                f"from the learner's by {gap:.3g} (median; at most {self.tolerance:.3g} "
                 f"expected; the engine says version {generation.version}): it is not "
                 f"generating with the learner's weights"
             )

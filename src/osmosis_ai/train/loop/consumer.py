@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import TypeVar
 
 from osmosis_ai.train.bookkeeping.journal import append, last_checkpoint, read_lines
 from osmosis_ai.train.bookkeeping.trackers import scalars
@@ -20,13 +20,14 @@ from osmosis_ai.train.generation.probe import WeightProbe
 from osmosis_ai.train.learner.checkpoints import checkpoint
 from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.admission import StalenessBound
-from osmosis_ai.train.loop.group_queue import TakenGroups
 from osmosis_ai.train.loop.outcome import TrainingStopped, TrainOutcome
 from osmosis_ai.train.loop.producer import Producer
 from osmosis_ai.train.loop.rollouts import Run
-from osmosis_ai.train.loop.step import FlatStepsHint, run_step, step_seconds
+from osmosis_ai.train.loop.step import FlatStepsHint, probing, run_step, step_seconds
 
 __all__ = ["train_steps"]
+
+T = TypeVar("T")
 
 
 async def train_steps(
@@ -53,11 +54,14 @@ async def train_steps(
     bound = StalenessBound(training.max_staleness, min(training.prompts_per_step, len(train_rows)))
     probe = WeightProbe(run.generator.engine, learner)
     first = outcome.steps_done + 1
+    # Before any rollout: engine and learner hold the weights of version first - 1.
+    await _guarded(run, first, outcome, probing(run, probe.calibrate(first - 1)))
     began = time.monotonic()
     async with Producer(run, train_rows, bound, first=first, last=training.steps) as producer:
         for step in range(first, training.steps + 1):
             taking = producer.take(step)
-            metrics = await _step(run, learner, taking, step, bound, probe, outcome)
+            stepping = run_step(run, learner, taking, step, bound=bound, probe=probe)
+            metrics = await _guarded(run, step, outcome, stepping)
             # The rollouts it trained on, journaled: a resumed run trains none of them again.
             line = {"event": "step", "step": step, "rollouts": metrics.pop("rollout_ids")}
             # Wall time since this session's first step began (steps overlap when async).
@@ -87,20 +91,12 @@ async def train_steps(
             await producer.finished(step)
 
 
-async def _step(
-    run: Run,
-    learner: Learner,
-    taking: Awaitable[TakenGroups],
-    step: int,
-    bound: StalenessBound,
-    probe: WeightProbe,
-    outcome: TrainOutcome,
-) -> dict[str, Any]:
-    """`run_step`, with a step that cannot be applied journaled as ``stopped``."""
+async def _guarded(run: Run, step: int, outcome: TrainOutcome, work: Awaitable[T]) -> T:
+    """``work`` of step ``step``; a step that cannot be applied is journaled as ``stopped``."""
     from osmosis_ai.train.algorithm.update import NonFiniteStepError
 
     try:
-        return await run_step(run, learner, taking, step, bound=bound, probe=probe)
+        return await work
     except (NonFiniteStepError, TrainingStopped) as exc:
         run_dir = run.run_dir
         last = last_checkpoint(await asyncio.to_thread(read_lines, run_dir / "events.jsonl"))

@@ -27,7 +27,7 @@ from osmosis_ai.train.loop.outcome import TrainingStopped
 from osmosis_ai.train.loop.rollouts import Run, rollout_reward, rollout_status
 from osmosis_ai.train.loop.rows import group_id, jobs
 
-__all__ = ["FlatStepsHint", "out_of_memory", "run_step", "step_seconds"]
+__all__ = ["FlatStepsHint", "out_of_memory", "probing", "run_step", "step_seconds"]
 
 _STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
 
@@ -81,10 +81,10 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
     return sampled
 
 
-async def _probing(run: Run, probing: Awaitable[float]) -> float:
+async def probing(run: Run, probe: Awaitable[float]) -> float:
     """The probe's gap; an engine that failed to answer it stops the run, saying why."""
     try:
-        return await probing
+        return await probe
     except PolicyError as exc:
         if run.generator.lost:
             raise TrainingStopped(await run.generator.why_lost()) from None
@@ -122,9 +122,8 @@ async def run_step(
     from osmosis_ai.train.algorithm.update import train_step
 
     training = run.config.training
-    started, busy = time.monotonic(), run.generator.engine.busy_sec
-    if not probe.calibrated:  # engine and learner hold the weights of version step - 1
-        await _probing(run, probe.calibrate(step - 1))
+    engine = run.generator.engine
+    started, busy = time.monotonic(), engine.busy_sec
     taken = await taking
     sampled = await _sample(run, step, taken)
     done = sampled.done
@@ -180,12 +179,16 @@ async def run_step(
             except VllmEngineError as exc:  # the engine still has the old weights
                 raise TrainingStopped(f"the new weights did not reach vLLM: {exc}") from None
             sync_sec = time.monotonic() - pushing
+        # The engine counts a batch's time once the batch ends, which the update waited for.
+        generating = engine.busy_sec - busy
         # After the version changed: the probe's call must be generated with the new weights.
-        probe_gap = await _probing(run, probe.check(step))
+        probe_gap = await probing(run, probe.check(step))
     ended = time.monotonic()
+    if not trained:
+        generating = engine.busy_sec - busy
     stale_mean, stale_max = staleness_stats(step, versions)
-    wall, generating = ended - started, run.generator.engine.busy_sec - busy
-    # The learner's thread updates and, for the torch engine, also generates.
+    wall = ended - started
+    # The learner's thread updates and, for the torch engine, generates while it waits.
     learner_busy = (ended - built) + (generating if run.generator.on_learner_thread else 0.0)
     rewards = [x for x in (rollout_reward(r.result) for r in done) if x is not None]
     threshold = training.pass_threshold
@@ -222,7 +225,7 @@ async def run_step(
         # The consumer waits for rollouts from the step's start until they are all in.
         "rollout_wait_fraction": _share(generation_sec, wall),
         "learner_idle_fraction": _idle(learner_busy, wall),
-        "generator_idle_fraction": _idle(generating, wall),
+        "generator_idle_fraction": _idle(engine.busy_sec - busy, wall),
         "drift": stats.drift,
         "new_contexts": stats.new_contexts,
         "merges": stats.merges,
