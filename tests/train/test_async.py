@@ -3,16 +3,20 @@ model and the torch engine; the bound is asserted on the versions the engine rec
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.train.training_project import lines, run, start, text, train_here, workspace, write_rows
+from tests.train.training_project import (
+    kill_once_written,
+    lines,
+    run,
+    train_here,
+    workspace,
+    write_rows,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -102,14 +106,7 @@ async def test_kill_9_in_an_async_run_then_resume_trains_each_step_and_rollout_o
     config = workspace(tmp_path / "ws", tiny_model_dir, training)
     write_rows(config.parents[2], metadata={"random_reward": True, "sleep": 0.5})
     events = _run_dir(config) / "events.jsonl"
-    process = await start(config)
-    try:
-        async with asyncio.timeout(120):
-            while '"event": "step", "rollouts"' not in text(events):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
-    finally:
-        os.kill(process.pid, signal.SIGKILL)
-        await process.wait()
+    await kill_once_written(config, events, '"event": "step", "rollouts"')
     killed = lines(events)
     assert [e["step"] for e in killed if e["event"] == "step"] == [1]
     assert not [e for e in killed if e["event"] == "checkpoint"], "killed before checkpoint 2"

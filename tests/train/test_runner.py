@@ -24,7 +24,7 @@ from osmosis_ai.train.loop.runner import (
     TrainOptions,
     run_training,
 )
-from tests.train.training_project import OSMOSIS
+from tests.train.training_project import OSMOSIS, kill_once_written
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import run as _run
 from tests.train.training_project import start as _start
@@ -420,14 +420,7 @@ async def test_resume_journals_each_step_once_after_a_kill_between_checkpoints(
 ) -> None:
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\ncheckpoint_every = 2")
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
-    process = await _start(config)
-    try:
-        async with asyncio.timeout(120):
-            while '"event": "step"' not in _text(events):  # noqa: ASYNC110 -- as above
-                await asyncio.sleep(0.02)
-    finally:
-        os.kill(process.pid, signal.SIGKILL)
-        await process.wait()
+    await kill_once_written(config, events, '"event": "step"')
     killed = _lines(events)
     assert [e["step"] for e in killed if e["event"] == "step"] == [1]
     assert not [e for e in killed if e["event"] == "checkpoint"], "killed before checkpoint 2"

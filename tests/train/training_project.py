@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,3 +71,15 @@ def text(path: Path) -> str:
 
 def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def kill_once_written(config: Path, path: Path, marker: str) -> None:
+    """Start ``osmosis train run`` on ``config`` and SIGKILL it once ``path`` holds ``marker``."""
+    process = await start(config)
+    try:
+        async with asyncio.timeout(120):
+            while marker not in text(path):  # noqa: ASYNC110 -- another process writes it
+                await asyncio.sleep(0.02)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        await process.wait()
