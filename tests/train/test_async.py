@@ -64,7 +64,9 @@ async def test_the_staleness_bound_holds_on_every_recorded_version(
 ) -> None:
     """The next steps' rollouts start at once and run during the updates, with held-out
     evaluations and checkpoints between steps; no trained token is more than S versions older
-    than the weights its step updates, and the bound is used (not everything is fresh)."""
+    than the weights its step updates, and the bound is used: step S + 1's rollouts start
+    with the initial weights. (Whether their tokens are stale too depends on whether the
+    engine generates them before or after step 1's update: timing, not asserted.)"""
     training = f"steps = 4\nmax_staleness = {staleness}\neval_every = 2\ncheckpoint_every = 2"
     config = workspace(tmp_path / "ws", tiny_model_dir, training)
     write_rows(config.parents[2], metadata={"random_reward": True})
@@ -75,11 +77,13 @@ async def test_the_staleness_bound_holds_on_every_recorded_version(
     assert [point.step for point in outcome.evals] == [0, 2, 4]
     for line in metrics:
         assert line["staleness_max"] <= staleness and line["tokens_trained"] > 0, line
-    assert max(line["staleness_max"] for line in metrics) == staleness
+    started_behind = []
     for rid, line in _trained_rollouts(run_dir).items():
         step = _step_of(rid)
         assert min(line["policy_versions"]) >= step - 1 - staleness, (rid, line)
         assert line["started_version"] >= step - 1 - staleness, (rid, line)
+        started_behind.append(step - 1 - line["started_version"])
+    assert max(started_behind) == staleness
     events = lines(run_dir / "events.jsonl")
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2, 4]
 
