@@ -1,13 +1,16 @@
 """Asynchronous training side by side: ``max_staleness`` 0, 1 and 2 on the calculator task
 with slow tools (``async_task/slow_tools.py``: a seeded lognormal wait at the start of each
-rollout and at each tool call), the embedded model and the torch engine.
+rollout and at each tool call, and partial credit for near answers, so that every step
+updates), the embedded model and the torch engine.
 
 Every setting runs the same seeds with the same hyper-parameters and trains on the same
 number of groups (``--steps`` × 4 rows × 4 rollouts). The synchronous baseline (S = 0) runs
 a step's rollouts concurrently, as ``osmosis train`` always does. Per profile, S and seed it
 prints: the wall-clock of the steps, the wall-clock to reach the synchronous run's final
 held-out reward (its evaluations every ``--eval-every`` steps, greedy, without tool waits),
-the final held-out reward, staleness, and the learner's and generator's idle fractions.
+the final held-out reward, staleness, the learner's and generator's idle fractions, the
+steps that updated, and the bound on what overlap can win (the synchronous run's step time
+over its engine's busy time plus its updates: they share the cores).
 
     python benchmarks/async_training.py                       # heavy and light, 3 seeds
     python benchmarks/async_training.py --profile heavy --seeds 0
@@ -61,6 +64,8 @@ class Result:
     overlap_bound: float
     """The most overlap could win on this run's steps: step time over the engine's busy time
     plus the update (they share the cores), from a synchronous run."""
+    updates: int
+    """Steps that trained on any token (a step whose groups all have equal rewards has none)."""
 
     @property
     def final_reward(self) -> float:
@@ -146,6 +151,7 @@ def result_of(
         rollout_wait=sum(m["generation_sec"] for m in metrics) / wall,
         generator_idle=max(0.0, 1 - busy / wall),
         overlap_bound=wall / (busy + update),
+        updates=sum(1 for m in metrics if m["tokens_trained"]),
     )
 
 
@@ -154,7 +160,7 @@ def _print(results: list[Result], steps: int) -> None:
     header = (
         f"{'profile':<8}{'S':>3}{'seed':>6}{'steps s':>10}{'speed-up':>10}{'to sync reward s':>18}"
         f"{'final reward':>14}{'stale mean':>12}{'stale max':>11}{'learner idle':>14}"
-        f"{'rollout wait':>14}{'engine idle':>13}"
+        f"{'rollout wait':>14}{'engine idle':>13}{'updates':>9}{'bound':>8}"
     )
     print(header)
     sync = {(r.profile, r.seed): r for r in results if r.staleness == 0}
@@ -167,6 +173,7 @@ def _print(results: list[Result], steps: int) -> None:
             f"{(f'{reach:.1f}' if reach is not None else 'not reached'):>18}"
             f"{r.final_reward:>14.3f}{r.staleness_mean:>12.2f}{r.staleness_max:>11}"
             f"{r.learner_idle:>14.0%}{r.rollout_wait:>14.0%}{r.generator_idle:>13.0%}"
+            f"{r.updates:>9}{(f'{base.overlap_bound:.2f}x' if base else '-'):>8}"
         )
     print("\nMeans over seeds")
     for profile in dict.fromkeys(r.profile for r in results):

@@ -62,3 +62,15 @@ def test_token_and_sequence_normalisation_weigh_tokens_differently() -> None:
     # DAPO: every token of the step weighs 1/7. GRPO: each sequence weighs 1/2 in total.
     assert token_weights([long, short], "token") == pytest.approx([1 / 7, 1 / 7])
     assert token_weights([long, short], "sequence") == pytest.approx([1 / 12, 1 / 2])
+
+
+def test_sequence_normalisation_weighs_a_forked_rollout_once() -> None:
+    """A rollout split into two pieces by a fork weighs as much as an unsplit one: its
+    tokens are averaged over both pieces, not each piece counted as a sequence."""
+    first = make_sequence("a", "g", 1.0, (1, 2, 3, 4), (0, 0, 1, 1))
+    second = make_sequence("a", "g", 1.0, (5, 6, 7, 8), (0, 1, 1, 1))
+    whole = make_sequence("b", "g", 0.0, (1, 2, 3), (0, 0, 1))
+    weights = token_weights([first, second, whole], "sequence")
+    assert weights == pytest.approx([1 / 10, 1 / 10, 1 / 2])
+    forked = weights[0] * first.policy_tokens + weights[1] * second.policy_tokens
+    assert forked == pytest.approx(weights[2] * whole.policy_tokens) == pytest.approx(1 / 2)

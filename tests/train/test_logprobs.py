@@ -1,13 +1,18 @@
-"""The policy's logprobs of a padded micro-batch are each sequence's own."""
+"""The policy's logprobs of a padded micro-batch are each sequence's own; models whose
+logits are not their head's output are refused."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.train.algorithm.logprobs import check_head, policy_logprobs
 from osmosis_ai.train.algorithm.micro_batches import collate
-from tests.train.conftest import make_sequence
+from tests.train.conftest import VOCAB, make_sequence
 
 
 def test_policy_logprobs_are_those_of_each_unpaddedmake_sequence(model: LlamaForCausalLM) -> None:
@@ -33,3 +38,41 @@ def test_policy_logprobs_are_those_of_each_unpaddedmake_sequence(model: LlamaFor
         bf16 = policy_logprobs(model, batch, bf16=True)
     assert bf16.dtype == torch.float32
     assert torch.allclose(bf16[0], batched[0], atol=0.1)
+
+
+def test_a_model_whose_logits_are_its_heads_passes_the_check(model: LlamaForCausalLM) -> None:
+    check_head(model)
+
+
+def _granite() -> torch.nn.Module:
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    return GraniteForCausalLM(
+        GraniteConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, logits_scaling=4.0)
+    )  # fmt: skip
+
+
+def _falcon_h1() -> torch.nn.Module:
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    return FalconH1ForCausalLM(
+        FalconH1Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=4, num_key_value_heads=2, mamba_d_ssm=32,
+                       mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, mamba_n_groups=1,
+                       mamba_chunk_size=4, lm_head_multiplier=0.5)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("build", "field"), [(_granite, "logits_scaling"), (_falcon_h1, "lm_head_multiplier")]
+)
+def test_a_model_that_scales_its_logits_is_refused_naming_its_config_field(
+    build: Any, field: str
+) -> None:
+    """Granite divides its head's output by ``logits_scaling``, FalconH1 multiplies it by
+    ``lm_head_multiplier``: the learner's logprobs would not be the sampler's, so the model
+    is refused in one line that names the field (found by comparing logits, not by name)."""
+    torch.manual_seed(0)
+    with pytest.raises(ConfigError, match=rf"^the model's logits .*config sets {field}\)"):
+        check_head(build().eval())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -261,6 +262,8 @@ async def test_unusable_rollouts_are_excluded_with_counted_reasons() -> None:
         RolloutRecords(_success("no-ids"), "g2", [_record(0, None, [2], [-0.5])]),
         RolloutRecords(_success("short"), "g2", [_record(0, [1], [2, 3], [-0.5])]),
         RolloutRecords(_success("empty"), "g2", [_record(0, [1], [], [])]),
+        RolloutRecords(_success("nan"), "g2", [_record(0, [1], [2, 3], [-0.5, math.nan])]),
+        RolloutRecords(_success("inf"), "g2", [_record(0, [1], [2], [-math.inf])]),
     ]
     sequences, stats = build_sequences(rollouts)
     assert [s.rollout_id for s in sequences] == ["ok"]
@@ -272,8 +275,9 @@ async def test_unusable_rollouts_are_excluded_with_counted_reasons() -> None:
         Exclusion.NO_TOKEN_IDS: 1,
         Exclusion.BAD_LOGPROBS: 1,
         Exclusion.NO_POLICY_TOKENS: 1,
+        Exclusion.NON_FINITE_LOGPROBS: 2,
     }
-    assert (stats.rollouts, stats.rollouts_used) == (9, 1)
+    assert (stats.rollouts, stats.rollouts_used) == (11, 1)
     assert (stats.groups, stats.groups_without_sequences) == (2, 1)
     assert stats.to_json()["excluded"]["no_calls"] == 2
 

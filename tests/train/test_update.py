@@ -108,3 +108,43 @@ def test_an_empty_step_is_refused(model: LlamaForCausalLM) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ConfigError, match="step 3: no training sequences"):
         train_step(model, optimizer, [], GrpoConfig(), step=3)
+
+
+def test_the_update_runs_without_the_models_dropout() -> None:
+    """A model whose config asks for attention dropout: the update's forward pass is the
+    policy that generated, so on-policy tokens have ratio 1 (with dropout they would not)."""
+    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+    from osmosis_ai.train.algorithm.micro_batches import collate
+
+    model: torch.nn.Module = tiny_llama(attention_dropout=0.5)
+    model.eval()  # as the engine generates
+    sequences = _step_sequences()
+    batch = collate(sequences, [0.0] * len(sequences), [1.0] * len(sequences))
+    with torch.no_grad():
+        own = policy_logprobs(model, batch)
+    on_policy = [
+        make_sequence(s.rollout_id, s.group_id, s.reward, s.token_ids, s.loss_mask,
+                      [0.0, *own[row, : len(s) - 1].tolist()])
+        for row, s in enumerate(sequences)
+    ]  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    metrics = train_step(model, optimizer, on_policy, GrpoConfig(), step=1)
+    assert metrics.mean_ratio == pytest.approx(1, abs=1e-5)
+    assert metrics.max_ratio == pytest.approx(1, abs=1e-5)
+    assert metrics.engine_mismatch_kl == pytest.approx(0, abs=1e-6)
+
+
+def test_a_lora_adapters_own_dropout_stays_on_in_the_update() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+
+    with quiet_peft():
+        model = get_peft_model(
+            tiny_llama(attention_dropout=0.5),
+            LoraConfig(r=2, lora_alpha=4, lora_dropout=0.5, target_modules=["q_proj"]),
+        )
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    train_step(model, optimizer, _step_sequences(), GrpoConfig(), step=1)
+    training = {name for name, m in model.named_modules() if m.training}
+    assert training and all(".lora_dropout" in name for name in training), training

@@ -417,7 +417,7 @@ TRAINING = Section(
             "choice",
             default="token",
             choices=("token", "sequence"),
-            comment='loss averaged over all tokens ("token") or per "sequence"',
+            comment='loss averaged over all tokens ("token") or per rollout ("sequence")',
             docs='`"token"` (DAPO) or `"sequence"`',
         ),
         Key(

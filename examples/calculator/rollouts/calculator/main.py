@@ -119,19 +119,20 @@ class CalculatorWorkflow(AgentWorkflow[CalculatorConfig]):
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
+def final_number(messages: list[dict[str, Any]]) -> float | None:
+    """The last number of the last assistant message (None: it states none)."""
+    final = next(
+        (m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), ""
+    )
+    numbers = _NUMBER.findall(final)
+    return float(numbers[-1]) if numbers else None
+
+
 class ExactAnswer(Grader):
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
-        final = next(
-            (
-                m.get("content") or ""
-                for m in reversed(ctx.sample.messages)
-                if m.get("role") == "assistant"
-            ),
-            "",
-        )
-        numbers = _NUMBER.findall(final)
-        ctx.set_reward(1.0 if numbers and float(numbers[-1]) == float(ctx.label or "nan") else 0.0)
+        answer = final_number(ctx.sample.messages)
+        ctx.set_reward(1.0 if answer is not None and answer == float(ctx.label or "nan") else 0.0)
 
 
 calculator_config = CalculatorConfig()

@@ -3,7 +3,7 @@
 - ``group_advantages``: ``(r - mean) / (std + eps)`` within each group of rollouts of one
   dataset row, or ``r - mean`` (``scale="none"``, Dr. GRPO). ``zero_gradient_groups`` names
   the groups whose rewards are all equal: they carry no gradient.
-- ``token_weights``: how the loss averages tokens, over the step's tokens or per sequence.
+- ``token_weights``: how the loss averages tokens, over the step's tokens or per rollout.
 
 Pure Python (no torch): the runner picks the groups to run again before any update.
 """
@@ -70,12 +70,20 @@ def token_weights(
     """The weight of one policy token of each sequence, so the step's loss is a weighted sum.
 
     ``"token"``: 1 / (policy tokens of the whole step), every token counts the same (DAPO).
-    ``"sequence"``: 1 / (the sequence's policy tokens × sequences), every sequence counts the
-    same (GRPO). Computed over the whole step, so micro-batches add up to the full-batch loss.
+    ``"sequence"``: 1 / (the rollout's policy tokens × rollouts), every rollout counts the
+    same (GRPO), once however many sequences a fork split it into: its tokens are averaged
+    over all its pieces. Computed over the whole step, so micro-batches add up to the
+    full-batch loss.
     """
     counts = [sequence.policy_tokens for sequence in sequences]
     if normalisation == "token":
         total = sum(counts)
         return [1.0 / total if total else 0.0 for _ in counts]
-    trained = sum(1 for count in counts if count)
-    return [1.0 / (count * trained) if count else 0.0 for count in counts]
+    per_rollout: dict[str, int] = defaultdict(int)
+    for sequence, count in zip(sequences, counts, strict=True):
+        per_rollout[sequence.rollout_id] += count
+    trained = sum(1 for count in per_rollout.values() if count)
+    return [
+        1.0 / (per_rollout[sequence.rollout_id] * trained) if count else 0.0
+        for sequence, count in zip(sequences, counts, strict=True)
+    ]

@@ -23,7 +23,7 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
-__all__ = ["policy_logprobs", "reference_logprobs"]
+__all__ = ["check_head", "policy_logprobs", "reference_logprobs"]
 
 
 def policy_logprobs(
@@ -81,19 +81,42 @@ def reference_logprobs(
 _LOGIT_CHUNK = 1024
 
 
-def _body(model: torch.nn.Module) -> torch.nn.Module:
-    """The transformer under the vocabulary head of a transformers causal LM.
+def check_head(model: torch.nn.Module) -> None:
+    """Refuse a model whose logits are not its output head applied to its decoder's last
+    hidden states, which `policy_logprobs` computes: a logit scale, multiplier or soft cap in
+    the model's forward (Granite's ``logits_scaling``, FalconH1's ``lm_head_multiplier``,
+    Gemma 2's ``final_logit_softcapping``...) would make the learner's logprobs differ from the
+    ones the model samples with. Found by comparing the two on a few tokens once, so a field
+    of any name is caught.
 
     Raises:
-        ConfigError: A model whose logits are more than its head's output (a logit scale or
-            soft cap), where projecting the hidden states would give other logprobs.
+        ConfigError: The two differ; the message names the config fields that look like it.
     """
-    config = getattr(model, "config", None)
-    for field in ("final_logit_softcapping", "logit_scale"):
-        if getattr(config, field, None):
-            raise ConfigError(
-                f"the model's config sets {field}: its logits are not its head's output, "
-                "which the trainer's selective projection needs"
-            )
+    device = next(model.parameters()).device
+    vocab = int(model.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
+    ids = (torch.arange(4, device=device) % vocab).unsqueeze(0)
+    with torch.no_grad():
+        full = model(input_ids=ids).logits.float()
+        hidden = _body(model)(input_ids=ids).last_hidden_state
+        projected = model.get_output_embeddings()(hidden).float()  # type: ignore[operator]
+    if torch.allclose(full, projected, rtol=1e-2, atol=1e-3):
+        return
+    settings = getattr(model, "config", None)
+    fields = sorted(
+        name
+        for name, value in (settings.to_dict() if settings is not None else {}).items()
+        if any(word in name for word in ("logit", "lm_head", "multiplier", "softcap", "scale"))
+        and isinstance(value, int | float)
+        and value not in (False, 0, 1)
+    )
+    hint = f" (its config sets {', '.join(fields)})" if fields else ""
+    raise ConfigError(
+        f"the model's logits are not its output head's output{hint}: the trainer's logprobs "
+        "would not be the ones it samples with; train a model without a logit scale or cap"
+    )
+
+
+def _body(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformer under the vocabulary head of a transformers causal LM."""
     body: torch.nn.Module = model.get_decoder()  # type: ignore[operator]
     return body

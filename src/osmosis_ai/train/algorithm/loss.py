@@ -36,7 +36,7 @@ class GrpoConfig:
     advantage_scale: Literal["std", "none"] = "std"
     """Divide by the group's reward std (GRPO) or not (Dr. GRPO)."""
     normalisation: Literal["token", "sequence"] = "token"
-    """Average over every policy token of the step (DAPO) or per sequence, then over sequences."""
+    """Average over every policy token of the step (DAPO) or per rollout, then over rollouts."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
     micro_batch_tokens: int = 1024

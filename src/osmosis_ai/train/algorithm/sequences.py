@@ -26,6 +26,7 @@ masks (``logprobs.policy_logprobs``).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class Exclusion(StrEnum):
     """A call's record has no prompt token ids (a policy that does not return them)."""
     BAD_LOGPROBS = "bad_logprobs"
     """A call's logprobs are missing or do not match its completion tokens one to one."""
+    NON_FINITE_LOGPROBS = "non_finite_logprobs"
+    """A call's logprob is NaN or infinite (an engine fault): one such token would make the
+    whole step's loss NaN, so the rollout is left out and the step goes on."""
     NO_POLICY_TOKENS = "no_policy_tokens"
     """Every completion was empty: nothing to train."""
 
@@ -400,6 +404,8 @@ def _call_tokens(
     )
     if len(completion_logprobs) != len(completion_ids):
         return Exclusion.BAD_LOGPROBS
+    if not all(math.isfinite(value) for value in completion_logprobs):
+        return Exclusion.NON_FINITE_LOGPROBS
     if grammar is not None and not isinstance(grammar, str):
         raise ConfigError(
             f"call record of rollout {rollout_id!r}: 'grammar' must be a string (a Lark "

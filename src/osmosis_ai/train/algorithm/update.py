@@ -99,7 +99,7 @@ def train_step(
     batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     parameters = [p for p in model.parameters() if p.requires_grad]
     device = parameters[0].device if parameters else torch.device("cpu")
-    model.train()
+    _without_dropout(model)
     optimizer.zero_grad(set_to_none=True)
     total_loss = 0.0
     parts: list[LossParts] = []
@@ -161,3 +161,13 @@ def train_step(
         constrained_fraction=sum(p.constrained for p in parts) / policy if policy else 0.0,
         unreplayed_tokens=sum(p.unreplayed for p in parts),
     )
+
+
+def _without_dropout(model: torch.nn.Module) -> None:
+    """Put the model in the update's mode: no dropout in its own layers (attention, hidden or
+    embedding dropout would make every token's ratio noise, not ``π_learner / π_behaviour``;
+    TRL turns it off too), but a LoRA adapter's ``lora_dropout``, which the user set, on."""
+    model.eval()
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] == "lora_dropout":
+            module.train()

@@ -111,6 +111,7 @@ class Learner:
     ) -> Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
         training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
+        from osmosis_ai.train.algorithm.logprobs import check_head
         from osmosis_ai.train.algorithm.loss import GrpoConfig
         from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
 
@@ -128,6 +129,7 @@ class Learner:
                 if training.kl_beta > 0:
                     reference = load_model_dir(base_dir, feature=_FEATURE, device=device)[0]
                     reference.requires_grad_(False)
+        check_head(model)
         optimizer = adamw(model, lr=training.learning_rate)
         scheduler = warmup_schedule(
             optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
