@@ -12,6 +12,7 @@ NAMES = {
     "MicroBatch",
     "NonFiniteStepError",
     "StepMetrics",
+    "check_head",
     "collate",
     "group_advantages",
     "grpo_loss",

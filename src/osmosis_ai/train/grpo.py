@@ -14,7 +14,7 @@ from osmosis_ai.train.algorithm.advantages import (
     token_weights,
     zero_gradient_groups,
 )
-from osmosis_ai.train.algorithm.logprobs import policy_logprobs, reference_logprobs
+from osmosis_ai.train.algorithm.logprobs import check_head, policy_logprobs, reference_logprobs
 from osmosis_ai.train.algorithm.loss import GrpoConfig, LossParts, grpo_loss
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
 from osmosis_ai.train.algorithm.update import NonFiniteStepError, StepMetrics, train_step
@@ -25,6 +25,7 @@ __all__ = [
     "MicroBatch",
     "NonFiniteStepError",
     "StepMetrics",
+    "check_head",
     "collate",
     "group_advantages",
     "grpo_loss",
