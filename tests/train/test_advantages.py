@@ -32,6 +32,27 @@ def test_advantages_are_normalised_within_each_group() -> None:
     assert group_advantages(sequences, scale="none") == pytest.approx(unscaled, rel=1e-12)
 
 
+def test_rloo_compares_each_reward_with_the_mean_of_the_others() -> None:
+    """Rewards 1, 0, 0: the others' means are 0, 0.5 and 0.5, so the leave-one-out
+    advantages are 1, -0.5, -0.5 (GRPO's are 2/3, -1/3, -1/3); a forked rollout counts once."""
+    sequences = [
+        make_sequence("x", "g", 1.0),
+        make_sequence("x", "g", 1.0, tokens=(5, 6, 7, 8)),
+        make_sequence("y", "g", 0.0),
+        make_sequence("z", "g", 0.0),
+    ]
+    assert group_advantages(sequences, baseline="rloo", scale="none") == pytest.approx(
+        [1.0, 1.0, -0.5, -0.5], rel=1e-12
+    )
+    std = _stdev([1.0, 0.0, 0.0]) + 1e-4
+    assert group_advantages(sequences, baseline="rloo") == pytest.approx(
+        [1 / std, 1 / std, -0.5 / std, -0.5 / std], rel=1e-12
+    )
+    assert group_advantages(sequences, scale="none") == pytest.approx(
+        [2 / 3, 2 / 3, -1 / 3, -1 / 3], rel=1e-12
+    )
+
+
 def test_a_forked_rollout_counts_once_in_its_group() -> None:
     sequences = [
         make_sequence("x", "g", 1.0),

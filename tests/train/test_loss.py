@@ -109,6 +109,7 @@ def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
         ("clip_high", -0.1),
         ("kl_beta", math.inf),
         ("advantage_scale", "mad"),
+        ("advantage", "ppo"),
         ("normalisation", "batch"),
         ("micro_batch_tokens", 1),
         ("max_grad_norm", 0.0),

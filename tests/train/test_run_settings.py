@@ -93,3 +93,17 @@ def test_precision_decides_whether_the_update_runs_under_bf16_autocast(
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
     expected = {"bf16": True, "fp32": False, "auto": native}[precision]
     assert learner.grpo.bf16 is expected
+
+
+def test_the_advantage_setting_reaches_the_update_and_a_bad_one_is_one_line(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    import torch
+
+    config = load_train_config(_workspace(tmp_path / "ws", tiny_model_dir, 'advantage = "rloo"'))
+    learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
+    assert learner.grpo.advantage == "rloo"
+    bad = _workspace(tmp_path / "bad", tiny_model_dir, 'advantage = "ppo"')
+    with pytest.raises(ConfigError, match=r"training\.advantage.*grpo.*rloo") as caught:
+        load_train_config(bad)
+    assert "\n" not in str(caught.value)

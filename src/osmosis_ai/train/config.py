@@ -59,6 +59,8 @@ class TrainingConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     normalisation: Literal["token", "sequence"] = "token"
+    advantage: Literal["grpo", "rloo"] = "grpo"
+    """The baseline of a reward: its group's mean, or the mean of the group's others."""
     advantage_scale: Literal["std", "none"] = "std"
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """The update's forward pass: under bf16 autocast, in fp32, or bf16 where the CPU

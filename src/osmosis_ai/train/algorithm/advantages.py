@@ -1,7 +1,8 @@
 """How much each sequence counts in a step's loss: group advantages and per-token weights.
 
 - ``group_advantages``: ``(r - mean) / (std + eps)`` within each group of rollouts of one
-  dataset row, or ``r - mean`` (``scale="none"``, Dr. GRPO). ``zero_gradient_groups`` names
+  dataset row, or ``r - mean`` (``scale="none"``, Dr. GRPO); against the mean of the
+  others with ``baseline="rloo"``. ``zero_gradient_groups`` names
   the groups whose rewards are all equal: they carry no gradient.
 - ``token_weights``: how the loss averages tokens, over the step's tokens or per rollout.
 
@@ -43,24 +44,31 @@ def zero_gradient_groups(sequences: Iterable[TrainingSequence]) -> set[str]:
 def group_advantages(
     sequences: Sequence[TrainingSequence],
     *,
+    baseline: Literal["grpo", "rloo"] = "grpo",
     scale: Literal["std", "none"] = "std",
     eps: float = 1e-4,
 ) -> list[float]:
-    """The advantage of each sequence: its rollout's reward against its group's.
+    """The advantage of each sequence: its rollout's reward against a baseline from its group.
 
-    ``scale="std"`` gives ``(r - mean) / (std + eps)`` with the sample standard deviation
-    (Bessel-corrected, as TRL's GRPO); ``"none"`` gives ``r - mean`` (Dr. GRPO). Each rollout
-    counts once however many sequences it forked into; zero-gradient groups get 0.
+    ``baseline="grpo"`` compares with the group's mean; ``"rloo"`` with the mean of the
+    group's *other* rewards (REINFORCE leave-one-out, Ahmadian et al. 2024), an unbiased
+    baseline since it does not depend on the rollout itself: ``r - mean_others``, which is
+    ``G / (G - 1)`` times ``r - mean``. ``scale="std"`` then divides by the group's sample
+    standard deviation plus ``eps`` (Bessel-corrected, as TRL's GRPO); ``"none"`` does not
+    (Dr. GRPO). Each rollout counts once however many sequences it forked into; zero-gradient
+    groups get 0.
     """
     by_group: dict[str, dict[str, float]] = {}
     for group, rewards in _group_rewards(sequences).items():
         values = list(rewards.values())
-        mean = statistics.fmean(values)
         if len(set(values)) == 1:
             by_group[group] = dict.fromkeys(rewards, 0.0)
             continue
+        mean = statistics.fmean(values)
+        # Leave-one-out: r - (sum - r) / (G - 1) = (r - mean) * G / (G - 1); G >= 2 here.
+        spread = len(values) / (len(values) - 1) if baseline == "rloo" else 1.0
         divisor = statistics.stdev(values) + eps if scale == "std" else 1.0
-        by_group[group] = {rollout: (r - mean) / divisor for rollout, r in rewards.items()}
+        by_group[group] = {rollout: (r - mean) * spread / divisor for rollout, r in rewards.items()}
     return [by_group[s.group_id][s.rollout_id] for s in sequences]
 
 

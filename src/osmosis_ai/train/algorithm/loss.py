@@ -33,6 +33,9 @@ class GrpoConfig:
     """The ratio is clipped below at ``1 - clip_low``."""
     clip_high: float = 0.28
     """... and above at ``1 + clip_high`` (DAPO's clip-higher when above ``clip_low``)."""
+    advantage: Literal["grpo", "rloo"] = "grpo"
+    """The baseline a reward is compared with: the mean of its group (GRPO), or the mean of
+    the group's other rollouts (RLOO, leave-one-out)."""
     advantage_scale: Literal["std", "none"] = "std"
     """Divide by the group's reward std (GRPO) or not (Dr. GRPO)."""
     normalisation: Literal["token", "sequence"] = "token"
@@ -66,7 +69,11 @@ class GrpoConfig:
             raise ConfigError(
                 f"clip_low must be below 1 (the ratio floor is 1 - clip_low), not {self.clip_low!r}"
             )
-        choices = {"advantage_scale": ("std", "none"), "normalisation": ("token", "sequence")}
+        choices = {
+            "advantage": ("grpo", "rloo"),
+            "advantage_scale": ("std", "none"),
+            "normalisation": ("token", "sequence"),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")

@@ -94,7 +94,12 @@ def train_step(
         raise ConfigError(f"step {step}: no training sequences (every rollout was excluded?)")
     if config.kl_beta > 0 and reference_model is None:
         raise ConfigError("kl_beta > 0 needs a reference_model (the initial policy)")
-    advantages = group_advantages(sequences, scale=config.advantage_scale, eps=config.advantage_eps)
+    advantages = group_advantages(
+        sequences,
+        baseline=config.advantage,
+        scale=config.advantage_scale,
+        eps=config.advantage_eps,
+    )
     weights = token_weights(sequences, config.normalisation)
     batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     parameters = [p for p in model.parameters() if p.requires_grad]

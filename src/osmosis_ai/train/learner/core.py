@@ -137,6 +137,7 @@ class Learner:
         grpo = GrpoConfig(
             clip_low=training.clip_low,
             clip_high=training.clip_high,
+            advantage=training.advantage,
             advantage_scale=training.advantage_scale,
             normalisation=training.normalisation,
             kl_beta=training.kl_beta,
