@@ -427,7 +427,7 @@ TRAINING = Section(
             choices=("grpo", "rloo"),
             comment='baseline: the group\'s mean ("grpo") or the mean of the others ("rloo")',
             docs='the baseline a reward is compared with: the mean of its group (`"grpo"`) or '
-            "the mean of the group's other rollouts (`\"rloo\"`, leave-one-out)",
+            'the mean of the group\'s other rollouts (`"rloo"`, leave-one-out)',
         ),
         Key(
             "advantage_scale",
