@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,23 @@ def make_sequence(
         loss_mask=tuple(mask),
         behaviour_logprobs=tuple(behaviour),
     )
+
+
+def on_policy(model: Any, sequences: Sequence[TrainingSequence]) -> list[TrainingSequence]:
+    """``sequences`` with the model's own logprobs (in its current mode) as their behaviour
+    logprobs: the tokens it would have sampled them with."""
+    import torch
+
+    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+    from osmosis_ai.train.algorithm.micro_batches import collate
+
+    batch = collate(list(sequences), [0.0] * len(sequences), [1.0] * len(sequences))
+    with torch.no_grad():
+        logprobs = policy_logprobs(model, batch)
+    return [
+        replace(s, behaviour_logprobs=(0.0, *logprobs[row, : len(s) - 1].tolist()))
+        for row, s in enumerate(sequences)
+    ]
 
 
 def save_tiny_model(directory: Path, tokenizer_dir: Path, *, seed: int = 0) -> Path:

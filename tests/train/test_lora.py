@@ -9,7 +9,6 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from osmosis_ai.train.algorithm.update import train_step
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
 from osmosis_ai.train.learner.core import Learner, lora_config
 from osmosis_ai.train.learner.export import export_merged
+from tests.train.conftest import on_policy
 from tests.train.training_project import OSMOSIS
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import run as _run
@@ -51,7 +51,7 @@ def _config(tmp_path: Path, model_dir: Path, **training: Any) -> TrainConfig:
 
 def _group(prompt: list[int], good: list[int], bad: list[int]) -> list[TrainingSequence]:
     """One group of two rollouts of ``prompt``: ``good`` rewarded, ``bad`` not (behaviour
-    logprobs filled in by `_on_policy`)."""
+    logprobs filled in by `on_policy`)."""
     return [
         TrainingSequence(
             rollout_id=name,
@@ -62,17 +62,6 @@ def _group(prompt: list[int], good: list[int], bad: list[int]) -> list[TrainingS
             behaviour_logprobs=(0.0,) * (len(prompt) + len(completion)),
         )
         for name, reward, completion in (("good", 1.0, good), ("bad", 0.0, bad))
-    ]
-
-
-def _on_policy(model: Any, sequences: list[TrainingSequence]) -> list[TrainingSequence]:
-    """``sequences`` with the model's own logprobs as their behaviour logprobs."""
-    batch = collate(sequences, [0.0] * len(sequences), [1.0] * len(sequences))
-    with torch.no_grad():
-        logprobs = policy_logprobs(model, batch)
-    return [
-        replace(s, behaviour_logprobs=(0.0, *logprobs[row, : len(s) - 1].tolist()))
-        for row, s in enumerate(sequences)
     ]
 
 
@@ -99,7 +88,7 @@ def test_lora_trains_the_adapter_and_leaves_the_base_weights_alone(
     held = {id(p) for group in learner.optimizer.param_groups for p in group["params"]}
     assert held == {id(named[name]) for name in trainable}
     before = {name: p.detach().clone() for name, p in named.items()}
-    sequences = _on_policy(learner.model, _group([1, 2, 3, 4], [5, 6, 7], [8, 9, 10]))
+    sequences = on_policy(learner.model, _group([1, 2, 3, 4], [5, 6, 7], [8, 9, 10]))
     train_step(learner.model, learner.optimizer, sequences, learner.grpo, step=1)
     changed = {name for name, p in named.items() if not torch.equal(p, before[name])}
     # lora_B starts at zero, so lora_A gets no gradient in the first step; B moves.
@@ -119,7 +108,7 @@ def test_lora_loss_falls_on_a_tiny_overfit_task(tmp_path: Path, tiny_model_dir: 
     # The same group replayed, against the first policy's logprobs (PPO epochs on one batch),
     # with clipping wide enough not to stop the loss.
     grpo = GrpoConfig(clip_low=0.9, clip_high=50.0)
-    sequences = _on_policy(learner.model, _group([1, 2, 3], [11, 12, 13, 14], [21, 22, 23, 24]))
+    sequences = on_policy(learner.model, _group([1, 2, 3], [11, 12, 13, 14], [21, 22, 23, 24]))
     good_before = _mean_logprob(learner.model, sequences[0])
     losses = [
         train_step(learner.model, learner.optimizer, sequences, grpo, step=step).loss
@@ -137,7 +126,7 @@ def test_lora_kl_reference_is_the_base_model_with_the_adapter_off(
     config = _config(tmp_path, tiny_model_dir, lora_rank=4, learning_rate=1e-2, kl_beta=0.5)
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, CPU)
     assert learner.reference is learner.model, "no second copy of the model is loaded"
-    sequences = _on_policy(learner.model, _group([1, 2, 3], [4, 5], [6, 7]))
+    sequences = on_policy(learner.model, _group([1, 2, 3], [4, 5], [6, 7]))
     first = train_step(
         learner.model, learner.optimizer, sequences, learner.grpo, step=1,
         reference_model=learner.reference,

@@ -13,7 +13,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from osmosis_ai.train.algorithm.update import NonFiniteStepError, train_step
-from tests.train.conftest import VOCAB, make_sequence, tiny_llama
+from tests.train.conftest import VOCAB, make_sequence, on_policy, tiny_llama
 
 
 def _step_sequences() -> list[TrainingSequence]:
@@ -113,22 +113,11 @@ def test_an_empty_step_is_refused(model: LlamaForCausalLM) -> None:
 def test_the_update_runs_without_the_models_dropout() -> None:
     """A model whose config asks for attention dropout: the update's forward pass is the
     policy that generated, so on-policy tokens have ratio 1 (with dropout they would not)."""
-    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
-    from osmosis_ai.train.algorithm.micro_batches import collate
-
     model: torch.nn.Module = tiny_llama(attention_dropout=0.5)
     model.eval()  # as the engine generates
-    sequences = _step_sequences()
-    batch = collate(sequences, [0.0] * len(sequences), [1.0] * len(sequences))
-    with torch.no_grad():
-        own = policy_logprobs(model, batch)
-    on_policy = [
-        make_sequence(s.rollout_id, s.group_id, s.reward, s.token_ids, s.loss_mask,
-                      [0.0, *own[row, : len(s) - 1].tolist()])
-        for row, s in enumerate(sequences)
-    ]  # fmt: skip
+    sequences = on_policy(model, _step_sequences())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    metrics = train_step(model, optimizer, on_policy, GrpoConfig(), step=1)
+    metrics = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
     assert metrics.mean_ratio == pytest.approx(1, abs=1e-5)
     assert metrics.max_ratio == pytest.approx(1, abs=1e-5)
     assert metrics.engine_mismatch_kl == pytest.approx(0, abs=1e-6)

@@ -92,13 +92,12 @@ def check_head(model: torch.nn.Module) -> None:
     Raises:
         ConfigError: The two differ; the message names the config fields that look like it.
     """
-    device = next(model.parameters()).device
-    vocab = int(model.get_output_embeddings().weight.shape[0])  # type: ignore[operator]
-    ids = (torch.arange(4, device=device) % vocab).unsqueeze(0)
+    head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
+    weight = next(head.parameters())  # [vocabulary, hidden]
+    ids = (torch.arange(4, device=weight.device) % weight.shape[0]).unsqueeze(0)
     with torch.no_grad():
         full = model(input_ids=ids).logits.float()
-        hidden = _body(model)(input_ids=ids).last_hidden_state
-        projected = model.get_output_embeddings()(hidden).float()  # type: ignore[operator]
+        projected = head(_body(model)(input_ids=ids).last_hidden_state).float()
     if torch.allclose(full, projected, rtol=1e-2, atol=1e-3):
         return
     settings = getattr(model, "config", None)
