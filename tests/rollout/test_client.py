@@ -168,6 +168,65 @@ async def test_unreachable_server_is_a_protocol_error_without_status() -> None:
     assert info.value.status_code is None
 
 
+async def test_a_post_after_a_pause_opens_a_connection_the_server_did_not_close() -> None:
+    """A server closes a connection idle for its keep-alive (uvicorn's default: 5 s); a
+    ``POST /rollout`` written on it then gets no answer, and is never resent (it is not
+    idempotent). The client keeps idle connections for less time than that, so after a pause
+    the admission goes out on a new connection. Here the server drops any request that comes
+    on a connection idle longer than the client's keep-alive: as a real one does to a request
+    that crosses its close."""
+    import asyncio
+    import time
+
+    import uvicorn
+
+    from osmosis_ai.rollout._transport import KEEPALIVE_SEC
+
+    assert uvicorn.Config(app=None).timeout_keep_alive > KEEPALIVE_SEC
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        answered_at: float | None = None
+        try:
+            for _ in range(10):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                     if line.lower().startswith(b"content-length:")),
+                    0,
+                )  # fmt: skip
+                await reader.readexactly(length)
+                if answered_at is not None and time.monotonic() - answered_at > KEEPALIVE_SEC:
+                    return  # closed without an answer
+                status, body = (202, LEASE) if head.startswith(b"POST") else (200, {"ok": 1})
+                data = json.dumps(body).encode()
+                writer.write(
+                    b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (status, len(data), data)
+                )
+                await writer.drain()
+                answered_at = time.monotonic()
+        except asyncio.IncompleteReadError:
+            return
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with RolloutClient(url=f"http://127.0.0.1:{port}") as client:
+            assert await client.health() == {"ok": 1}
+            await asyncio.sleep(KEEPALIVE_SEC + 0.3)
+            handle = await client.run_rollout([], "http://127.0.0.1:1/v1", "r1")
+            assert handle.rollout_id == "r1"
+        assert connections == 2
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 @pytest.mark.parametrize(
     ("header", "seconds"),
     [(None, 1.0), ("2", 2.0), ("garbage", 1.0), ("inf", 1.0), ("0", 0.05), ("1000", 60.0)],

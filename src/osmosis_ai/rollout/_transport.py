@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from osmosis_ai._extras import import_optional
 
 __all__ = [
+    "KEEPALIVE_SEC",
     "AiohttpTransport",
     "ClientRequest",
     "ClientResponse",
@@ -21,6 +22,14 @@ __all__ = [
     "Transport",
     "TransportError",
 ]
+
+
+#: How long an idle connection is kept for the next request: less than the 5 s after which
+#: uvicorn's default (a rollout server started with ``uvicorn.run(app)``) closes one. A
+#: request written on a connection as the server closes it gets no answer
+#: (``ServerDisconnectedError``), and aiohttp resends only idempotent requests, never a
+#: ``POST /rollout``: a training step would stop on it after any pause of about 5 s.
+KEEPALIVE_SEC = 3.0
 
 
 class TransportError(ConnectionError):
@@ -66,7 +75,8 @@ class AiohttpTransport:
 
     Args:
         session: An aiohttp ``ClientSession`` to use (never closed here); by default one is
-            opened on first use, with ``max_connections`` connections (0 = unlimited).
+            opened on first use, with ``max_connections`` connections (0 = unlimited), each
+            kept idle for at most `KEEPALIVE_SEC`.
     """
 
     def __init__(self, *, session: Any = None, max_connections: int = 0, feature: str) -> None:
@@ -79,7 +89,9 @@ class AiohttpTransport:
         aiohttp = self._aiohttp
         if self._session is None:  # opened lazily: aiohttp wants a running event loop
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_connections)
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_connections, keepalive_timeout=KEEPALIVE_SEC
+                )
             )
         headers = dict(request.headers)
         if request.body is not None:
