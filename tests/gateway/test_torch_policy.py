@@ -152,8 +152,10 @@ async def test_plain_answer_records_token_ids_logprobs_and_version(
     assert choice["finish_reason"] in ("stop", "length")
     assert answer["model"] == policy.model == Path(policy.model_dir or "").name
     assert "prompt_token_ids" not in answer and "logprobs" not in choice
-    assert "policy_version" not in answer
+    assert "policy_version" not in answer and "sampling" not in answer
     record = _one(gateway, "plain")
+    # The sampling the engine used is recorded (the learner cuts the same distribution).
+    assert (record.temperature, record.top_p, record.top_k) == (1.0, 1.0, 0)
     usage = answer["usage"]
     assert len(record.prompt_token_ids or ()) == usage["prompt_tokens"]
     assert len(record.completion_token_ids or ()) == usage["completion_tokens"] <= 12
@@ -374,6 +376,7 @@ async def test_top_k_one_samples_the_greedy_tokens_with_certainty(
     greedy, top_k = _one(served[1], "greedy"), _one(served[1], "top-k")
     assert top_k.completion_token_ids == greedy.completion_token_ids
     assert all(logprob == 0 for logprob in top_k.logprobs or ())
+    assert (top_k.temperature, top_k.top_k) == (1.5, 1)
 
 
 async def test_response_format_json_schema_is_enforced(http: httpx2.AsyncClient) -> None:
@@ -513,16 +516,17 @@ async def test_streamed_answer_arrives_with_its_records(
     response = await http.post(
         "/v1/rollouts/stream/chat/completions",
         json={"messages": _ask("Hi."), "max_tokens": 6, "stream": True, "seed": 2,
-              "stream_options": {"include_usage": True}},
+              "top_p": 0.8, "stream_options": {"include_usage": True}},
     )  # fmt: skip
     events = sse_events(response.text)
     assert events[-1] == "[DONE]"
-    assert all("policy_version" not in event for event in events[:-1])
+    assert all("policy_version" not in event and "sampling" not in event for event in events[:-1])
     usage = events[-2]["usage"]
     record = _one(served[1], "stream")
     assert record.stream and len(record.completion_token_ids or ()) == usage["completion_tokens"]
     assert record.policy_version == _engine(served[0]).version
     assert record.grammar is None  # free text
+    assert (record.top_p, record.top_k) == (0.8, 0)  # recorded from a stream too
     # A constrained stream: its record keeps the grammar, which no chunk carries.
     response = await http.post(
         "/v1/rollouts/stream-tool/chat/completions",

@@ -182,7 +182,7 @@ async def test_a_post_after_a_pause_opens_a_connection_the_server_did_not_close(
 
     from osmosis_ai.rollout._transport import KEEPALIVE_SEC
 
-    assert uvicorn.Config(app=None).timeout_keep_alive > KEEPALIVE_SEC
+    assert uvicorn.Config(app="main:app").timeout_keep_alive > KEEPALIVE_SEC
     connections = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -1,5 +1,6 @@
-"""The policy's logprobs of a padded micro-batch are each sequence's own; models whose
-logits are not their head's output are refused."""
+"""The policy's logprobs of a padded micro-batch are each sequence's own, under the same
+top-k/top-p cut as the engine sampled them; models whose logits are not their head's output
+are refused."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from transformers import LlamaForCausalLM
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.logprobs import check_head, policy_logprobs
 from osmosis_ai.train.algorithm.micro_batches import collate
+from osmosis_ai.train.algorithm.sequences import TrainingSequence, TruncationSpan
 from tests.train.conftest import VOCAB, make_sequence
 
 
@@ -38,6 +40,55 @@ def test_policy_logprobs_are_those_of_each_unpaddedmake_sequence(model: LlamaFor
         bf16 = policy_logprobs(model, batch, bf16=True)
     assert bf16.dtype == torch.float32
     assert torch.allclose(bf16[0], batched[0], atol=0.1)
+
+
+def _cut_by_hand(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """One position's logits cut as top-k, then top-p, are defined: a loop over the ranks."""
+    ranked = sorted(range(len(logits)), key=lambda i: -float(logits[i]))
+    kept = ranked[:top_k] if top_k else ranked
+    probabilities = torch.softmax(logits[kept], dim=-1).tolist()
+    mass, chosen = 0.0, list[int]()
+    for token, probability in zip(kept, probabilities, strict=True):
+        if chosen and mass >= top_p:
+            break
+        chosen.append(token)
+        mass += probability
+    out = torch.full_like(logits, float("-inf"))
+    out[chosen] = logits[chosen]
+    return out
+
+
+def test_tokens_sampled_with_top_k_and_top_p_are_scored_under_the_same_cut(
+    model: LlamaForCausalLM,
+) -> None:
+    """A completion's tokens are scored over what its top-k/top-p kept, at the temperature;
+    the tokens around it are not cut. A target the learner's cut would drop (here: top_k=1
+    and a token that is not the most likely) is kept beside what the cut kept, so its
+    logprob stays finite."""
+    tokens = (1, 5, 7, 2, 9, 4, 11)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([tokens])).logits[0, :-1] / 0.7
+    least = int(torch.argmin(logits[5]))
+    tokens = (*tokens[:6], least)  # position 5 predicts a token top_k=1 would drop
+    sequence = TrainingSequence(
+        rollout_id="a", group_id="g", reward=1.0, token_ids=tokens,
+        loss_mask=(0, 1, 1, 1, 1, 1, 1), behaviour_logprobs=(0.0,) + (-1.0,) * 6,
+        truncation_spans=(TruncationSpan(2, 5, 4, 0.6), TruncationSpan(6, 7, 1, 1.0)),
+    )  # fmt: skip
+    batch = collate([sequence], [0.0], [0.0])
+    with torch.no_grad():
+        got = policy_logprobs(model, batch, temperature=0.7)[0]
+    cuts = {1: (4, 0.6), 2: (4, 0.6), 3: (4, 0.6), 5: (1, 1.0)}  # where spans' tokens are
+    for position in range(6):
+        target = tokens[position + 1]
+        cut = _cut_by_hand(logits[position], *cuts.get(position, (0, 1.0)))
+        cut[target] = logits[position, target]  # kept if the cut dropped it (position 5)
+        expected = torch.log_softmax(cut, dim=-1)[target]
+        assert float(got[position]) == pytest.approx(float(expected), abs=1e-5), position
+    assert bool(torch.isfinite(got).all())
+    # With the cut, the scores differ from the uncut ones where it removed mass.
+    uncut = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0]
+    assert float(got[5]) > float(uncut[5]) + 1e-3
 
 
 def test_a_model_whose_logits_are_its_heads_passes_the_check(model: LlamaForCausalLM) -> None:

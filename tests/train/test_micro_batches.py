@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.algorithm.micro_batches import pack_micro_batches
+from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches
+from osmosis_ai.train.algorithm.sequences import TruncationSpan
+from tests.train.conftest import make_sequence
 
 
 def test_micro_batches_fit_the_budget_and_cover_every_sequence_once() -> None:
@@ -18,3 +22,19 @@ def test_micro_batches_fit_the_budget_and_cover_every_sequence_once() -> None:
     assert len(batches) < len(lengths)
     with pytest.raises(ConfigError, match="micro_batch_tokens=8"):
         pack_micro_batches(lengths, token_budget=8)
+
+
+def test_top_k_and_top_p_are_laid_out_on_the_positions_that_predict_their_tokens() -> None:
+    """Token t is predicted at position t - 1: a span of tokens 2..3 sets positions 1..2; a
+    batch without spans carries none (the learner then cuts nothing)."""
+    cut = dataclasses.replace(
+        make_sequence("a", "g", 1.0, (1, 2, 3, 4, 5)),
+        truncation_spans=(TruncationSpan(2, 4, 20, 0.9),),
+    )
+    plain = make_sequence("b", "g", 0.0, (1, 2, 3))
+    batch = collate([cut, plain], [0.0, 0.0], [1.0, 1.0])
+    assert batch.top_k is not None and batch.top_p is not None
+    assert batch.top_k.tolist() == [[0, 20, 20, 0], [0, 0, 0, 0]]
+    assert batch.top_p.flatten().tolist() == pytest.approx([1, 0.9, 0.9, 1, 1, 1, 1, 1])
+    uncut = collate([plain], [0.0], [1.0])
+    assert uncut.top_k is None and uncut.top_p is None

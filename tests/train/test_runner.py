@@ -115,24 +115,30 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
         assert noise not in out, noise
 
 
-@pytest.mark.parametrize("tools", [False, True], ids=["free-text", "under-a-grammar"])
+@pytest.mark.parametrize(
+    "metadata",
+    [{}, {"tools": True}, {"sampling": {"top_p": 0.9, "top_k": 20}}],
+    ids=["free-text", "under-a-grammar", "top-p-and-top-k"],
+)
 async def test_the_learner_scores_tokens_as_the_engine_sampled_them(
-    tmp_path: Path, tiny_model_dir: Path, tools: bool
+    tmp_path: Path, tiny_model_dir: Path, metadata: dict[str, object]
 ) -> None:
     """At the start of a step the learner's logprobs are the engine's (the ratio is 1): at a
-    sampling temperature other than 1, and for replies generated under a tool grammar, whose
-    masks the learner replays."""
+    sampling temperature other than 1, for replies generated under a tool grammar, whose
+    masks the learner replays, and for a workflow that sets its own top_p and top_k, whose
+    cut the learner applies too."""
     config = _workspace(
         tmp_path / "ws", tiny_model_dir, 'steps = 1\ntemperature = 0.3\nprecision = "fp32"'
     )
-    if tools:
-        _write_rows(config.parents[2], metadata={"tools": True})
+    if metadata:
+        _write_rows(config.parents[2], metadata=metadata)
     code, out = await _run(config)
     assert code == 0, out
     [line] = _lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "metrics.jsonl")
     assert line["tokens_trained"] > 0, line
     assert line["engine_mismatch_kl"] < 1e-6 and abs(line["mean_ratio"] - 1) < 1e-4, line
-    assert (line["constrained_fraction"] == 1.0) is tools, line
+    assert line["importance_ratio_max"] < 1 + 1e-3, line
+    assert (line["constrained_fraction"] == 1.0) is ("tools" in metadata), line
 
 
 async def test_resume_after_sigkill_applies_no_step_twice(

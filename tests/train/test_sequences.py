@@ -20,6 +20,7 @@ from osmosis_ai.train import (
     RolloutRecords,
     SequenceStats,
     TrainingSequence,
+    TruncationSpan,
     build_sequences,
 )
 
@@ -209,12 +210,16 @@ def _record(
     *,
     error: str | None = None,
     grammar: str | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> CallRecord:
     data = CallData(
         prompt_token_ids=prompt,
         completion_token_ids=completion,
         logprobs=logprobs,
         grammar=grammar,
+        top_k=top_k,
+        top_p=top_p,
     )
     return CallRecord.from_call(
         rollout_id="r",
@@ -318,6 +323,36 @@ async def test_completions_under_a_grammar_keep_it_as_spans_through_merges_and_r
     (realigned,), stats = _build([calls[0], drifted], drift="realign")
     assert stats.drift == 1 and realigned.token_ids == (1, 2, 3, 9, 7)
     assert realigned.grammar_spans == (GrammarSpan(2, 3, "tool"), GrammarSpan(4, 5, "answer"))
+
+
+async def test_completions_sampled_with_top_k_or_top_p_keep_them_as_spans() -> None:
+    """A workflow's own top_k/top_p travel from the call records to the sequence (the learner
+    cuts the same distribution); an uncut call (top_k 0, top_p 1) gives no span, and a realign
+    keeps a span's part before the cut."""
+    calls = [
+        _record(0, [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], top_k=20, top_p=0.9),
+        _record(1, [1, 2, 3, 4, 5, 6], [7, 8], [-0.4, -0.5], top_k=0, top_p=1.0),
+        _record(2, [1, 2, 3, 4, 5, 6, 7, 8, 9], [10], [-0.6], top_p=0.5),
+    ]
+    (sequence,), _ = _build(calls)
+    assert sequence.truncation_spans == (
+        TruncationSpan(2, 5, 20, 0.9),
+        TruncationSpan(9, 10, 0, 0.5),
+    )
+    assert _build([call.to_json() for call in calls])[0] == [sequence]
+    drifted = _record(1, [1, 2, 3, 9], [7], [-0.4])
+    (realigned,), _ = _build([calls[0], drifted], drift="realign")
+    assert realigned.truncation_spans == (TruncationSpan(2, 3, 20, 0.9),)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("top_k", -1), ("top_k", 2.5), ("top_k", True), ("top_p", 0), ("top_p", "1")],
+)
+async def test_a_json_record_with_a_bad_top_k_or_top_p_is_refused(field: str, value: Any) -> None:
+    record = _record(0, [1], [2], [-0.1]).to_json() | {field: value}
+    with pytest.raises(ConfigError, match=rf"rollout 'r'.*'{field}' must be"):
+        _build([record])
 
 
 async def test_an_unknown_drift_policy_is_refused() -> None:

@@ -153,23 +153,27 @@ def _teacher_forced(model: Any, record: CallRecord, temperature: float) -> list[
 async def test_records_carry_exact_ids_and_the_learners_logprobs(
     served: tuple[VllmEngine, Gateway], learner_model: Any
 ) -> None:
+    """Greedy, sampled, and sampled with the agent's own top_p and top_k: the learner's
+    logprobs (the last through its own path: sequences, micro-batch, the same cut) are
+    vLLM's."""
     engine, gateway = served
     model, tokenizer = learner_model
     worst = 0.0
     calls = [
-        ("greedy", 0.0, "Name three colours."),
-        ("sampled", 0.8, "Write one sentence about the sea."),
+        ("greedy", 0.0, "Name three colours.", {}),
+        ("sampled", 0.8, "Write one sentence about the sea.", {}),
+        ("cut", 0.8, "Write one sentence about a hill.", {"top_p": 0.9, "top_k": 20}),
     ]
     records = await asyncio.gather(
         *(
             _chat(
                 gateway, rollout, max_tokens=24, temperature=temperature, seed=1,
-                messages=[{"role": "user", "content": text}],
+                messages=[{"role": "user", "content": text}], **cut,
             )
-            for rollout, temperature, text in calls
+            for rollout, temperature, text, cut in calls
         )
     )  # fmt: skip
-    for (_, temperature, text), record in zip(calls, records, strict=True):
+    for (_, temperature, text, cut), record in zip(calls, records, strict=True):
         # The prompt is the chat template's own tokenisation: no re-tokenisation anywhere.
         expected = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}],
@@ -181,11 +185,34 @@ async def test_records_carry_exact_ids_and_the_learners_logprobs(
         completion = list(record.completion_token_ids or ())
         assert completion and len(record.logprobs or ()) == len(completion)
         assert record.policy_version == engine.version
-        forced = _teacher_forced(model, record, temperature)
+        assert (record.top_p, record.top_k) == (cut.get("top_p", 1.0), cut.get("top_k", 0))
+        if cut:
+            forced = _learners(model, record, temperature)
+        else:
+            forced = _teacher_forced(model, record, temperature)
         delta = max(abs(a - b) for a, b in zip(record.logprobs or (), forced, strict=True))
         worst = max(worst, delta)
     print(f"vLLM (fp32, CPU) vs the learner's teacher-forced logprobs: max |delta| = {worst:.2e}")
     assert math.isfinite(worst) and worst <= 1e-2
+
+
+def _learners(model: Any, record: CallRecord, temperature: float) -> list[float]:
+    """The recorded completion's logprobs as the learner takes them in an update."""
+    import torch
+
+    from osmosis_ai.rollout.types import RolloutResultResponse
+    from osmosis_ai.train import RolloutRecords, build_sequences
+    from osmosis_ai.train.algorithm.logprobs import policy_logprobs
+    from osmosis_ai.train.algorithm.micro_batches import collate
+
+    result = RolloutResultResponse(
+        rollout_id=record.rollout_id, status="success", sample={"reward": 1.0}
+    )
+    (sequence,), _ = build_sequences([RolloutRecords(result, "g", [record])])
+    batch = collate([sequence], [0.0], [1.0])
+    with torch.no_grad():
+        scored = policy_logprobs(model, batch, temperature=temperature)[0]
+    return [float(v) for v in scored[batch.loss_mask[0] > 0]]
 
 
 async def test_tool_calls_are_valid_under_the_fronts_grammar(

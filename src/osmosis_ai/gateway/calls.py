@@ -31,6 +31,11 @@ class CallData:
     """Training step of the weights that answered (policies serving live weights set it)."""
     grammar: str | None = None
     """Lark text of the grammar the completion was generated under (engines that enforce one)."""
+    temperature: float | None = None
+    """The temperature, top-p and top-k the completion was sampled with (our engines report
+    them): the learner scores its tokens under the same distribution."""
+    top_p: float | None = None
+    top_k: int | None = None
 
     def absorb_choice(self, choice: dict[str, Any]) -> None:
         """Add one choice's (or one streamed delta's) tokens and finish reason."""
@@ -62,6 +67,18 @@ class CallData:
             self.policy_version = obj["policy_version"]
         if isinstance(obj.get("grammar"), str):
             self.grammar = obj["grammar"]
+        sampling = obj.get("sampling")
+        if isinstance(sampling, dict):
+            self.temperature = _number(sampling.get("temperature"), float)
+            self.top_p = _number(sampling.get("top_p"), float)
+            self.top_k = _number(sampling.get("top_k"), int)
+
+
+def _number(value: object, kind: type[Any]) -> Any:
+    """``value`` as a ``kind`` (``int`` or ``float``) when it is one (never a bool), else
+    ``None``."""
+    accepted = int if kind is int else int | float
+    return kind(value) if isinstance(value, accepted) and not isinstance(value, bool) else None
 
 
 def call_data_from_response(response: dict[str, Any]) -> CallData:
@@ -98,6 +115,7 @@ def strip_for_caller(obj: dict[str, Any], request: ChatRequest) -> dict[str, Any
     # Recorded; not part of an OpenAI answer.
     obj.pop("policy_version", None)
     obj.pop("grammar", None)
+    obj.pop("sampling", None)
     if not request.want_token_ids:
         obj.pop("prompt_token_ids", None)
     choices = obj.get("choices")

@@ -45,6 +45,12 @@ class CallRecord:
     """Training step of the weights that answered, when the policy serves live weights."""
     grammar: str | None = None
     """Lark text of the grammar the engine generated the completion under, if any."""
+    temperature: float | None = None
+    """The temperature the engine sampled the completion at, when it reports it."""
+    top_p: float | None = None
+    """The top-p the engine cut the distribution to (1: none), when it reports it."""
+    top_k: int | None = None
+    """The top-k the engine cut the distribution to (0: none), when it reports it."""
 
     @classmethod
     def from_call(
@@ -80,6 +86,9 @@ class CallRecord:
             error=error,
             policy_version=data.policy_version,
             grammar=data.grammar,
+            temperature=data.temperature,
+            top_p=data.top_p,
+            top_k=data.top_k,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +110,9 @@ class CallRecord:
             "error": self.error,
             "policy_version": self.policy_version,
             "grammar": self.grammar,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
         }
 
     def to_llm_call_metrics(self) -> LlmCallMetrics:

@@ -18,6 +18,7 @@ from osmosis_ai.train.algorithm.sequences import GrammarSpan as GrammarSpan
 from osmosis_ai.train.algorithm.sequences import RolloutRecords as RolloutRecords
 from osmosis_ai.train.algorithm.sequences import SequenceStats as SequenceStats
 from osmosis_ai.train.algorithm.sequences import TrainingSequence as TrainingSequence
+from osmosis_ai.train.algorithm.sequences import TruncationSpan as TruncationSpan
 from osmosis_ai.train.algorithm.sequences import build_sequences as build_sequences
 
 # The package exports what `sequences` exports (one list to keep); the redundant aliases

@@ -86,7 +86,7 @@ def chunks_of(response: dict[str, Any]) -> list[dict[str, Any]]:
             }
         ],
     }
-    for recorded in ("policy_version", "grammar"):  # call-record fields, stripped later
+    for recorded in ("policy_version", "grammar", "sampling"):  # call-record fields, stripped later
         if recorded in response:
             first[recorded] = response[recorded]
     last = {

@@ -122,15 +122,17 @@ def completion_response(
     top_logprobs: Sequence[Sequence[tuple[str, int, float]]] | None = None,
     version: int | None = None,
     grammar: str | None = None,
+    sampling: Sampling | None = None,
 ) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` carrying the exact token data of one generation.
 
     ``pieces`` (each token's text) and ``top_logprobs`` (per token, (text, id, logprob)
     alternatives) fill in the ``logprobs`` entries a caller may have asked for; without
     ``pieces`` the entries hold only ids and logprobs (what the call record needs).
-    ``version`` is reported as ``policy_version`` and ``grammar`` (the Lark text the engine
-    constrained the completion with) as ``grammar``: both are recorded, then removed from
-    what the caller gets. The id lists are used as they are (an
+    ``version`` is reported as ``policy_version``, ``grammar`` (the Lark text the engine
+    constrained the completion with) as ``grammar`` and the temperature, top-p and top-k the
+    engine sampled with as ``sampling``: all are recorded, then removed from what the caller
+    gets. The id lists are used as they are (an
     answer is built once per call, on a hot path), not copied.
     """
     entries: list[dict[str, Any]]
@@ -179,6 +181,12 @@ def completion_response(
         response["policy_version"] = version
     if grammar is not None:
         response["grammar"] = grammar
+    if sampling is not None:
+        response["sampling"] = {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+        }
     return response
 
 
@@ -493,6 +501,7 @@ class ChatFront:
             top_logprobs=top or None,
             version=generation.version,
             grammar=generation.grammar,
+            sampling=call.generation.sampling,
         )
 
 

@@ -1,8 +1,9 @@
 """The logprobs a model gives a micro-batch's policy tokens: the ``logπ`` of the loss.
 
 They are taken as the engine sampled: under the logits divided by the rollouts' temperature,
-and for tokens generated under a grammar, over what its replayed masks allow
-(``grammar_masks``). The KL reference's are the same, without gradients.
+for tokens generated under a grammar over what its replayed masks allow (``grammar_masks``),
+and for tokens sampled with top-k or top-p over what that cut kept (``truncation``). The KL
+reference's are the same, without gradients.
 
 TRL's ``selective_log_softmax`` was considered for the logprob gather: ``trl`` 1.16 requires
 ``accelerate``, ``datasets``, ``pandas`` and ``pyarrow>=21``, and its ``trainer/utils.py``
@@ -20,6 +21,7 @@ import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
 import torch  # noqa: E402  (after the check that names the extra to install)
 
+from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates  # noqa: E402
 from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
@@ -30,8 +32,10 @@ def policy_logprobs(
     model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
 ) -> torch.Tensor:
     """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
-    on the loss mask, under its logits divided by ``temperature`` and restricted to what the
-    batch's grammar masks allow (as the engine sampled them); 0.0 elsewhere.
+    on the loss mask, under its logits divided by ``temperature``, restricted to what the
+    batch's grammar masks allow and cut to each token's top-k and top-p (as the engine sampled
+    them); 0.0 elsewhere. A token the learner's own cut would drop (a tie or rounding at the
+    boundary) is kept, so its logprob stays finite.
 
     The vocabulary projection and log-softmax run only at the masked positions: a rollout is
     mostly context (system prompt, tools, tool results), and for a small model the projection
@@ -43,6 +47,8 @@ def policy_logprobs(
     targets = batch.input_ids[:, 1:][on]
     device = batch.input_ids.device
     masks = batch.grammar_masks[on] if batch.grammar_masks is not None else None
+    top_k = batch.top_k[on] if batch.top_k is not None else None
+    top_p = batch.top_p[on] if batch.top_p is not None else None
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = _body(model)(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
@@ -54,9 +60,12 @@ def policy_logprobs(
             zip(torch.split(chosen, _LOGIT_CHUNK), torch.split(targets, _LOGIT_CHUNK), strict=True)
         ):
             logits = head(part).float() / temperature
+            start = index * _LOGIT_CHUNK
             if masks is not None:
-                start = index * _LOGIT_CHUNK
                 logits = allowed_logits(logits, masks[start : start + len(part)])
+            if top_k is not None and top_p is not None:
+                rows = slice(start, start + len(part))
+                logits = _truncated(logits, part_targets, top_k[rows], top_p[rows])
             picked = torch.log_softmax(logits, dim=-1).gather(-1, part_targets.unsqueeze(-1))
             chunks.append(picked.squeeze(-1))
     values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
@@ -79,6 +88,22 @@ def reference_logprobs(
 
 #: Positions whose vocabulary logits are held at once in `policy_logprobs`.
 _LOGIT_CHUNK = 1024
+
+
+def _truncated(
+    logits: torch.Tensor, targets: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """``logits`` ``[N, V]`` with each row cut to its top-k and top-p (``-inf`` outside), the
+    row's target always kept; rows without a cut are left as they are."""
+    cut = truncates(top_k, top_p, logits.shape[-1])
+    if not bool(cut.any()):
+        return logits
+    rows = cut.nonzero().squeeze(-1)
+    part = logits[rows].detach()
+    dropped = torch.zeros_like(logits, dtype=torch.bool)
+    dropped[rows] = part < cutoffs(part, top_k[rows], top_p[rows]).unsqueeze(-1)
+    dropped[rows, targets[rows]] = False
+    return logits.masked_fill(dropped, float("-inf"))
 
 
 def check_head(model: torch.nn.Module) -> None:

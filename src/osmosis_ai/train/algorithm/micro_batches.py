@@ -68,10 +68,16 @@ class MicroBatch:
     bit set where none applied; see ``grammar_masks``), or ``None``: no grammar at all."""
     unreplayed_tokens: int = 0
     """Constrained tokens whose grammar could not be replayed (scored unmasked)."""
+    top_k: torch.Tensor | None = None
+    """``[B, T - 1]`` the top-k each token was sampled under (0: none), or ``None``: no
+    token of the batch was sampled with top-k or top-p."""
+    top_p: torch.Tensor | None = None
+    """``[B, T - 1]`` the top-p each token was sampled under (1: none), or ``None`` (as
+    ``top_k``)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
-        masks = self.grammar_masks
+        masks, top_k, top_p = self.grammar_masks, self.top_k, self.top_p
         return MicroBatch(
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
@@ -81,6 +87,8 @@ class MicroBatch:
             weights=self.weights.to(device),
             grammar_masks=masks.to(device) if masks is not None else None,
             unreplayed_tokens=self.unreplayed_tokens,
+            top_k=top_k.to(device) if top_k is not None else None,
+            top_p=top_p.to(device) if top_p is not None else None,
         )
 
 
@@ -91,7 +99,8 @@ def collate(
     grammars: TokenMasks | None = None,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
-    on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``.
+    on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``
+    and their truncation spans' top-k and top-p laid out per token.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
@@ -117,6 +126,15 @@ def collate(
                 "scored (pass grammars=)"
             )
         packed, unreplayed = replayed_masks(sequences, width, grammars)
+    top_k = top_p = None
+    if any(sequence.truncation_spans for sequence in sequences):
+        top_k = torch.zeros(rows, width - 1, dtype=torch.long)
+        top_p = torch.ones(rows, width - 1, dtype=torch.float32)
+        for row, sequence in enumerate(sequences):
+            for span in sequence.truncation_spans:
+                # Token t is predicted at position t - 1 (a completion never starts a sequence).
+                top_k[row, span.start - 1 : span.end - 1] = span.top_k
+                top_p[row, span.start - 1 : span.end - 1] = span.top_p
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -126,4 +144,6 @@ def collate(
         weights=loss_mask * torch.tensor(weights, dtype=torch.float32).unsqueeze(1),
         grammar_masks=packed,
         unreplayed_tokens=unreplayed,
+        top_k=top_k,
+        top_p=top_p,
     )

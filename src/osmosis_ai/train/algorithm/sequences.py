@@ -20,18 +20,20 @@ few sequences as the token ids allow:
   longer holds are dropped from training (counted in ``realign_dropped_tokens``).
 
 Nothing is ever re-tokenised: every token comes from a record. A completion generated under
-a grammar keeps it as a `GrammarSpan`, so that the learner scores its tokens under the same
-masks (``logprobs.policy_logprobs``).
+a grammar keeps it as a `GrammarSpan`, and one sampled with top-k or top-p keeps them as a
+`TruncationSpan`, so that the learner scores its tokens under the same distribution
+(``logprobs.policy_logprobs``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.records import CallRecord
@@ -46,6 +48,7 @@ __all__ = [
     "RolloutRecords",
     "SequenceStats",
     "TrainingSequence",
+    "TruncationSpan",
     "build_sequences",
 ]
 
@@ -98,6 +101,21 @@ class GrammarSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class TruncationSpan:
+    """Policy tokens ``start..end - 1`` of a sequence, one completion sampled from a
+    distribution cut to its ``top_k`` most likely tokens (0: no cut), then to the most likely
+    ones whose probability reaches ``top_p`` (1: no cut)."""
+
+    start: int
+    end: int
+    top_k: int
+    top_p: float
+
+
+_Span = TypeVar("_Span", GrammarSpan, TruncationSpan)
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingSequence:
     """One token sequence to train on, with its loss mask and behaviour logprobs."""
 
@@ -111,6 +129,8 @@ class TrainingSequence:
     """Logprob the sampling policy gave each token; 0.0 where the mask is 0."""
     grammar_spans: tuple[GrammarSpan, ...] = ()
     """The completions generated under a grammar."""
+    truncation_spans: tuple[TruncationSpan, ...] = ()
+    """The completions sampled with top-k or top-p."""
     versions: tuple[int, ...] = ()
     """The weight version that generated each of its completions, in order (a rollout may
     span versions under asynchronous training); empty when the records carry none."""
@@ -189,6 +209,8 @@ class _CallTokens:
     logprobs: list[float]
     grammar: str | None = None
     version: int | None = None
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 @dataclass(slots=True)
@@ -200,6 +222,7 @@ class _Building:
     logprobs: list[float]
     last_completion_start: int
     spans: list[GrammarSpan] = field(default_factory=list)
+    cuts: list[TruncationSpan] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     """Each completion's weight version, with where it starts."""
     version_starts: list[int] = field(default_factory=list)
@@ -210,15 +233,21 @@ class _Building:
         self.logprobs.extend([0.0] * len(tokens) if policy is None else policy)
 
     def truncate(self, length: int) -> None:
-        """Keep the first ``length`` tokens (and the grammar spans' parts among them)."""
+        """Keep the first ``length`` tokens (and the spans' parts among them)."""
         del self.tokens[length:], self.mask[length:], self.logprobs[length:]
         kept = sum(1 for start in self.version_starts if start < length)
         del self.versions[kept:], self.version_starts[kept:]
-        self.spans = [
-            GrammarSpan(span.start, min(span.end, length), span.grammar)
-            for span in self.spans
-            if span.start < length
-        ]
+        self.spans = _within(self.spans, length)
+        self.cuts = _within(self.cuts, length)
+
+
+def _within(spans: list[_Span], length: int) -> list[_Span]:
+    """The parts of ``spans`` before token ``length``."""
+    return [
+        dataclasses.replace(span, end=min(span.end, length))
+        for span in spans
+        if span.start < length
+    ]
 
 
 def build_sequences(
@@ -302,6 +331,7 @@ def _rollout_sequences(
             loss_mask=tuple(building.mask),
             behaviour_logprobs=tuple(building.logprobs),
             grammar_spans=tuple(building.spans),
+            truncation_spans=tuple(building.cuts),
             versions=tuple(building.versions),
         )
         for building in chained
@@ -347,6 +377,8 @@ def _chain(
         best.append(call.completion, policy=call.logprobs)
         if call.grammar is not None and call.completion:
             best.spans.append(GrammarSpan(start, len(best.tokens), call.grammar))
+        if (call.top_k > 0 or call.top_p < 1) and call.completion:
+            best.cuts.append(TruncationSpan(start, len(best.tokens), call.top_k, call.top_p))
         if call.version is not None and call.completion:
             best.versions.append(call.version)
             best.version_starts.append(start)
@@ -379,6 +411,8 @@ def _call_tokens(
         logprobs: object = call.logprobs
         grammar: object = call.grammar
         version: object = call.policy_version
+        top_k: object = call.top_k
+        top_p: object = call.top_p
     else:
         status = call.get("status", "ok")
         prompt = call.get("prompt_token_ids")
@@ -386,6 +420,8 @@ def _call_tokens(
         logprobs = call.get("logprobs")
         grammar = call.get("grammar")
         version = call.get("policy_version")
+        top_k = call.get("top_k")
+        top_p = call.get("top_p")
     if status == "error":
         return None
     if prompt is None:
@@ -415,10 +451,23 @@ def _call_tokens(
         raise ConfigError(
             f"call record of rollout {rollout_id!r}: 'policy_version' must be an integer or null"
         )
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ConfigError(
+            f"call record of rollout {rollout_id!r}: 'top_k' must be an integer of at least 0 "
+            "or null"
+        )
+    if top_p is not None and (
+        isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1
+    ):
+        raise ConfigError(
+            f"call record of rollout {rollout_id!r}: 'top_p' must be a number in (0, 1] or null"
+        )
     return _CallTokens(
         prompt=prompt_ids,
         completion=completion_ids,
         logprobs=[float(value) for value in completion_logprobs],
         grammar=grammar,
         version=version,
+        top_k=top_k or 0,
+        top_p=1.0 if top_p is None else float(top_p),
     )

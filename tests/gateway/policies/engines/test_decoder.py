@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from osmosis_ai.gateway.policies.engines._decoder import _choose, _draw  # noqa: E402
+from osmosis_ai.gateway.policies.engines._decoder import _choose, _draw, _scaled  # noqa: E402
 from osmosis_ai.gateway.policies.engines.base import Sampling  # noqa: E402
 
 
@@ -41,8 +41,9 @@ def test_a_seed_gives_the_same_draws() -> None:
 def test_the_reported_logprob_and_alternatives_are_of_the_scaled_distribution() -> None:
     logits = torch.randn(50, generator=torch.Generator().manual_seed(1))
     sampling = Sampling(temperature=0.7, top_k=5, top_logprobs=8)
+    scaled = _scaled(torch, logits.unsqueeze(0), [sampling])[0]
     token, logprob, alternatives = _choose(
-        torch, logits, sampling, torch.Generator().manual_seed(2)
+        torch, scaled, sampling, torch.Generator().manual_seed(2)
     )
     kept = torch.topk(logits / 0.7, 5)
     expected = torch.log_softmax(kept.values, dim=-1)
@@ -51,3 +52,23 @@ def test_the_reported_logprob_and_alternatives_are_of_the_scaled_distribution() 
     # Only the five tokens top-k keeps can be alternatives, best first.
     assert [i for i, _ in alternatives] == kept.indices.tolist()
     assert [v for _, v in alternatives] == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+def test_each_row_is_scaled_and_cut_by_its_own_sampling() -> None:
+    """Rows of one decoding step: top-p keeps the smallest set of the most likely tokens whose
+    mass reaches it (after top-k), a greedy row keeps its raw logits, an uncut row is only
+    divided by its temperature."""
+    probabilities = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    logits = probabilities.log().repeat(4, 1)
+    samplings = [
+        Sampling(top_p=0.6),  # 0.4 < 0.6, 0.4 + 0.3 reaches it: two tokens
+        Sampling(top_k=3, top_p=0.75),  # of 4/9, 3/9, 2/9: 4/9 + 3/9 reaches 0.75: two
+        Sampling(temperature=0.0, top_k=1),  # greedy: nothing is cut or scaled
+        Sampling(temperature=0.5),
+    ]
+    scaled = _scaled(torch, logits, samplings)
+    finite = torch.isfinite(scaled).sum(-1).tolist()
+    assert finite == [2, 2, 4, 4]
+    assert torch.log_softmax(scaled[0], -1)[:2].exp().tolist() == pytest.approx([4 / 7, 3 / 7])
+    assert torch.equal(scaled[2], logits[2])
+    assert torch.allclose(scaled[3], logits[3] / 0.5)

@@ -25,6 +25,7 @@ from typing import Any
 
 from osmosis_ai.gateway.policies.engines.base import Sampling
 from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits, fill_masks
+from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates
 
 __all__ = ["PREFILL_TOKENS", "Decoder", "GenerationJob"]
 
@@ -172,12 +173,13 @@ class Decoder:
             masks = torch.full((len(rows), words), ALL_ALLOWED, dtype=torch.int32)
             fill_masks(constrained, masks)
             logits = allowed_logits(logits, masks.to(logits.device))
+        scaled = _scaled(torch, logits, [row.job.sampling for row in rows])
         tokens = torch.empty((len(rows), 1), dtype=torch.long)  # filled on the CPU
         finished = []
         for index, row in enumerate(rows):
             job = row.job
             token, logprob, alternatives = _choose(
-                torch, logits[index], job.sampling, row.generator
+                torch, scaled[index], job.sampling, row.generator
             )
             job.token_ids.append(token)
             job.logprobs.append(logprob)
@@ -251,24 +253,37 @@ def _pad_left(tensor: Any, length: int) -> Any:
     return functional.pad(tensor, padding)
 
 
+def _scaled(torch: Any, logits: Any, samplings: list[Sampling]) -> Any:
+    """Each row's logits ``[N, V]`` divided by its temperature and cut to its top-k and top-p
+    (``-inf`` outside); rows sampled greedily (temperature 0) are left as they are."""
+    temperatures = [sampling.temperature or 1.0 for sampling in samplings]
+    scaled = logits / torch.tensor(temperatures, device=logits.device).unsqueeze(-1)
+    vocab = logits.shape[-1]
+    cut = [
+        index
+        for index, sampling in enumerate(samplings)
+        if sampling.temperature > 0 and truncates(sampling.top_k, sampling.top_p, vocab)
+    ]
+    if cut:
+        rows = torch.tensor(cut, device=logits.device)
+        part = scaled[rows]
+        limits = cutoffs(
+            part,
+            torch.tensor([samplings[index].top_k for index in cut]),
+            torch.tensor([samplings[index].top_p for index in cut]),
+        )
+        scaled[rows] = part.masked_fill(part < limits.unsqueeze(-1), float("-inf"))
+    return scaled
+
+
 def _choose(
-    torch: Any, logits: Any, sampling: Sampling, generator: Any
+    torch: Any, scaled: Any, sampling: Sampling, generator: Any
 ) -> tuple[int, float, list[tuple[int, float]]]:
-    """The next token, its logprob, and the top alternatives asked for."""
+    """The next token from a row's distribution (`_scaled`), its logprob, and the top
+    alternatives asked for."""
     if sampling.temperature == 0:
-        scaled = logits
-        token = int(torch.argmax(logits))
+        token = int(torch.argmax(scaled))
     else:
-        scaled = logits / sampling.temperature
-        if 0 < sampling.top_k < scaled.numel():
-            kth = torch.topk(scaled, sampling.top_k).values[-1]
-            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        if sampling.top_p < 1:
-            ordered, order = torch.sort(scaled, descending=True)
-            cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
-            # Keep the smallest prefix whose mass reaches top_p (the first token always).
-            drop = cumulative - torch.softmax(ordered, dim=-1) >= sampling.top_p
-            scaled = scaled.scatter(0, order[drop], float("-inf"))
         token = _draw(torch, scaled, generator)
     # Logprobs are the scaled logits less their log-sum-exp; only the ones reported are taken.
     normaliser = torch.logsumexp(scaled, dim=-1)

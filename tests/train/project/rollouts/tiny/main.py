@@ -48,6 +48,7 @@ class Reply(AgentWorkflow):
         body: dict[str, Any] = {"model": "policy", "messages": ctx.prompt}
         if (ctx.metadata or {}).get("tools"):
             body.update(tools=[CALCULATOR], tool_choice="required")
+        body.update((ctx.metadata or {}).get("sampling") or {})  # the agent's own top_p...
         async with httpx2.AsyncClient(timeout=60) as http:
             response = await http.post(
                 f"{rollout.chat_completions_url}/chat/completions",
