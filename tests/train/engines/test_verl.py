@@ -81,10 +81,19 @@ async def shared_rollouts() -> AsyncIterator[None]:
     await close_shared_rollouts()
 
 
-def _loop(engine: VerlEngine, tokenizer: Any, entry: Any, **rollout: Any) -> Any:
+def _loop(
+    engine: VerlEngine,
+    tokenizer: Any,
+    entry: Any,
+    *,
+    algorithm: dict[str, Any] | None = None,
+    **rollout: Any,
+) -> Any:
     """The agent loop as ``AgentLoopWorker._run_agent_loop`` instantiates it."""
     config = engine.config.copy()
     config.actor_rollout_ref.rollout.update(rollout)
+    if algorithm is not None:
+        config.algorithm = algorithm
     return hydra.utils.instantiate(
         config=entry,
         trainer_config=DictConfigWrap(config=config),
@@ -242,6 +251,24 @@ async def test_failed_timed_out_and_removed_rollouts_train_nothing(
     )
     assert outputs[1].prompt_ids == list(fallback)  # no call made: the templated prompt
     assert dropped["osmosis_excluded"] == "removed"
+
+
+async def test_an_excluded_rollout_under_verls_own_estimator_warns_once_naming_the_fix(
+    engine: VerlEngine, tokenizer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under ``algorithm.adv_estimator=grpo`` a failed rollout's 0.0 would enter its group's
+    statistics: the loop says so once, naming the estimators that leave it out; under
+    ``osmosis_grpo`` it says nothing."""
+    from osmosis_ai.train.engines import verl as adapter
+
+    adapter._warned_estimator = False
+    fails = _entry("FailsAfterOneCall")
+    for estimator in ("osmosis_grpo", "grpo", "grpo"):
+        loop = _loop(engine, tokenizer, fails, algorithm={"adv_estimator": estimator})
+        await loop.run(dict(SAMPLING), **_row(f"g-{estimator}"))
+    warned = [r.getMessage() for r in caplog.records if r.name == adapter.__name__]
+    assert len(warned) == 1, warned
+    assert "algorithm.adv_estimator=grpo" in warned[0] and "osmosis_grpo" in warned[0]
 
 
 async def test_the_response_is_cut_to_verls_response_length(

@@ -18,7 +18,14 @@ from typing import Literal
 
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
-__all__ = ["group_advantages", "token_weights", "zero_gradient_groups"]
+__all__ = [
+    "Baseline",
+    "Scale",
+    "group_advantages",
+    "relative_advantages",
+    "token_weights",
+    "zero_gradient_groups",
+]
 
 
 def _group_rewards(sequences: Iterable[TrainingSequence]) -> dict[str, dict[str, float]]:
@@ -41,35 +48,53 @@ def zero_gradient_groups(sequences: Iterable[TrainingSequence]) -> set[str]:
     }
 
 
+Baseline = Literal["grpo", "rloo"]
+Scale = Literal["std", "none"]
+
+
 def group_advantages(
     sequences: Sequence[TrainingSequence],
     *,
-    baseline: Literal["grpo", "rloo"] = "grpo",
-    scale: Literal["std", "none"] = "std",
+    baseline: Baseline = "grpo",
+    scale: Scale = "std",
     eps: float = 1e-4,
 ) -> list[float]:
-    """The advantage of each sequence: its rollout's reward against a baseline from its group.
+    """The advantage of each sequence: its rollout's reward against a baseline from its group
+    (`relative_advantages` of the group's rewards). Each rollout counts once however many
+    sequences it forked into.
+    """
+    by_group: dict[str, dict[str, float]] = {}
+    for group, rewards in _group_rewards(sequences).items():
+        values = relative_advantages(
+            list(rewards.values()), baseline=baseline, scale=scale, eps=eps
+        )
+        by_group[group] = dict(zip(rewards, values, strict=True))
+    return [by_group[s.group_id][s.rollout_id] for s in sequences]
 
-    ``baseline="grpo"`` compares with the group's mean; ``"rloo"`` with the mean of the
+
+def relative_advantages(
+    rewards: Sequence[float],
+    *,
+    baseline: Baseline = "grpo",
+    scale: Scale = "std",
+    eps: float = 1e-4,
+) -> list[float]:
+    """The advantages of one group's rewards (one per rollout).
+
+    ``baseline="grpo"`` compares each with the group's mean; ``"rloo"`` with the mean of the
     group's *other* rewards (REINFORCE leave-one-out, Ahmadian et al. 2024), an unbiased
     baseline since it does not depend on the rollout itself: ``r - mean_others``, which is
     ``G / (G - 1)`` times ``r - mean``. ``scale="std"`` then divides by the group's sample
     standard deviation plus ``eps`` (Bessel-corrected, as TRL's GRPO); ``"none"`` does not
-    (Dr. GRPO). Each rollout counts once however many sequences it forked into; zero-gradient
-    groups get 0.
+    (Dr. GRPO). A group whose rewards are all equal (one rollout included) gets 0s.
     """
-    by_group: dict[str, dict[str, float]] = {}
-    for group, rewards in _group_rewards(sequences).items():
-        values = list(rewards.values())
-        if len(set(values)) == 1:
-            by_group[group] = dict.fromkeys(rewards, 0.0)
-            continue
-        mean = statistics.fmean(values)
-        # Leave-one-out: r - (sum - r) / (G - 1) = (r - mean) * G / (G - 1); G >= 2 here.
-        spread = len(values) / (len(values) - 1) if baseline == "rloo" else 1.0
-        divisor = statistics.stdev(values) + eps if scale == "std" else 1.0
-        by_group[group] = {rollout: (r - mean) * spread / divisor for rollout, r in rewards.items()}
-    return [by_group[s.group_id][s.rollout_id] for s in sequences]
+    if len(set(rewards)) <= 1:
+        return [0.0] * len(rewards)
+    mean = statistics.fmean(rewards)
+    # Leave-one-out: r - (sum - r) / (G - 1) = (r - mean) * G / (G - 1); G >= 2 here.
+    spread = len(rewards) / (len(rewards) - 1) if baseline == "rloo" else 1.0
+    divisor = statistics.stdev(rewards) + eps if scale == "std" else 1.0
+    return [(r - mean) * spread / divisor for r in rewards]
 
 
 def token_weights(

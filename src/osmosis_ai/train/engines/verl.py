@@ -11,14 +11,18 @@ token sequence (``AgentRollouts(one_sequence=True)``), the Grader's reward as
 A rollout that fails, times out or is removed (``remove_sample``) still gives verl its one
 row, as verl needs, but one that trains nothing: its response mask is all 0, its reward
 0.0, and ``extra_fields["osmosis_excluded"]`` says why. verl has no per-sample drop in its
-PPO/GRPO step and scores a batch only when every row has a score; the 0.0 does enter the
-group's mean and std under GRPO, so keep failures rare and watch ``osmosis_excluded``.
+PPO/GRPO step and scores a batch only when every row has a score; its own ``grpo`` would
+count the 0.0 in the group's mean and std, so train with ``algorithm.adv_estimator=
+osmosis_grpo`` (or ``osmosis_rloo``, ``verl_advantage``), which leave such rows out of
+their group as ``osmosis train`` does. The loop warns once when it sees one under another
+estimator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -29,6 +33,7 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.train.engines._core import AgentRollouts, EngineRollout, EngineTask
+from osmosis_ai.train.engines.verl_advantage import ESTIMATORS
 from osmosis_ai.train.engines.verl_policy import FEATURE, VerlServerPolicy
 
 __all__ = ["SETTINGS", "OsmosisAgentLoop", "close_shared_rollouts", "engine_task", "verl_row"]
@@ -54,6 +59,10 @@ SETTINGS = frozenset(
 )  # fmt: skip
 # What verl itself passes to every agent loop besides its documented arguments.
 _VERL_KWARGS = frozenset({"name", "tools"})
+
+logger = logging.getLogger(__name__)
+#: Whether this process already warned that an excluded rollout enters verl's estimator.
+_warned_estimator = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +146,27 @@ class OsmosisAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is untyped
             fallback_prompt_ids=fallback,
             pad_id=shared.pad_id,
         )
+        if rollout.excluded is not None:
+            self._warn_estimator(rollout)
         return AgentLoopOutput(**row, metrics=AgentLoopMetrics(**_timings(rollout, started)))
+
+    def _warn_estimator(self, rollout: EngineRollout) -> None:
+        """Once per process: an excluded rollout's 0.0 would enter an estimator not ours."""
+        global _warned_estimator
+        algorithm = self.config.get("algorithm") or {}
+        estimator = str(algorithm.get("adv_estimator") or "")
+        if _warned_estimator or not estimator or estimator in ESTIMATORS:
+            return
+        _warned_estimator = True
+        excluded = rollout.excluded.value if rollout.excluded else "?"
+        logger.warning(
+            "rollout %s trains nothing (%s): verl gets it as a row with reward 0.0, which "
+            "algorithm.adv_estimator=%s may count in its group's statistics (grpo and rloo "
+            "do); osmosis_grpo or osmosis_rloo leave it out, as osmosis train does",
+            rollout.task.rollout_id,
+            excluded,
+            estimator,
+        )
 
     async def _shared(self) -> _Shared:
         # The policy's completion cap is the trainer's response length: part of the key.
