@@ -95,3 +95,14 @@ def test_sequence_normalisation_weighs_a_forked_rollout_once() -> None:
     assert weights == pytest.approx([1 / 10, 1 / 10, 1 / 2])
     forked = weights[0] * first.policy_tokens + weights[1] * second.policy_tokens
     assert forked == pytest.approx(weights[2] * whole.policy_tokens) == pytest.approx(1 / 2)
+
+
+def test_constant_normalisation_divides_each_rollouts_sum_by_one_constant() -> None:
+    """Dr. GRPO: 1 / (constant × rollouts) per token, whatever a rollout's length: two
+    rollouts of 2 and 3 policy tokens (one forked in two pieces) under a constant of 8."""
+    sequences = [
+        make_sequence("a", "g", 1.0, (1, 2, 3, 4)),  # 2 policy tokens
+        make_sequence("b", "g", 0.0, (1, 2, 3)),  # 1 ...
+        make_sequence("b", "g", 0.0, (5, 6, 7, 8)),  # ... and 2 more: one rollout of 3
+    ]
+    assert token_weights(sequences, "constant", 8) == pytest.approx([1 / 16] * 3)

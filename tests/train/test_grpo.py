@@ -7,10 +7,14 @@ import importlib
 import osmosis_ai.train.grpo as grpo
 
 NAMES = {
+    "CLIP_DEFAULTS",
+    "Baseline",
     "GrpoConfig",
+    "Loss",
     "LossParts",
     "MicroBatch",
     "NonFiniteStepError",
+    "Scale",
     "StepMetrics",
     "check_head",
     "collate",
@@ -18,7 +22,9 @@ NAMES = {
     "grpo_loss",
     "pack_micro_batches",
     "policy_logprobs",
+    "policy_logprobs_and_entropy",
     "reference_logprobs",
+    "relative_advantages",
     "token_weights",
     "train_step",
     "zero_gradient_groups",

@@ -9,7 +9,7 @@ import torch
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights
-from osmosis_ai.train.algorithm.loss import GrpoConfig, grpo_loss
+from osmosis_ai.train.algorithm.loss import CLIP_DEFAULTS, GrpoConfig, grpo_loss
 from osmosis_ai.train.algorithm.micro_batches import collate
 from tests.train.conftest import make_sequence
 
@@ -36,7 +36,8 @@ def _batch_and_expected(
                 continue
             logprob = policy[row][position - 1]
             ratio = math.exp(logprob - sequence.behaviour_logprobs[position])
-            clipped = min(max(ratio, 1 - config.clip_low), 1 + config.clip_high)
+            low, high = config.clip
+            clipped = min(max(ratio, 1 - low), 1 + high)
             advantage = advantages[row]
             term = max(-advantage * ratio, -advantage * clipped)
             if reference is not None:
@@ -107,6 +108,10 @@ def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
     [
         ("clip_low", 1.0),
         ("clip_high", -0.1),
+        ("loss", "ppo"),
+        ("epochs", 0),
+        ("mini_batches", 0),
+        ("constant_tokens", 0),
         ("kl_beta", math.inf),
         ("advantage_scale", "mad"),
         ("advantage", "ppo"),
@@ -158,3 +163,66 @@ def test_the_decoupled_objective_weights_by_the_capped_behaviour_ratio() -> None
     # d(-A·w·ρ)/d logπ = -A·w·ρ with ρ = 1: the capped weight of each token.
     assert policy.grad[0].tolist() == pytest.approx([-1.5, -math.exp(-0.1)], rel=1e-6)
     assert parts.tis_capped == 1 and parts.clipped_high == parts.clipped_low == 0
+
+
+def test_each_loss_has_its_own_default_clip_band_and_a_set_one_wins() -> None:
+    assert GrpoConfig().clip == CLIP_DEFAULTS["ppo_clip"] == (0.2, 0.28)
+    assert GrpoConfig(loss="gspo").clip == (3e-4, 4e-4)
+    assert GrpoConfig(loss="cispo").clip == (1.0, 3.0)  # no floor; the weight is at most 4
+    assert GrpoConfig(loss="gspo", clip_high=0.01).clip == (3e-4, 0.01)
+    with pytest.raises(ConfigError, match="clip_low must be below 1"):
+        GrpoConfig(loss="gspo", clip_low=1.0)
+    with pytest.raises(ConfigError, match="clip_low must be at most 1"):
+        GrpoConfig(loss="cispo", clip_low=1.5)
+
+
+def _two_sequences() -> tuple[torch.Tensor, object, list[float]]:
+    """Sequence a (advantage +1): behaviour -1.0, -2.0 and the learner's -0.8, -2.1; b (-0.5):
+    behaviour -0.5 and the learner's -0.7. One weight per token (sum, not a mean)."""
+    sequences = [
+        make_sequence("a", "g", 1.0, (1, 2, 3), (0, 1, 1), (0.0, -1.0, -2.0)),
+        make_sequence("b", "g", 0.0, (1, 4), (0, 1), (0.0, -0.5)),
+    ]
+    advantages = [1.0, -0.5]
+    batch = collate(sequences, advantages, [1.0, 1.0])
+    policy = torch.tensor([[-0.8, -2.1], [-0.7, 0.0]], requires_grad=True)
+    return policy, batch, advantages
+
+
+def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient() -> None:
+    """GSPO: s_a = exp(mean(0.2, -0.1)) = e^0.05, s_b = e^-0.2. With the band (0.01, 0.01)
+    both leave it: a's (A > 0, s > 1.01) is clipped, so its tokens get no gradient; b's
+    (A < 0, s < 0.99) too. With a wide band each token's gradient is -A·s (its own logπ's)."""
+    policy, batch, _ = _two_sequences()
+    narrow = GrpoConfig(loss="gspo", clip_low=0.01, clip_high=0.01)
+    loss, parts = grpo_loss(policy, batch, narrow)  # type: ignore[arg-type]
+    # a: 2 tokens × -1·1.01; b: 1 token × 0.5·0.99.
+    assert loss.item() == pytest.approx(2 * -1.01 + 0.5 * 0.99, rel=1e-6)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None and not policy.grad.any()
+    assert (parts.clipped_high, parts.clipped_low) == (2, 1)
+    policy, batch, _ = _two_sequences()
+    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo", clip_low=0.5, clip_high=0.5))  # type: ignore[arg-type]
+    s_a, s_b = math.exp(0.05), math.exp(-0.2)
+    assert loss.item() == pytest.approx(-2 * s_a + 0.5 * s_b, rel=1e-6)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    assert policy.grad.flatten().tolist() == pytest.approx([-s_a, -s_a, 0.5 * s_b, 0.0], rel=1e-6)
+    assert parts.clipped_high == parts.clipped_low == 0
+
+
+def test_cispo_weights_each_tokens_log_likelihood_by_its_clipped_ratio_without_cutting_it() -> None:
+    """CISPO: ℓ = -A·sg(clip(ρ))·logπ. Ratios: a e^0.2, e^-0.1; b e^-0.2. With the cap
+    1 + 0.1, a's first weight is 1.1 (clipped, its gradient kept: -A·1.1), the others' their
+    ratio; no floor (clip_low = 1)."""
+    policy, batch, _ = _two_sequences()
+    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="cispo", clip_low=1.0, clip_high=0.1))  # type: ignore[arg-type]
+    weights = [[1.1, math.exp(-0.1)], [math.exp(-0.2), 0.0]]
+    expected = -1.0 * (1.1 * -0.8 + math.exp(-0.1) * -2.1) + 0.5 * math.exp(-0.2) * -0.7
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    assert policy.grad.flatten().tolist() == pytest.approx(
+        [-weights[0][0], -weights[0][1], 0.5 * weights[1][0], 0.0], rel=1e-6
+    )
+    assert (parts.clipped_high, parts.clipped_low) == (1, 0)

@@ -12,7 +12,7 @@ from transformers import LlamaForCausalLM
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
-from osmosis_ai.train.algorithm.update import NonFiniteStepError, train_step
+from osmosis_ai.train.algorithm.update import NonFiniteStepError, _mini_batches, train_step
 from tests.train.conftest import VOCAB, make_sequence, on_policy, tiny_llama
 
 
@@ -137,3 +137,56 @@ def test_a_lora_adapters_own_dropout_stays_on_in_the_update() -> None:
     train_step(model, optimizer, _step_sequences(), GrpoConfig(), step=1)
     training = {name for name, m in model.named_modules() if m.training}
     assert training and all(".lora_dropout" in name for name in training), training
+
+
+def test_two_epochs_of_two_mini_batches_are_four_updates_whose_later_ones_clip() -> None:
+    """On-policy rollouts: the first update starts at ratio 1 (nothing to clip); once the
+    policy moved, later mini-batches see ratios outside the band against the behaviour
+    logprobs, and the step reports how far it moved (approx-KL) and its entropy."""
+    model = tiny_llama()
+    sequences = on_policy(model, _step_sequences())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    config = GrpoConfig(epochs=2, mini_batches=2)
+    metrics = train_step(model, optimizer, sequences, config, step=1)
+    assert metrics.updates == 4 and len(metrics.clip_fraction_by_update) == 4
+    assert metrics.clip_fraction_by_update[0] == 0
+    assert max(metrics.clip_fraction_by_update[1:]) > 0, metrics
+    assert metrics.approx_kl > 0 and 0 < metrics.entropy < math.log(VOCAB) + 1e-6
+    # Start-of-step figures count each token once, at the step's start.
+    assert metrics.policy_tokens == sum(s.policy_tokens for s in sequences)
+    assert metrics.mean_ratio == pytest.approx(1.0, abs=1e-4)
+    assert metrics.micro_batches == 4
+
+
+def test_one_update_moves_nothing_before_it_and_clips_nothing_on_policy() -> None:
+    model = tiny_llama()
+    sequences = on_policy(model, _step_sequences())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    metrics = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
+    assert (metrics.updates, metrics.clip_fraction_by_update) == (1, (0.0,))
+    assert metrics.approx_kl == 0 and metrics.entropy > 0
+
+
+def test_a_later_update_that_is_not_finite_restores_the_step_start(
+    model: LlamaForCausalLM,
+) -> None:
+    """A step is applied whole or not at all: with a learning rate that blows the weights up
+    in the first update, the second one's loss is not finite, and the weights and optimiser
+    state the step started with come back."""
+    before = copy.deepcopy(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e30)
+    config = GrpoConfig(epochs=2, max_grad_norm=None)
+    with pytest.raises(NonFiniteStepError, match="step 5: the (loss|gradient norm) is"):
+        train_step(model, optimizer, on_policy(model, _step_sequences()), config, step=5)
+    _assert_untouched(model, before, optimizer)
+
+
+def test_mini_batches_hold_whole_rollouts_dealt_in_an_order_drawn_from_the_step() -> None:
+    sequences = _step_sequences() + [make_sequence("r0", "g0", 0.0)]  # r0 forked in two
+    batches = _mini_batches(sequences, 2, step=7)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(sequences)))
+    holding_r0 = [batch for batch in batches if 0 in batch]
+    assert len(holding_r0) == 1 and 6 in holding_r0[0]
+    assert _mini_batches(sequences, 2, step=7) == batches
+    assert len(_mini_batches(sequences[:1], 4, step=7)) == 1  # fewer rollouts than batches
+    assert _mini_batches(sequences, 1, step=7) == [list(range(len(sequences)))]

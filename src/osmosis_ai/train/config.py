@@ -56,9 +56,16 @@ class TrainingConfig:
     group_size: int = 4
     """Rollouts per row; advantages are normalised within this group."""
     learning_rate: float = 1e-5
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    normalisation: Literal["token", "sequence"] = "token"
+    loss: Literal["ppo_clip", "gspo", "cispo"] = "ppo_clip"
+    """The objective (``algorithm.loss``): PPO's clipped token ratio, GSPO's clipped sequence
+    ratio, or CISPO's clipped importance weight on the log-likelihood."""
+    clip_low: float | None = None
+    """``None``: the loss's default (``algorithm.loss.CLIP_DEFAULTS``)."""
+    clip_high: float | None = None
+    normalisation: Literal["token", "sequence", "constant"] = "token"
+    epochs: int = 1
+    """Passes over a step's rollouts, each in ``mini_batches`` optimiser steps."""
+    mini_batches: int = 1
     advantage: Literal["grpo", "rloo"] = "grpo"
     """The baseline of a reward: its group's mean, or the mean of the group's others."""
     advantage_scale: Literal["std", "none"] = "std"

@@ -4,7 +4,8 @@
   dataset row, or ``r - mean`` (``scale="none"``, Dr. GRPO); against the mean of the
   others with ``baseline="rloo"``. ``zero_gradient_groups`` names
   the groups whose rewards are all equal: they carry no gradient.
-- ``token_weights``: how the loss averages tokens, over the step's tokens or per rollout.
+- ``token_weights``: how the loss averages tokens: over the step's tokens, per rollout, or
+  per rollout over a constant.
 
 Pure Python (no torch): the runner picks the groups to run again before any update.
 """
@@ -98,15 +99,19 @@ def relative_advantages(
 
 
 def token_weights(
-    sequences: Sequence[TrainingSequence], normalisation: Literal["token", "sequence"]
+    sequences: Sequence[TrainingSequence],
+    normalisation: Literal["token", "sequence", "constant"],
+    constant_tokens: int = 1024,
 ) -> list[float]:
     """The weight of one policy token of each sequence, so the step's loss is a weighted sum.
 
     ``"token"``: 1 / (policy tokens of the whole step), every token counts the same (DAPO).
     ``"sequence"``: 1 / (the rollout's policy tokens × rollouts), every rollout counts the
     same (GRPO), once however many sequences a fork split it into: its tokens are averaged
-    over all its pieces. Computed over the whole step, so micro-batches add up to the
-    full-batch loss.
+    over all its pieces. ``"constant"``: 1 / (``constant_tokens`` × rollouts), each rollout's
+    tokens summed and divided by one constant (Dr. GRPO, Liu et al. 2025): a long reply's
+    tokens weigh what a short one's do, so the loss has no length bias. Computed over all of
+    ``sequences``, so micro-batches add up to their full-batch loss.
     """
     counts = [sequence.policy_tokens for sequence in sequences]
     if normalisation == "token":
@@ -117,6 +122,10 @@ def token_weights(
         per_rollout[sequence.rollout_id] += count
     trained = sum(1 for count in per_rollout.values() if count)
     return [
-        1.0 / (per_rollout[sequence.rollout_id] * trained) if count else 0.0
-        for sequence, count in zip(sequences, counts, strict=True)
+        1.0
+        / (constant_tokens if normalisation == "constant" else per_rollout[s.rollout_id])
+        / trained
+        if count
+        else 0.0
+        for s, count in zip(sequences, counts, strict=True)
     ]

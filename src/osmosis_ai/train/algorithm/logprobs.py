@@ -13,6 +13,7 @@ imports them all, so the few lines are written here instead (same row-wise appro
 from __future__ import annotations
 
 import contextlib
+import math
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -25,7 +26,7 @@ from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates  #
 from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
-__all__ = ["check_head", "policy_logprobs", "reference_logprobs"]
+__all__ = ["check_head", "policy_logprobs", "policy_logprobs_and_entropy", "reference_logprobs"]
 
 
 def policy_logprobs(
@@ -43,6 +44,22 @@ def policy_logprobs(
     run under bf16 autocast; the log-softmax is taken in fp32, in chunks of positions to
     bound the vocabulary-sized intermediate.
     """
+    return _scored(model, batch, bf16=bf16, temperature=temperature, entropy=False)[0]
+
+
+def policy_logprobs_and_entropy(
+    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`policy_logprobs`, and the entropy ``[B, T - 1]`` (no gradient) of the distribution
+    each token was scored under, on the loss mask (0.0 elsewhere)."""
+    logprobs, entropy = _scored(model, batch, bf16=bf16, temperature=temperature, entropy=True)
+    assert entropy is not None
+    return logprobs, entropy
+
+
+def _scored(
+    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     on = batch.loss_mask > 0  # position t predicts token t + 1
     targets = batch.input_ids[:, 1:][on]
     device = batch.input_ids.device
@@ -55,7 +72,7 @@ def policy_logprobs(
         ).last_hidden_state
         chosen = hidden[:, :-1][on]
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
-        chunks = []
+        chunks, entropies = [], []
         for index, (part, part_targets) in enumerate(
             zip(torch.split(chosen, _LOGIT_CHUNK), torch.split(targets, _LOGIT_CHUNK), strict=True)
         ):
@@ -66,10 +83,20 @@ def policy_logprobs(
             if top_k is not None and top_p is not None:
                 rows = slice(start, start + len(part))
                 logits = _truncated(logits, part_targets, top_k[rows], top_p[rows])
-            picked = torch.log_softmax(logits, dim=-1).gather(-1, part_targets.unsqueeze(-1))
-            chunks.append(picked.squeeze(-1))
-    values = torch.cat(chunks) if chunks else chosen.new_zeros(0, dtype=torch.float32)
-    return torch.zeros(on.shape, dtype=torch.float32, device=device).masked_scatter(on, values)
+            logprobs = torch.log_softmax(logits, dim=-1)
+            chunks.append(logprobs.gather(-1, part_targets.unsqueeze(-1)).squeeze(-1))
+            if entropy:
+                with torch.no_grad():
+                    # -Σ p·log p over the tokens the distribution allows (p = 0 elsewhere).
+                    terms = torch.where(logprobs > -math.inf, logprobs.exp() * logprobs, 0.0)
+                    entropies.append(-terms.sum(dim=-1))
+    zeros = torch.zeros(on.shape, dtype=torch.float32, device=device)
+    empty = chosen.new_zeros(0, dtype=torch.float32)
+    values = torch.cat(chunks) if chunks else empty
+    spread = (
+        zeros.masked_scatter(on, torch.cat(entropies) if entropies else empty) if entropy else None
+    )
+    return zeros.masked_scatter(on, values), spread
 
 
 def reference_logprobs(

@@ -1,10 +1,19 @@
 """The GRPO-family loss of a micro-batch, and the settings of a step (`GrpoConfig`).
 
-``grpo_loss`` is PPO's clipped ratio against the recorded behaviour logprobs, with separate
-low and high clip bounds (DAPO's clip-higher), an optional k3 KL estimate to a reference
-policy, optional truncated importance sampling, and per-token weights that say how tokens
-are averaged (``advantages.token_weights``). `GrpoConfig` lives with the loss, which most of
-its settings are for; the update (``update.train_step``) reads the rest.
+``grpo_loss`` is one of three objectives (``GrpoConfig.loss``):
+
+- ``ppo_clip``: PPO's clipped ratio per token against the recorded behaviour logprobs, with
+  separate low and high clip bounds (DAPO's clip-higher);
+- ``gspo``: GSPO's sequence-level ratio (Zheng et al. 2025), the geometric mean of a
+  sequence's token ratios, clipped as a whole (its token form: every token of a sequence
+  carries the sequence's ratio, and its gradient is the token's own log-likelihood's);
+- ``cispo``: CISPO (MiniMax-M1, 2025), REINFORCE on each token's log-likelihood weighted by
+  its importance ratio, clipped and without gradient, so no token's gradient is ever cut.
+
+Each has an optional k3 KL estimate to a reference policy, optional truncated importance
+sampling, and per-token weights that say how tokens are averaged
+(``advantages.token_weights``). `GrpoConfig` lives with the loss, which most of its
+settings are for; the update (``update.train_step``) reads the rest.
 """
 
 from __future__ import annotations
@@ -22,26 +31,49 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
-__all__ = ["GrpoConfig", "LossParts", "grpo_loss"]
+__all__ = ["CLIP_DEFAULTS", "GrpoConfig", "Loss", "LossParts", "grpo_loss"]
+
+Loss = Literal["ppo_clip", "gspo", "cispo"]
+
+#: ``(clip_low, clip_high)`` of each loss when the config sets none. GSPO's ratio is a
+#: per-token geometric mean, so its band is three orders narrower (the paper's 3e-4, 4e-4);
+#: CISPO's weight has no floor and a cap of 4, as Tinker's default (MiniMax-M1 tuned only the
+#: cap).
+CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
+    "ppo_clip": (0.2, 0.28),
+    "gspo": (3e-4, 4e-4),
+    "cispo": (1.0, 3.0),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class GrpoConfig:
     """Loss and update settings of a GRPO-family step."""
 
-    clip_low: float = 0.2
-    """The ratio is clipped below at ``1 - clip_low``."""
-    clip_high: float = 0.28
+    loss: Loss = "ppo_clip"
+    """The objective: PPO's clipped token ratio, GSPO's clipped sequence ratio, or CISPO's
+    clipped, gradient-free importance weight on the log-likelihood."""
+    clip_low: float | None = None
+    """The ratio (CISPO: the weight) is clipped below at ``1 - clip_low``; ``None``: the
+    loss's default (`CLIP_DEFAULTS`)."""
+    clip_high: float | None = None
     """... and above at ``1 + clip_high`` (DAPO's clip-higher when above ``clip_low``)."""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """The baseline a reward is compared with: the mean of its group (GRPO), or the mean of
     the group's other rollouts (RLOO, leave-one-out)."""
     advantage_scale: Literal["std", "none"] = "std"
     """Divide by the group's reward std (GRPO) or not (Dr. GRPO)."""
-    normalisation: Literal["token", "sequence"] = "token"
-    """Average over every policy token of the step (DAPO) or per rollout, then over rollouts."""
+    normalisation: Literal["token", "sequence", "constant"] = "token"
+    """Average over every policy token of the step (DAPO), per rollout then over rollouts
+    (GRPO), or sum each rollout's tokens and divide by ``constant_tokens`` (Dr. GRPO)."""
+    constant_tokens: int = 1024
+    """The constant of ``normalisation="constant"`` (a run's ``max_tokens``)."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
+    epochs: int = 1
+    """Passes over the step's sequences."""
+    mini_batches: int = 1
+    """Optimiser steps per pass, each over a share of the step's rollouts."""
     micro_batch_tokens: int = 1024
     """Token budget of one micro-batch, padding included (lower it when memory runs out)."""
     max_grad_norm: float | None = 1.0
@@ -58,25 +90,43 @@ class GrpoConfig:
     logprobs are of the distribution the engine sampled from (the behaviour logprobs')."""
     advantage_eps: float = 1e-4
 
+    @property
+    def clip(self) -> tuple[float, float]:
+        """``(clip_low, clip_high)`` as set, or the loss's defaults (`CLIP_DEFAULTS`)."""
+        low, high = CLIP_DEFAULTS[self.loss]
+        return (
+            low if self.clip_low is None else self.clip_low,
+            high if self.clip_high is None else self.clip_high,
+        )
+
     def __post_init__(self) -> None:
-        for name in ("clip_low", "clip_high", "kl_beta", "tis_cap"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ConfigError(f"temperature must be a finite number > 0, not {self.temperature!r}")
-        if self.clip_low >= 1:
-            raise ConfigError(
-                f"clip_low must be below 1 (the ratio floor is 1 - clip_low), not {self.clip_low!r}"
-            )
         choices = {
+            "loss": tuple(CLIP_DEFAULTS),
             "advantage": ("grpo", "rloo"),
             "advantage_scale": ("std", "none"),
-            "normalisation": ("token", "sequence"),
+            "normalisation": ("token", "sequence", "constant"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        low, high = self.clip
+        for name, value in (("clip_low", low), ("clip_high", high)) + tuple(
+            (name, getattr(self, name)) for name in ("kl_beta", "tis_cap")
+        ):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ConfigError(f"temperature must be a finite number > 0, not {self.temperature!r}")
+        # CISPO's weight may have no floor (clip_low = 1); a PPO or GSPO ratio floor of 0 or
+        # below would clip nothing and read as a setting error.
+        if low > 1 or (low == 1 and self.loss != "cispo"):
+            bound = "at most 1" if self.loss == "cispo" else "below 1"
+            raise ConfigError(f"clip_low must be {bound} (the floor is 1 - clip_low), not {low!r}")
+        for name in ("epochs", "mini_batches"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)!r}")
+        if self.constant_tokens < 1:
+            raise ConfigError(f"constant_tokens must be at least 1, not {self.constant_tokens!r}")
         if self.micro_batch_tokens < 2:
             raise ConfigError(
                 f"micro_batch_tokens must be at least 2, not {self.micro_batch_tokens!r}"
@@ -93,9 +143,10 @@ class LossParts:
 
     tokens: int
     clipped_low: int
-    """Tokens whose ratio fell under ``1 - clip_low`` with a negative advantage."""
+    """Tokens whose ratio fell under ``1 - clip_low`` with a negative advantage (CISPO: any
+    advantage, its weight is clipped)."""
     clipped_high: int
-    """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage."""
+    """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage (CISPO: any)."""
     ratio_sum: float
     """Sum of ``π_learner / π_behaviour`` at the start of the step."""
     ratio_max: float
@@ -103,6 +154,9 @@ class LossParts:
     kl_sum: float
     mismatch_kl_sum: float
     """Sum of the k3 estimate of KL(behaviour ‖ learner) at the start of the step."""
+    approx_kl_sum: float
+    """Sum of the k3 estimate of KL(learner at the step's start ‖ learner now): 0 in a
+    step's first update, how far its earlier updates moved the policy in later ones."""
     tis_capped: int
     """Tokens whose importance weight was capped at ``tis_cap``."""
     constrained: int
@@ -125,23 +179,44 @@ def grpo_loss(
 ) -> tuple[torch.Tensor, LossParts]:
     """The micro-batch's share of the step loss, and its counts for the step's metrics.
 
-    Per token: ``w·max(-A·ρ, -A·clip(ρ, 1 - clip_low, 1 + clip_high)) + β·k3`` with
-    ``ρ = exp(logπ - logπ_anchor)`` and ``k3 = exp(ref - logπ) - (ref - logπ) - 1``; the
-    loss is their sum weighted by ``batch.weights``. Without ``tis_cap`` the anchor is the
-    behaviour policy and ``w = 1``; with it, the anchor is the learner's own logprobs (no
-    gradient) and ``w = min(exp(logπ - logπ_behaviour), tis_cap)`` (no gradient).
+    Per token ``w·ℓ + β·k3``, summed with ``batch.weights``, where ``k3 = exp(ref - logπ) -
+    (ref - logπ) - 1`` and, with ``ρ = exp(logπ - logπ_anchor)`` and ``(low, high) =
+    config.clip``:
+
+    - ``ppo_clip``: ``ℓ = max(-A·ρ, -A·clip(ρ, 1 - low, 1 + high))``;
+    - ``gspo``: the same with the sequence's ratio ``s = exp(mean of logπ - logπ_anchor over
+      the row's policy tokens)`` for ``ρ``; at each token its gradient is ``s·∇logπ`` of that
+      token, so with ``normalisation="sequence"`` the step's gradient is GSPO's;
+    - ``cispo``: ``ℓ = -A·sg(clip(ρ, 1 - low, 1 + high))·logπ``.
+
+    Without ``tis_cap`` the anchor is the behaviour policy and ``w = 1``. With it, the anchor
+    is the learner at the start of the step (``batch.old_logprobs`` when the step makes
+    several updates, else the current logprobs without gradient) and ``w = min(π_start /
+    π_behaviour, tis_cap)`` (no gradient).
     """
     mask = batch.loss_mask
     on = mask > 0
+    low, high = config.clip
+    start = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
     # where, not a product with the mask: padding must not turn an inf into a NaN.
-    gap = torch.where(on, logprobs.detach() - batch.behaviour_logprobs, 0.0)
+    gap = torch.where(on, start - batch.behaviour_logprobs, 0.0)
     behaviour_ratio = torch.exp(gap)
-    anchor = logprobs.detach() if config.tis_cap > 0 else batch.behaviour_logprobs
-    ratio = torch.exp(torch.where(on, logprobs - anchor, 0.0))
+    anchor = start if config.tis_cap > 0 else batch.behaviour_logprobs
+    log_ratio = torch.where(on, logprobs - anchor, 0.0)
+    if config.loss == "gspo":
+        tokens = on.sum(dim=-1, keepdim=True).clamp(min=1)
+        sequence = log_ratio.detach().sum(dim=-1, keepdim=True) / tokens
+        log_ratio = torch.where(on, logprobs - logprobs.detach() + sequence, 0.0)
+    ratio = torch.exp(log_ratio)
     advantages = batch.advantages
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
-    per_token = torch.maximum(unclipped, clipped)
+    clamped = torch.clamp(ratio, 1 - low, 1 + high)
+    below, above = on & (ratio < 1 - low), on & (ratio > 1 + high)
+    if config.loss == "cispo":
+        per_token = -advantages * clamped.detach() * torch.where(on, logprobs, 0.0)
+    else:
+        per_token = torch.maximum(-advantages * ratio, -advantages * clamped)
+        # The pessimistic max cuts the gradient only on the side the advantage pushes to.
+        below, above = below & (advantages < 0), above & (advantages > 0)
     if config.tis_cap > 0:
         per_token = per_token * torch.clamp(behaviour_ratio, max=config.tis_cap)
     kl = torch.zeros_like(per_token)
@@ -153,15 +228,18 @@ def grpo_loss(
     loss = torch.where(on, per_token * batch.weights, 0.0).sum()
     with torch.no_grad():
         capped = on & (behaviour_ratio > config.tis_cap) if config.tis_cap > 0 else None
+        # How far this step's earlier updates moved the policy from where the step started.
+        shift = _k3(torch.where(on, logprobs.detach() - start, 0.0))
         parts = LossParts(
             tokens=int(on.sum()),
-            clipped_low=int((on & (ratio < 1 - config.clip_low) & (advantages < 0)).sum()),
-            clipped_high=int((on & (ratio > 1 + config.clip_high) & (advantages > 0)).sum()),
+            clipped_low=int(below.sum()),
+            clipped_high=int(above.sum()),
             ratio_sum=float(behaviour_ratio[on].sum()),
             ratio_max=float(behaviour_ratio[on].max()) if bool(on.any()) else 0.0,
             kl_sum=float(kl[on].sum()),
             # exp(δ) - δ - 1 rounds to a hair below 0 in fp32 when δ is ~0.
             mismatch_kl_sum=float(_k3(gap)[on].clamp_min(0).sum()),
+            approx_kl_sum=float(shift[on].clamp_min(0).sum()),
             tis_capped=int(capped.sum()) if capped is not None else 0,
             constrained=_constrained(batch, on),
             unreplayed=batch.unreplayed_tokens,

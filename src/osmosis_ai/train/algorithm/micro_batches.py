@@ -74,10 +74,13 @@ class MicroBatch:
     top_p: torch.Tensor | None = None
     """``[B, T - 1]`` the top-p each token was sampled under (1: none), or ``None`` (as
     ``top_k``)."""
+    old_logprobs: torch.Tensor | None = None
+    """``[B, T - 1]`` the learner's logprobs at the start of the step, when the step makes
+    several updates (``None``: one update, whose own logprobs are the start's)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
-        masks, top_k, top_p = self.grammar_masks, self.top_k, self.top_p
+        masks, top_k, top_p, old = self.grammar_masks, self.top_k, self.top_p, self.old_logprobs
         return MicroBatch(
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
@@ -89,6 +92,7 @@ class MicroBatch:
             unreplayed_tokens=self.unreplayed_tokens,
             top_k=top_k.to(device) if top_k is not None else None,
             top_p=top_p.to(device) if top_p is not None else None,
+            old_logprobs=old.to(device) if old is not None else None,
         )
 
 
@@ -97,10 +101,13 @@ def collate(
     advantages: Sequence[float],
     weights: Sequence[float],
     grammars: TokenMasks | None = None,
+    old_logprobs: Sequence[torch.Tensor] | None = None,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
     on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``
-    and their truncation spans' top-k and top-p laid out per token.
+    and their truncation spans' top-k and top-p laid out per token. ``old_logprobs`` are each
+    sequence's logprobs at the start of the step (``[len - 1]``, as `policy_logprobs` gives
+    them), padded beside.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
@@ -135,6 +142,11 @@ def collate(
                 # Token t is predicted at position t - 1 (a completion never starts a sequence).
                 top_k[row, span.start - 1 : span.end - 1] = span.top_k
                 top_p[row, span.start - 1 : span.end - 1] = span.top_p
+    old = None
+    if old_logprobs is not None:
+        old = torch.zeros(rows, width - 1, dtype=torch.float32)
+        for row, values in enumerate(old_logprobs):
+            old[row, : len(values)] = values
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -146,4 +158,5 @@ def collate(
         unreplayed_tokens=unreplayed,
         top_k=top_k,
         top_p=top_p,
+        old_logprobs=old,
     )

@@ -1,14 +1,19 @@
-"""One GRPO update: a step's sequences, micro-batched, as one optimiser step.
+"""One training step: a step's sequences as one optimiser step, or as ``epochs`` ×
+``mini_batches`` of them.
 
-Gradients are accumulated over micro-batches under a token budget, clipped to a global norm,
-and a step whose loss or gradient is not finite is refused before anything is applied.
+Gradients are accumulated over micro-batches under a token budget and clipped to a global
+norm. A step whose loss or gradient is not finite is refused whole: with one update before
+anything is applied, with several by restoring the weights and optimiser state it started
+with, so a step is applied whole or not at all.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
@@ -20,7 +25,11 @@ import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.train.algorithm.grammar_masks import TokenMasks  # noqa: E402
-from osmosis_ai.train.algorithm.logprobs import policy_logprobs, reference_logprobs  # noqa: E402
+from osmosis_ai.train.algorithm.logprobs import (  # noqa: E402
+    policy_logprobs,
+    policy_logprobs_and_entropy,
+    reference_logprobs,
+)
 from osmosis_ai.train.algorithm.loss import GrpoConfig, LossParts, grpo_loss  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches  # noqa: E402
 
@@ -37,14 +46,18 @@ class StepMetrics:
 
     step: int
     loss: float
+    """The loss of the step's update (the mean over its updates, when it made several)."""
     grad_norm: float
-    """Global gradient norm before clipping."""
+    """Global gradient norm before clipping (the largest of the step's updates)."""
     sequences: int
     micro_batches: int
+    """Forward and backward passes, over all of the step's updates."""
     tokens: int
-    """Tokens forwarded (padding excluded)."""
+    """Tokens of the step's sequences (padding excluded), each counted once."""
     policy_tokens: int
+    """Policy tokens of the step's sequences, each counted once."""
     clip_fraction: float
+    """Share of the policy tokens the clip cut, over all of the step's updates."""
     clip_low_fraction: float
     clip_high_fraction: float
     mean_ratio: float
@@ -64,6 +77,28 @@ class StepMetrics:
     unreplayed_tokens: int = 0
     """Tokens generated under a grammar that the replay did not accept (scored unmasked: the
     engine enforced another grammar than the one recorded)."""
+    updates: int = 1
+    """Optimiser steps the step made (``epochs × mini_batches``)."""
+    clip_fraction_by_update: tuple[float, ...] = ()
+    """The clip fraction of each update, in order: 0 in the first (the policy has not moved
+    yet), above 0 in later ones once it moved past the band."""
+    approx_kl: float = 0.0
+    """Mean k3 estimate of KL(policy at the step's start ‖ policy when a token was scored),
+    over every update's tokens: 0 with one update, how far the step moved the policy with
+    several."""
+    entropy: float = 0.0
+    """Mean entropy of the distribution each policy token was scored under, in the step's
+    first pass over them (before any update with one mini-batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    """One optimiser step of a training step."""
+
+    loss: float
+    grad_norm: float
+    parts: list[LossParts]
+    entropy_sum: float
 
 
 def train_step(
@@ -77,8 +112,15 @@ def train_step(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grammars: TokenMasks | None = None,
 ) -> StepMetrics:
-    """Apply one GRPO update from ``sequences`` (micro-batched, gradients accumulated) on
-    the model's device.
+    """Apply one training step from ``sequences`` on the model's device: ``config.epochs``
+    passes over them, each in ``config.mini_batches`` optimiser steps (one by default),
+    each accumulating gradients over micro-batches.
+
+    The advantages are the whole step's groups'; each mini-batch holds whole rollouts (in an
+    order drawn from ``step``) and averages its own tokens as ``normalisation`` says. With
+    several updates the learner's logprobs at the start of the step are taken first (one
+    pass without gradients): the truncated-importance anchor and weight use them, and the
+    step's start-of-step figures are theirs. The scheduler steps once per training step.
 
     ``reference_model`` is the KL reference: a frozen model, or a peft (LoRA) model, whose
     logprobs are then taken with its adapter disabled, the base model, which is usually
@@ -100,13 +142,59 @@ def train_step(
         scale=config.advantage_scale,
         eps=config.advantage_eps,
     )
-    weights = token_weights(sequences, config.normalisation)
-    batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     parameters = [p for p in model.parameters() if p.requires_grad]
     device = parameters[0].device if parameters else torch.device("cpu")
     _without_dropout(model)
+    groups = _mini_batches(sequences, config.mini_batches, step)
+    several = config.epochs * len(groups) > 1
+    old = _start_logprobs(model, sequences, config, grammars, device) if several else None
+    saved = _saved(model, optimizer) if several else None
+    applied: list[_Applied] = []
+    try:
+        for _ in range(config.epochs):
+            for indices in groups:
+                applied.append(
+                    _apply(
+                        model, optimizer, parameters, config,
+                        [sequences[i] for i in indices],
+                        [advantages[i] for i in indices],
+                        [old[i] for i in indices] if old is not None else None,
+                        device=device, step=step, reference_model=reference_model,
+                        grammars=grammars,
+                    )
+                )  # fmt: skip
+    except NonFiniteStepError:
+        if saved is not None and applied:
+            _restore(model, optimizer, saved)
+        raise
+    if scheduler is not None:
+        scheduler.step()
+    return _metrics(step, sequences, applied, first_epoch=len(groups))
+
+
+def _apply(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    parameters: list[torch.nn.Parameter],
+    config: GrpoConfig,
+    sequences: list[TrainingSequence],
+    advantages: list[float],
+    old: list[torch.Tensor] | None,
+    *,
+    device: torch.device,
+    step: int,
+    reference_model: torch.nn.Module | None,
+    grammars: TokenMasks | None,
+) -> _Applied:
+    """One optimiser step over ``sequences`` (micro-batched, gradients accumulated).
+
+    Raises:
+        NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
+    """
+    weights = token_weights(sequences, config.normalisation, config.constant_tokens)
+    batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     optimizer.zero_grad(set_to_none=True)
-    total_loss = 0.0
+    total, entropy_sum = 0.0, 0.0
     parts: list[LossParts] = []
     for indices in batches:
         batch = collate(
@@ -114,13 +202,16 @@ def train_step(
             [advantages[i] for i in indices],
             [weights[i] for i in indices],
             grammars,
+            [old[i] for i in indices] if old is not None else None,
         ).to(device)
         reference = None
         if reference_model is not None and config.kl_beta > 0:
             reference = reference_logprobs(
                 reference_model, batch, bf16=config.bf16, temperature=config.temperature
             )
-        logprobs = policy_logprobs(model, batch, bf16=config.bf16, temperature=config.temperature)
+        logprobs, entropy = policy_logprobs_and_entropy(
+            model, batch, bf16=config.bf16, temperature=config.temperature
+        )
         loss, counted = grpo_loss(logprobs, batch, config, reference)
         value = loss.detach().item()
         if not math.isfinite(value):
@@ -130,7 +221,8 @@ def train_step(
                 "(check the behaviour logprobs and lower the learning rate)"
             )
         torch.autograd.backward(loss)
-        total_loss += value
+        total += value
+        entropy_sum += float(entropy.sum())
         parts.append(counted)
     max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
@@ -141,30 +233,121 @@ def train_step(
             "(lower the learning rate or clip gradients with max_grad_norm)"
         )
     optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    policy = sum(p.tokens for p in parts)
-    low = sum(p.clipped_low for p in parts)
-    high = sum(p.clipped_high for p in parts)
+    return _Applied(total, grad_norm, parts, entropy_sum)
+
+
+def _mini_batches(sequences: Sequence[TrainingSequence], count: int, step: int) -> list[list[int]]:
+    """The indices of ``sequences`` in ``count`` mini-batches of whole rollouts (a forked
+    rollout's pieces stay together), dealt in an order drawn from ``step``; fewer when the
+    step has fewer rollouts."""
+    by_rollout: dict[str, list[int]] = {}
+    for index, sequence in enumerate(sequences):
+        by_rollout.setdefault(sequence.rollout_id, []).append(index)
+    rollouts = list(by_rollout.values())
+    if count > 1:
+        random.Random(step).shuffle(rollouts)
+    dealt = [rollouts[start::count] for start in range(min(count, len(rollouts)))]
+    return [sorted(i for rollout in group for i in rollout) for group in dealt]
+
+
+def _start_logprobs(
+    model: torch.nn.Module,
+    sequences: Sequence[TrainingSequence],
+    config: GrpoConfig,
+    grammars: TokenMasks | None,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """Each sequence's policy logprobs ``[len - 1]`` before the step's first update (on the
+    CPU, no gradient)."""
+    start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
+    zeros = [0.0] * len(sequences)
+    with torch.no_grad():
+        for indices in pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens):
+            chosen = [sequences[i] for i in indices]
+            batch = collate(chosen, zeros[: len(chosen)], zeros[: len(chosen)], grammars)
+            logprobs = policy_logprobs(
+                model, batch.to(device), bf16=config.bf16, temperature=config.temperature
+            ).cpu()
+            for row, index in enumerate(indices):
+                start[index] = logprobs[row, : len(sequences[index]) - 1].clone()
+    return start
+
+
+def _saved(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
+    """Copies (on the CPU) of the trainable weights and the optimiser state."""
+    weights = {
+        name: parameter.detach().to("cpu", copy=True)
+        for name, parameter in model.named_parameters()
+        if parameter.requires_grad
+    }
+    return weights, _on_cpu(optimizer.state_dict())
+
+
+def _restore(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: tuple[Any, Any]
+) -> None:
+    weights, state = saved
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name in weights:
+                parameter.copy_(weights[name])
+    optimizer.load_state_dict(state)  # its tensors move back to each parameter's device
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_on_cpu(item) for item in value]
+    return value
+
+
+def _metrics(
+    step: int, sequences: Sequence[TrainingSequence], applied: list[_Applied], first_epoch: int
+) -> StepMetrics:
+    """The step's figures: start-of-step ones from its first pass over the sequences (each
+    token once), the clip and the policy's movement over every update."""
+    first = [part for update in applied[:first_epoch] for part in update.parts]
+    every = [part for update in applied for part in update.parts]
+    policy = sum(p.tokens for p in first)
+    scored = sum(p.tokens for p in every)
+
+    def share(total: float, count: int) -> float:
+        return total / count if count else 0.0
+
+    low = sum(p.clipped_low for p in every)
+    high = sum(p.clipped_high for p in every)
     return StepMetrics(
         step=step,
-        loss=total_loss,
-        grad_norm=grad_norm,
+        loss=sum(update.loss for update in applied) / len(applied),
+        grad_norm=max(update.grad_norm for update in applied),
         sequences=len(sequences),
-        micro_batches=len(batches),
+        micro_batches=sum(len(update.parts) for update in applied),
         tokens=sum(len(s) for s in sequences),
         policy_tokens=policy,
-        clip_fraction=(low + high) / policy if policy else 0.0,
-        clip_low_fraction=low / policy if policy else 0.0,
-        clip_high_fraction=high / policy if policy else 0.0,
-        mean_ratio=sum(p.ratio_sum for p in parts) / policy if policy else 0.0,
-        max_ratio=max((p.ratio_max for p in parts), default=0.0),
-        kl=sum(p.kl_sum for p in parts) / policy if policy else 0.0,
-        engine_mismatch_kl=sum(p.mismatch_kl_sum for p in parts) / policy if policy else 0.0,
-        tis_capped_fraction=sum(p.tis_capped for p in parts) / policy if policy else 0.0,
-        constrained_fraction=sum(p.constrained for p in parts) / policy if policy else 0.0,
-        unreplayed_tokens=sum(p.unreplayed for p in parts),
+        clip_fraction=share(low + high, scored),
+        clip_low_fraction=share(low, scored),
+        clip_high_fraction=share(high, scored),
+        mean_ratio=share(sum(p.ratio_sum for p in first), policy),
+        max_ratio=max((p.ratio_max for p in first), default=0.0),
+        kl=share(sum(p.kl_sum for p in every), scored),
+        engine_mismatch_kl=share(sum(p.mismatch_kl_sum for p in first), policy),
+        tis_capped_fraction=share(sum(p.tis_capped for p in first), policy),
+        constrained_fraction=share(sum(p.constrained for p in first), policy),
+        unreplayed_tokens=sum(p.unreplayed for p in first),
+        updates=len(applied),
+        clip_fraction_by_update=tuple(
+            share(
+                sum(p.clipped_low + p.clipped_high for p in update.parts),
+                sum(p.tokens for p in update.parts),
+            )
+            for update in applied
+        ),
+        approx_kl=share(sum(p.approx_kl_sum for p in every), scored),
+        entropy=share(sum(update.entropy_sum for update in applied[:first_epoch]), policy),
     )
 
 

@@ -135,11 +135,15 @@ class Learner:
             optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
         )
         grpo = GrpoConfig(
+            loss=training.loss,
             clip_low=training.clip_low,
             clip_high=training.clip_high,
             advantage=training.advantage,
             advantage_scale=training.advantage_scale,
             normalisation=training.normalisation,
+            constant_tokens=training.max_tokens,
+            epochs=training.epochs,
+            mini_batches=training.mini_batches,
             kl_beta=training.kl_beta,
             micro_batch_tokens=training.token_budget,
             bf16=update_in_bf16(device, training.precision, key="training.precision"),

@@ -203,6 +203,15 @@ async def run_step(
         "loss": metrics.loss if metrics else None,
         "kl": metrics.kl if metrics else None,
         "clip_fraction": metrics.clip_fraction if metrics else None,
+        # By update number (a table, so that trackers get clip_fraction_by_update/N).
+        "clip_fraction_by_update": (
+            {str(n): f for n, f in enumerate(metrics.clip_fraction_by_update, 1)}
+            if metrics
+            else None
+        ),
+        "updates": metrics.updates if metrics else 0,
+        "approx_kl": metrics.approx_kl if metrics else None,
+        "entropy": metrics.entropy if metrics else None,
         "mean_ratio": metrics.mean_ratio if metrics else None,
         "engine_mismatch_kl": metrics.engine_mismatch_kl if metrics else None,
         "tis_capped_fraction": metrics.tis_capped_fraction if metrics else None,

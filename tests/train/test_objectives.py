@@ -1,0 +1,44 @@
+"""Each objective, advantage and normalisation through ``osmosis train run`` (in this
+process): the config reaches the learner, the step applies, and its metrics say so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.train.training_project import lines, train_here, workspace, write_rows
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        'loss = "gspo"\nnormalisation = "sequence"',
+        'loss = "cispo"\nadvantage = "rloo"',
+        'normalisation = "constant"\nadvantage_scale = "none"',
+    ],
+    ids=["gspo", "cispo-rloo", "dr-grpo"],
+)
+async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
+    tmp_path: Path, tiny_model_dir: Path, settings: str
+) -> None:
+    config = workspace(
+        tmp_path / "ws",
+        tiny_model_dir,
+        f'steps = 1\nepochs = 2\nmini_batches = 2\nprecision = "fp32"\n{settings}',
+    )
+    write_rows(tmp_path / "ws", metadata={"random_reward": True})
+    outcome = await train_here(config)
+    assert outcome.steps_done == 1
+    run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
+    [line] = lines(run_dir / "metrics.jsonl")
+    assert line["updates"] == 4 and list(line["clip_fraction_by_update"]) == ["1", "2", "3", "4"]
+    assert line["clip_fraction_by_update"]["1"] == 0  # on-policy at the step's start
+    assert line["approx_kl"] > 0 and line["entropy"] > 0
+    assert line["engine_mismatch_kl"] < 1e-6, line
+    [start] = [e for e in lines(run_dir / "events.jsonl") if e["event"] == "start"]
+    for setting in settings.split("\n"):
+        key, value = (part.strip().strip('"') for part in setting.split("="))
+        assert str(start["training"][key]) == value, (key, start["training"])
