@@ -7,6 +7,8 @@ import math
 import pytest
 
 from osmosis_ai.train.algorithm.advantages import (
+    overlong_penalty,
+    overlong_shaped,
     group_advantages,
     token_weights,
     zero_gradient_groups,
@@ -106,3 +108,22 @@ def test_constant_normalisation_divides_each_rollouts_sum_by_one_constant() -> N
         make_sequence("b", "g", 0.0, (5, 6, 7, 8)),  # ... and 2 more: one rollout of 3
     ]
     assert token_weights(sequences, "constant", 8) == pytest.approx([1 / 16] * 3)
+
+
+def test_the_overlong_penalty_falls_from_0_to_minus_1_over_the_buffer() -> None:
+    """DAPO's soft punishment with a limit of 100 and a buffer of 20: free up to 80 tokens,
+    then linear to -1 at the limit; a buffer of 0 is a fifth of the limit."""
+    values = [overlong_penalty(n, 100, 20) for n in (10, 80, 90, 99, 100)]
+    assert values == pytest.approx([0.0, 0.0, -0.5, -0.95, -1.0])
+    assert overlong_penalty(90, 100, 0) == pytest.approx(-0.5)
+
+
+def test_overlong_shaping_lowers_the_reward_of_long_rollouts_only() -> None:
+    import dataclasses
+
+    short = dataclasses.replace(make_sequence("a", "g", 1.0), longest_completion=10)
+    long = dataclasses.replace(make_sequence("b", "g", 1.0), longest_completion=95, truncated=True)
+    shaped = overlong_shaped([short, long], max_tokens=100, buffer=20)
+    assert [s.reward for s in shaped] == pytest.approx([1.0, 0.25])
+    # Equal grader rewards, different lengths: the group now has a gradient.
+    assert group_advantages(shaped)[0] > 0 > group_advantages(shaped)[1]

@@ -111,7 +111,7 @@ def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
         ("loss", "ppo"),
         ("epochs", 0),
         ("mini_batches", 0),
-        ("constant_tokens", 0),
+        ("max_tokens", 0),
         ("kl_beta", math.inf),
         ("advantage_scale", "mad"),
         ("advantage", "ppo"),

@@ -107,3 +107,32 @@ def test_the_advantage_setting_reaches_the_update_and_a_bad_one_is_one_line(
     with pytest.raises(ConfigError, match=r"training\.advantage.*grpo.*rloo") as caught:
         load_train_config(bad)
     assert "\n" not in str(caught.value)
+
+
+def test_the_algorithm_settings_reach_the_update_and_bad_ones_are_one_line(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    import torch
+
+    settings = (
+        'loss = "cispo"\nclip_low = 1.0\nnormalisation = "constant"\nepochs = 2\n'
+        'mini_batches = 3\noverlong = "penalty"\noverlong_buffer = 4'
+    )
+    config = load_train_config(_workspace(tmp_path / "ws", tiny_model_dir, settings))
+    learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
+    grpo = learner.grpo
+    assert (grpo.loss, grpo.clip, grpo.normalisation) == ("cispo", (1.0, 3.0), "constant")
+    assert (grpo.epochs, grpo.mini_batches, grpo.max_tokens) == (2, 3, 8)
+    assert (grpo.overlong, grpo.overlong_buffer) == ("penalty", 4)
+    for training, message in (
+        ('loss = "grpo"', r"training\.loss .*ppo_clip.*gspo.*cispo"),
+        ("clip_low = 1.0", r"training\.clip_low must be below 1"),
+        ('loss = "cispo"\nclip_low = 1.5', r"training\.clip_low must be below 1"),
+        ("epochs = 0", r"training\.epochs"),
+        ('overlong = "drop"', r"training\.overlong .*keep.*mask.*penalty"),
+        ("overlong_buffer = 9", r"training\.overlong_buffer \(9\) is more than max_tokens \(8\)"),
+    ):
+        bad = _workspace(tmp_path / str(abs(hash(training))), tiny_model_dir, training)
+        with pytest.raises(ConfigError, match=message) as caught:
+            load_train_config(bad)
+        assert "\n" not in str(caught.value)

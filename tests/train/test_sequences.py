@@ -212,6 +212,7 @@ def _record(
     grammar: str | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
+    finish_reason: str | None = None,
 ) -> CallRecord:
     data = CallData(
         prompt_token_ids=prompt,
@@ -220,6 +221,7 @@ def _record(
         grammar=grammar,
         top_k=top_k,
         top_p=top_p,
+        finish_reason=finish_reason,
     )
     return CallRecord.from_call(
         rollout_id="r",
@@ -353,6 +355,21 @@ async def test_a_json_record_with_a_bad_top_k_or_top_p_is_refused(field: str, va
     record = _record(0, [1], [2], [-0.1]).to_json() | {field: value}
     with pytest.raises(ConfigError, match=rf"rollout 'r'.*'{field}' must be"):
         _build([record])
+
+
+async def test_a_sequence_knows_whether_its_rollout_ran_into_the_token_limit() -> None:
+    """Every piece of a rollout carries the rollout's longest completion and whether any call
+    stopped at its limit (``overlong`` acts on the rollout)."""
+    calls = [
+        _record(0, [1, 2], [3, 4, 5], [-0.1] * 3, finish_reason="length"),
+        _record(1, [7, 8], [9], [-0.2], finish_reason="stop"),  # a new context: a fork
+    ]
+    pieces, _ = _build(calls)
+    assert len(pieces) == 2
+    assert all(p.truncated and p.longest_completion == 3 for p in pieces)
+    assert _build([call.to_json() for call in calls])[0] == pieces
+    (plain,), _ = _build([calls[1]])
+    assert not plain.truncated and plain.longest_completion == 1
 
 
 async def test_an_unknown_drift_policy_is_refused() -> None:

@@ -12,7 +12,12 @@ from transformers import LlamaForCausalLM
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
-from osmosis_ai.train.algorithm.update import NonFiniteStepError, _mini_batches, train_step
+from osmosis_ai.train.algorithm.update import (
+    NonFiniteStepError,
+    _mini_batches,
+    _weights,
+    train_step,
+)
 from tests.train.conftest import VOCAB, make_sequence, on_policy, tiny_llama
 
 
@@ -190,3 +195,18 @@ def test_mini_batches_hold_whole_rollouts_dealt_in_an_order_drawn_from_the_step(
     assert _mini_batches(sequences, 2, step=7) == batches
     assert len(_mini_batches(sequences[:1], 4, step=7)) == 1  # fewer rollouts than batches
     assert _mini_batches(sequences, 1, step=7) == [list(range(len(sequences)))]
+
+
+def test_masked_overlong_rollouts_weigh_nothing_and_are_not_counted() -> None:
+    """``overlong = "mask"``: a truncated rollout's tokens get weight 0, and the others are
+    averaged as if it were not there (its reward still sat in its group's baseline)."""
+    import dataclasses
+
+    sequences = _step_sequences()[:3]
+    sequences[1] = dataclasses.replace(sequences[1], truncated=True)
+    kept = [sequences[0], sequences[2]]
+    total = sum(s.policy_tokens for s in kept)
+    masked = _weights(sequences, GrpoConfig(overlong="mask"))
+    assert masked == pytest.approx([1 / total, 0.0, 1 / total])
+    every = sum(s.policy_tokens for s in sequences)
+    assert _weights(sequences, GrpoConfig()) == pytest.approx([1 / every] * 3)

@@ -451,6 +451,28 @@ TRAINING = Section(
             joins_row=True,
         ),
         Key(
+            "overlong",
+            "choice",
+            default="keep",
+            choices=("keep", "mask", "penalty"),
+            commented=True,
+            comment='replies cut at max_tokens: "keep", "mask" (no loss), "penalty" (DAPO)',
+            docs='rollouts a call of which stopped at `max_tokens`: trained as they are '
+            '(`"keep"`), left out of the loss but not of their group (`"mask"`), or rewarded '
+            'less near the limit (`"penalty"`, DAPO); see [overlong replies](#overlong-replies)',
+        ),
+        Key(
+            "overlong_buffer",
+            "integer",
+            default=0,
+            bound="non-negative",
+            commented=True,
+            comment='with "penalty": it grows from 0 to -1 over the last N tokens',
+            docs='with `"penalty"`: the last tokens before `max_tokens` over which it grows '
+            "from 0 to -1",
+            docs_default="`max_tokens` / 5",
+        ),
+        Key(
             "advantage",
             "choice",
             default="grpo",

@@ -66,6 +66,12 @@ class TrainingConfig:
     epochs: int = 1
     """Passes over a step's rollouts, each in ``mini_batches`` optimiser steps."""
     mini_batches: int = 1
+    overlong: Literal["keep", "mask", "penalty"] = "keep"
+    """Rollouts a model call of which stopped at ``max_tokens``: trained as they are, left
+    out of the loss (``mask``), or rewarded less as replies near the limit (``penalty``)."""
+    overlong_buffer: int = 0
+    """``penalty`` grows from 0 to -1 over the last this many tokens (0: a fifth of
+    ``max_tokens``)."""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """The baseline of a reward: its group's mean, or the mean of the group's others."""
     advantage_scale: Literal["std", "none"] = "std"
@@ -271,6 +277,19 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
         raise src.error(
             ("training", "lora_dropout"),
             f"training.lora_dropout must be below 1, got {training.lora_dropout}",
+        )
+    low = training.clip_low
+    if low is not None and (low > 1 or (low == 1 and training.loss != "cispo")):
+        raise src.error(
+            ("training", "clip_low"),
+            f"training.clip_low must be below 1 (the ratio's floor is 1 - clip_low; "
+            f'loss = "cispo" takes 1, no floor), got {low}',
+        )
+    if training.overlong_buffer > training.max_tokens:
+        raise src.error(
+            ("training", "overlong_buffer"),
+            f"training.overlong_buffer ({training.overlong_buffer}) is more than max_tokens "
+            f"({training.max_tokens}); the penalty grows over the last tokens before it",
         )
     if training.eval_samples > 1 and not training.eval_temperature:
         raise src.error(

@@ -6,12 +6,14 @@
   the groups whose rewards are all equal: they carry no gradient.
 - ``token_weights``: how the loss averages tokens: over the step's tokens, per rollout, or
   per rollout over a constant.
+- ``overlong_penalty``: DAPO's soft penalty for replies that ran to their token limit.
 
 Pure Python (no torch): the runner picks the groups to run again before any update.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -23,6 +25,8 @@ __all__ = [
     "Baseline",
     "Scale",
     "group_advantages",
+    "overlong_penalty",
+    "overlong_shaped",
     "relative_advantages",
     "token_weights",
     "zero_gradient_groups",
@@ -101,14 +105,14 @@ def relative_advantages(
 def token_weights(
     sequences: Sequence[TrainingSequence],
     normalisation: Literal["token", "sequence", "constant"],
-    constant_tokens: int = 1024,
+    max_tokens: int = 1024,
 ) -> list[float]:
     """The weight of one policy token of each sequence, so the step's loss is a weighted sum.
 
     ``"token"``: 1 / (policy tokens of the whole step), every token counts the same (DAPO).
     ``"sequence"``: 1 / (the rollout's policy tokens × rollouts), every rollout counts the
     same (GRPO), once however many sequences a fork split it into: its tokens are averaged
-    over all its pieces. ``"constant"``: 1 / (``constant_tokens`` × rollouts), each rollout's
+    over all its pieces. ``"constant"``: 1 / (``max_tokens`` × rollouts), each rollout's
     tokens summed and divided by one constant (Dr. GRPO, Liu et al. 2025): a long reply's
     tokens weigh what a short one's do, so the loss has no length bias. Computed over all of
     ``sequences``, so micro-batches add up to their full-batch loss.
@@ -122,10 +126,31 @@ def token_weights(
         per_rollout[sequence.rollout_id] += count
     trained = sum(1 for count in per_rollout.values() if count)
     return [
-        1.0
-        / (constant_tokens if normalisation == "constant" else per_rollout[s.rollout_id])
-        / trained
+        1.0 / (max_tokens if normalisation == "constant" else per_rollout[s.rollout_id]) / trained
         if count
         else 0.0
         for s, count in zip(sequences, counts, strict=True)
+    ]
+
+
+def overlong_penalty(longest: int, max_tokens: int, buffer: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476) of a rollout whose
+    longest model call generated ``longest`` tokens of at most ``max_tokens``: 0 up to
+    ``max_tokens - buffer`` tokens, then falling linearly to -1 at ``max_tokens`` (a reply
+    cut off there). ``buffer`` 0 means a fifth of ``max_tokens`` (DAPO's 4,096 of 20,480)."""
+    buffer = buffer or max(1, max_tokens // 5)
+    free = max_tokens - buffer
+    return 0.0 if longest <= free else max(-1.0, (free - longest) / buffer)
+
+
+def overlong_shaped(
+    sequences: Sequence[TrainingSequence], max_tokens: int, buffer: int
+) -> list[TrainingSequence]:
+    """``sequences`` with `overlong_penalty` added to each rollout's reward (the grader's
+    reward stays in the rollout's record; this shapes only what the update learns from)."""
+    return [
+        dataclasses.replace(
+            s, reward=s.reward + overlong_penalty(s.longest_completion, max_tokens, buffer)
+        )
+        for s in sequences
     ]

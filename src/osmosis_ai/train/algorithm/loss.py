@@ -65,9 +65,17 @@ class GrpoConfig:
     """Divide by the group's reward std (GRPO) or not (Dr. GRPO)."""
     normalisation: Literal["token", "sequence", "constant"] = "token"
     """Average over every policy token of the step (DAPO), per rollout then over rollouts
-    (GRPO), or sum each rollout's tokens and divide by ``constant_tokens`` (Dr. GRPO)."""
-    constant_tokens: int = 1024
-    """The constant of ``normalisation="constant"`` (a run's ``max_tokens``)."""
+    (GRPO), or sum each rollout's tokens and divide by ``max_tokens`` (Dr. GRPO)."""
+    max_tokens: int = 1024
+    """The rollouts' completion limit per call: the constant of ``normalisation="constant"``
+    and the length ``overlong`` measures against."""
+    overlong: Literal["keep", "mask", "penalty"] = "keep"
+    """Rollouts a call of which stopped at ``max_tokens``: trained as they are, left out of
+    the loss (``mask``, DAPO's overlong filtering; they still count in their group's
+    baseline), or ``penalty``: see ``advantages.overlong_penalty``."""
+    overlong_buffer: int = 0
+    """The last tokens before ``max_tokens`` over which ``penalty`` grows from 0 to -1
+    (0: a fifth of ``max_tokens``)."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
     epochs: int = 1
@@ -105,6 +113,7 @@ class GrpoConfig:
             "advantage": ("grpo", "rloo"),
             "advantage_scale": ("std", "none"),
             "normalisation": ("token", "sequence", "constant"),
+            "overlong": ("keep", "mask", "penalty"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -125,8 +134,13 @@ class GrpoConfig:
         for name in ("epochs", "mini_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)!r}")
-        if self.constant_tokens < 1:
-            raise ConfigError(f"constant_tokens must be at least 1, not {self.constant_tokens!r}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be at least 1, not {self.max_tokens!r}")
+        if not 0 <= self.overlong_buffer <= self.max_tokens:
+            raise ConfigError(
+                f"overlong_buffer must be between 0 and max_tokens ({self.max_tokens}), "
+                f"not {self.overlong_buffer!r}"
+            )
         if self.micro_batch_tokens < 2:
             raise ConfigError(
                 f"micro_batch_tokens must be at least 2, not {self.micro_batch_tokens!r}"

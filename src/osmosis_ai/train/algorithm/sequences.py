@@ -134,6 +134,10 @@ class TrainingSequence:
     versions: tuple[int, ...] = ()
     """The weight version that generated each of its completions, in order (a rollout may
     span versions under asynchronous training); empty when the records carry none."""
+    truncated: bool = False
+    """A model call of its rollout stopped at its token limit (finish reason ``length``)."""
+    longest_completion: int = 0
+    """The most tokens one model call of its rollout generated."""
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
@@ -211,6 +215,7 @@ class _CallTokens:
     version: int | None = None
     top_k: int = 0
     top_p: float = 1.0
+    finish_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -322,6 +327,8 @@ def _rollout_sequences(
     if not any(1 in building.mask for building in chained):
         return Exclusion.NO_POLICY_TOKENS
     reward = float(result.sample.reward)
+    truncated = any(call.finish_reason == "length" for call in calls)
+    longest = max(len(call.completion) for call in calls)
     return [
         TrainingSequence(
             rollout_id=result.rollout_id,
@@ -333,6 +340,8 @@ def _rollout_sequences(
             grammar_spans=tuple(building.spans),
             truncation_spans=tuple(building.cuts),
             versions=tuple(building.versions),
+            truncated=truncated,
+            longest_completion=longest,
         )
         for building in chained
         if 1 in building.mask
@@ -413,6 +422,7 @@ def _call_tokens(
         version: object = call.policy_version
         top_k: object = call.top_k
         top_p: object = call.top_p
+        finish: object = call.finish_reason
     else:
         status = call.get("status", "ok")
         prompt = call.get("prompt_token_ids")
@@ -422,6 +432,7 @@ def _call_tokens(
         version = call.get("policy_version")
         top_k = call.get("top_k")
         top_p = call.get("top_p")
+        finish = call.get("finish_reason")
     if status == "error":
         return None
     if prompt is None:
@@ -470,4 +481,5 @@ def _call_tokens(
         version=version,
         top_k=top_k or 0,
         top_p=1.0 if top_p is None else float(top_p),
+        finish_reason=finish if isinstance(finish, str) else None,
     )

@@ -191,7 +191,7 @@ def _apply(
     Raises:
         NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
     """
-    weights = token_weights(sequences, config.normalisation, config.constant_tokens)
+    weights = _weights(sequences, config)
     batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
     optimizer.zero_grad(set_to_none=True)
     total, entropy_sum = 0.0, 0.0
@@ -235,6 +235,16 @@ def _apply(
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return _Applied(total, grad_norm, parts, entropy_sum)
+
+
+def _weights(sequences: list[TrainingSequence], config: GrpoConfig) -> list[float]:
+    """`token_weights`, over the sequences that train: under ``overlong = "mask"`` a
+    truncated rollout's tokens weigh 0 and are not counted."""
+    if config.overlong != "mask":
+        return token_weights(sequences, config.normalisation, config.max_tokens)
+    kept = [s for s in sequences if not s.truncated]
+    weights = iter(token_weights(kept, config.normalisation, config.max_tokens))
+    return [0.0 if s.truncated else next(weights) for s in sequences]
 
 
 def _mini_batches(sequences: Sequence[TrainingSequence], count: int, step: int) -> list[list[int]]:

@@ -17,8 +17,14 @@ from osmosis_ai.errors import PolicyError
 from osmosis_ai.eval.metrics import passes
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
-from osmosis_ai.train.algorithm.advantages import zero_gradient_groups
-from osmosis_ai.train.algorithm.sequences import RolloutRecords, TrainingSequence, build_sequences
+from osmosis_ai.train.algorithm.advantages import overlong_shaped, zero_gradient_groups
+from osmosis_ai.train.algorithm.sequences import (
+    RolloutRecords,
+    SequenceStats,
+    TrainingSequence,
+    build_sequences,
+)
+from osmosis_ai.train.config import TrainingConfig
 from osmosis_ai.train.generation.probe import WeightProbe
 from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.admission import StalenessBound, staleness_stats
@@ -69,7 +75,7 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
     sampled = _Sampled(taken.rollouts, 0, 0)
     rows = sorted({int(r.group_id.removeprefix("row-")) for r in taken.rollouts})
     for attempt in range(1, training.resample_zero_gradient + 1):
-        zero = zero_gradient_groups(build_sequences(sampled.done, drift="fork")[0])
+        zero = zero_gradient_groups(_sequences(sampled.done, training)[0])
         if not zero:
             break
         again = [r for r in rows if group_id(r) in zero]
@@ -79,6 +85,17 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
         sampled.done = [d for d in sampled.done if d.group_id not in zero] + fresh
         sampled.resampled += len(again)
     return sampled
+
+
+def _sequences(
+    done: list[RolloutRecords], training: TrainingConfig
+) -> tuple[list[TrainingSequence], SequenceStats]:
+    """The rollouts' training sequences, their rewards shaped by ``overlong = "penalty"``
+    (before the zero-gradient check: two replies of one reward but other lengths differ)."""
+    sequences, stats = build_sequences(done, drift="fork")
+    if training.overlong == "penalty":
+        sequences = overlong_shaped(sequences, training.max_tokens, training.overlong_buffer)
+    return sequences, stats
 
 
 async def probing(run: Run, probe: Awaitable[float]) -> float:
@@ -128,7 +145,7 @@ async def run_step(
     sampled = await _sample(run, step, taken)
     done = sampled.done
     generated = time.monotonic()
-    sequences, stats = build_sequences(done, drift="fork")
+    sequences, stats = _sequences(done, training)
     zero = zero_gradient_groups(sequences)
     trained = [s for s in sequences if s.group_id not in zero]
     _check_budget(trained, step, training.token_budget)
