@@ -127,3 +127,23 @@ def test_json_safe_copy_drops_what_json_cannot_carry(caplog: pytest.LogCaptureFi
     json.dumps(safe.model_dump(mode="json"), allow_nan=False)
     assert "metrics.nan" in caplog.text and "extra_fields.obj" in caplog.text
     assert sample.metrics["nan"] is not None  # the original is untouched
+
+
+def test_turn_rewards_are_finite_numbers_by_model_call_index() -> None:
+    """Keys are a model call's index (JSON's text keys read as theirs), values finite."""
+    import pydantic
+
+    from osmosis_ai.rollout import AgentWorkflowOutput, GraderContext
+
+    sample = RolloutSample(messages=[], turn_rewards={"2": 1, 0: 0.5})
+    assert sample.turn_rewards == {2: 1.0, 0: 0.5}
+    for bad in ({-1: 1.0}, {"x": 1.0}, {True: 1.0}, {1: float("nan")}, {1: "0.5"}):
+        with pytest.raises(pydantic.ValidationError, match="turn_rewards"):
+            RolloutSample(messages=[], turn_rewards=bad)
+    assert AgentWorkflowOutput(messages=[], turn_rewards={1: 0.25}).turn_rewards == {1: 0.25}
+    ctx = GraderContext(sample=RolloutSample(messages=[]))
+    ctx.set_turn_reward(3, 0.5)
+    ctx.set_turn_reward(0, -1)
+    assert ctx.sample is not None and ctx.sample.turn_rewards == {3: 0.5, 0: -1.0}
+    with pytest.raises(pydantic.ValidationError):
+        ctx.set_turn_reward(-2, 0.5)

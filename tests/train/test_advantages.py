@@ -7,12 +7,14 @@ import math
 import pytest
 
 from osmosis_ai.train.algorithm.advantages import (
+    group_advantages,
     overlong_penalty,
     overlong_shaped,
-    group_advantages,
     token_weights,
+    turn_advantages,
     zero_gradient_groups,
 )
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from tests.train.conftest import make_sequence
 
 
@@ -127,3 +129,64 @@ def test_overlong_shaping_lowers_the_reward_of_long_rollouts_only() -> None:
     assert [s.reward for s in shaped] == pytest.approx([1.0, 0.25])
     # Equal grader rewards, different lengths: the group now has a gradient.
     assert group_advantages(shaped)[0] > 0 > group_advantages(shaped)[1]
+
+
+def _turned(
+    rollout: str, length: int, turns: tuple[tuple[int, int], ...], rewards: dict[int, float]
+) -> TrainingSequence:
+    """A sequence of ``length`` tokens (two of context first) whose completions start at
+    ``turns`` (position, call index), its rollout's turn rewards beside."""
+    import dataclasses
+
+    mask = [0, 0] + [1] * (length - 2)
+    return dataclasses.replace(
+        make_sequence(rollout, "g", 1.0, tuple(range(1, length + 1)), mask),
+        turn_starts=turns,
+        turn_rewards=tuple(sorted(rewards.items())),
+    )
+
+
+def test_a_turns_advantage_is_its_return_against_the_same_turn_of_the_others() -> None:
+    """Rollout a: turns 0, 1, 2 with rewards 1 at turns 0 and 2; b: turns 0, 1, reward 0 at
+    0; c: turn 0 only. γ = 0.5: a's returns are 1.25, 0.5, 1; b's 0, 0; c's 0. The scale s is
+    the population std of those six values (0.508607) + 1e-4. a's turn 0 is compared with
+    b's and c's turn 0 (mean 0): 1.25 / s; its turn 1 with b's (0): 0.5 / s; no one else
+    reached its turn 2: 0. b's turn 0 against a's and c's (0.625): -0.625 / s, its turn 1
+    against a's (0.5): -0.5 / s; c's turn 0 against 0.625: -0.625 / s. With λ = 0.5 and
+    outcome advantages 0.3, -0.1, -0.2, each turn's tokens get outcome + λ·turn."""
+    a = _turned("a", 8, ((2, 0), (4, 1), (6, 2)), {0: 1.0, 2: 1.0})
+    b = _turned("b", 6, ((2, 0), (4, 1)), {0: 0.0})
+    c = _turned("c", 4, ((2, 0),), {})
+    s = 0.508607 + 1e-4
+    got = turn_advantages([a, b, c], [0.3, -0.1, -0.2], discount=0.5, weight=0.5)
+    expected = [
+        [0.3] * 2 + [0.3 + 0.5 * 1.25 / s] * 2 + [0.3 + 0.5 * 0.5 / s] * 2 + [0.3] * 2,
+        [-0.1] * 2 + [-0.1 - 0.5 * 0.625 / s] * 2 + [-0.1 - 0.5 * 0.5 / s] * 2,
+        [-0.2] * 2 + [-0.2 - 0.5 * 0.625 / s] * 2,
+    ]
+    for row, values in zip(got, expected, strict=True):
+        assert list(row) == pytest.approx(values, abs=1e-5)
+
+
+def test_without_turn_rewards_turn_credit_is_the_outcome_and_a_fork_counts_once() -> None:
+    plain = [_turned("a", 4, ((2, 0),), {}), _turned("b", 4, ((2, 0),), {})]
+    assert turn_advantages(plain, [0.5, -0.5], discount=0.5, weight=1.0) == [
+        (0.5,) * 4,
+        (-0.5,) * 4,
+    ]
+    # a forked into two pieces (turns 0 and 1): both pieces are one rollout with two turns.
+    pieces = [
+        _turned("a", 4, ((2, 0),), {1: 1.0}),
+        _turned("a", 4, ((2, 1),), {1: 1.0}),
+        _turned("b", 6, ((2, 0), (4, 1)), {}),
+    ]
+    first, second, other = turn_advantages(pieces, [0.0, 0.0, 0.0], discount=1.0, weight=1.0)
+    # Returns: a 1, 1; b 0, 0; s = 0.5 + 1e-4: a's turns +1/s, b's -1/s.
+    assert first[2] == pytest.approx(1 / 0.5001) and second[2] == pytest.approx(1 / 0.5001)
+    assert other[2] == pytest.approx(-1 / 0.5001) and other[4] == pytest.approx(-1 / 0.5001)
+
+
+def test_a_group_with_turn_rewards_is_not_zero_gradient_under_turn_credit() -> None:
+    same = [_turned("a", 4, ((2, 0),), {0: 1.0}), _turned("b", 4, ((2, 0),), {})]
+    assert zero_gradient_groups(same) == {"g"}
+    assert zero_gradient_groups(same, turn_credit=True) == set()

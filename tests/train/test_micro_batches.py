@@ -38,3 +38,13 @@ def test_top_k_and_top_p_are_laid_out_on_the_positions_that_predict_their_tokens
     assert batch.top_p.flatten().tolist() == pytest.approx([1, 0.9, 0.9, 1, 1, 1, 1, 1])
     uncut = collate([plain], [0.0], [1.0])
     assert uncut.top_k is None and uncut.top_p is None
+
+
+def test_per_token_advantages_are_laid_out_on_the_positions_that_predict_their_tokens() -> None:
+    """Credit per turn: token t's advantage sits at position t - 1; a sequence given one
+    number has it everywhere; without per-token values the tensor stays [B, 1]."""
+    long = make_sequence("a", "g", 1.0, (1, 2, 3, 4))
+    short = make_sequence("b", "g", 0.0, (1, 2, 3))
+    batch = collate([long, short], [(0.0, 0.0, 0.5, -0.5), 2.0], [1.0, 1.0])
+    assert batch.advantages.tolist() == [[0.0, 0.5, -0.5], [2.0, 2.0, 2.0]]
+    assert collate([long, short], [1.0, 2.0], [1.0, 1.0]).advantages.shape == (2, 1)

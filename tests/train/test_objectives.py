@@ -42,3 +42,20 @@ async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
     for setting in settings.split("\n"):
         key, value = (part.strip().strip('"') for part in setting.split("="))
         assert str(start["training"][key]) == value, (key, start["training"])
+
+
+@pytest.mark.parametrize("credit", ["outcome", "turn"])
+async def test_turn_rewards_train_a_group_whose_outcomes_are_all_equal_only_with_turn_credit(
+    tmp_path: Path, tiny_model_dir: Path, credit: str
+) -> None:
+    """Every rollout's outcome is 1 and each call gets a random turn reward: under outcome
+    credit no group has a gradient (the step applies no update); under turn credit each does,
+    and the step trains."""
+    config = workspace(tmp_path / "ws", tiny_model_dir, f'steps = 1\ncredit = "{credit}"')
+    write_rows(tmp_path / "ws", metadata={"reward": 1.0, "random_turn_reward": True})
+    await train_here(config)
+    [line] = lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "metrics.jsonl")
+    if credit == "outcome":
+        assert line["zero_gradient_groups"] == 2 and line["loss"] is None, line
+    else:
+        assert line["zero_gradient_groups"] == 0 and line["tokens_trained"] > 0, line

@@ -372,6 +372,28 @@ async def test_a_sequence_knows_whether_its_rollout_ran_into_the_token_limit() -
     assert not plain.truncated and plain.longest_completion == 1
 
 
+async def test_a_sequence_knows_its_turns_and_its_rollouts_turn_rewards() -> None:
+    """Each completion's start and model call index (failed and empty calls have none), and
+    the sample's turn rewards, for credit per turn."""
+    calls = [
+        _record(0, [1, 2], [3, 4], [-0.1, -0.2]),
+        _record(1, None, [], [], error="upstream 500"),
+        _record(2, [1, 2, 3, 4, 5], [6], [-0.3]),
+    ]
+    result = RolloutResultResponse(
+        rollout_id="r", status="success", sample={"reward": 1.0, "turn_rewards": {"2": 0.5}}
+    )
+    (sequence,), _ = build_sequences([RolloutRecords(result, "g", calls)])
+    assert sequence.turn_starts == ((2, 0), (5, 2))
+    assert sequence.turn_rewards == ((2, 0.5),)
+    # A realign at the first completion's start cuts it away: the second turn is left.
+    drifted = _record(2, [1, 2, 9], [6], [-0.3])
+    (realigned,), _ = build_sequences(
+        [RolloutRecords(result, "g", [calls[0], drifted])], drift="realign"
+    )
+    assert realigned.token_ids == (1, 2, 9, 6) and realigned.turn_starts == ((3, 2),)
+
+
 async def test_an_unknown_drift_policy_is_refused() -> None:
     with pytest.raises(ConfigError, match="drift must be 'fork' or 'realign'"):
         _build([], drift="merge")

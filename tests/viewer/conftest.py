@@ -29,11 +29,11 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 ARTIFACT_TEXT = "hello from an artifact"
 FAILURE = "the tool broke on purpose"
 
-#: Rows of the finished run: a passing two-turn rollout with an artifact, a failing one, and
-#: one whose messages carry markup.
+#: Rows of the finished run: a passing two-turn rollout with an artifact and a reward for its
+#: second turn, a failing one, and one whose messages carry markup.
 FINISHED_ROWS: list[dict[str, Any]] = [
     {"user_prompt": "say token0", "ground_truth": "token0",
-     "metadata": {"turns": 2, "artifact": ARTIFACT_TEXT}},
+     "metadata": {"turns": 2, "artifact": ARTIFACT_TEXT, "turn_reward": 0.25}},
     {"user_prompt": "say token1", "ground_truth": "token1", "metadata": {"fail": FAILURE}},
     {"user_prompt": XSS, "ground_truth": "nope"},
 ]  # fmt: skip

@@ -67,6 +67,16 @@ async def test_trajectory_page_lists_and_serves_artifacts(page: Page, viewer_url
     assert await asyncio.to_thread(saved.read_text) == "hello from an artifact"
 
 
+async def test_a_turn_reward_shows_on_the_agent_step_of_its_model_call(
+    page: Page, viewer_url: str
+) -> None:
+    await _open_item(page, viewer_url, "#items tbody tr[data-rollout] >> nth=0")
+    steps = page.locator("#steps .step.source-agent")
+    assert await steps.count() == 2
+    assert await steps.nth(0).locator(".turn-reward").count() == 0
+    assert await steps.nth(1).locator(".turn-reward").inner_text() == "turn reward 0.250"
+
+
 async def test_dot_dot_artifact_paths_are_refused(page: Page, viewer_url: str) -> None:
     await page.goto(f"{viewer_url}#/run/finished")
     rollout_id = await page.locator("#items tbody tr[data-rollout]").first.get_attribute(

@@ -451,13 +451,43 @@ TRAINING = Section(
             joins_row=True,
         ),
         Key(
+            "credit",
+            "choice",
+            default="outcome",
+            choices=("outcome", "turn"),
+            commented=True,
+            comment='"turn": a turn\'s tokens also get credit from the turn rewards set',
+            docs='`"outcome"`: every token gets its rollout\'s advantage; `"turn"`: a turn\'s '
+            "tokens also get one from the turn rewards a workflow or grader set "
+            "([credit per turn](#credit-per-turn))",
+        ),
+        Key(
+            "turn_discount",
+            "number",
+            default=0.5,
+            bound="non-negative",
+            commented=True,
+            comment="with credit = \"turn\": a turn's return is r + discount x the next's",
+            docs="with `\"turn\"`: γ of a turn's return and λ, the weight of a turn's advantage "
+            "beside the outcome's",
+        ),
+        Key(
+            "turn_weight",
+            "number",
+            default=0.5,
+            bound="non-negative",
+            commented=True,
+            comment='with credit = "turn": the weight of a turn\'s advantage',
+            joins_row=True,
+        ),
+        Key(
             "overlong",
             "choice",
             default="keep",
             choices=("keep", "mask", "penalty"),
             commented=True,
             comment='replies cut at max_tokens: "keep", "mask" (no loss), "penalty" (DAPO)',
-            docs='rollouts a call of which stopped at `max_tokens`: trained as they are '
+            docs="rollouts a call of which stopped at `max_tokens`: trained as they are "
             '(`"keep"`), left out of the loss but not of their group (`"mask"`), or rewarded '
             'less near the limit (`"penalty"`, DAPO); see [overlong replies](#overlong-replies)',
         ),

@@ -368,7 +368,10 @@ def _agent_sample(paths: ContainerPaths) -> RolloutSample | None:
         if result.sample is not None:
             return result.sample
         if result.output is not None and result.output.messages is not None:
-            return RolloutSample(messages=result.output.messages, metrics=result.output.metrics)
+            output = result.output
+            return RolloutSample(
+                messages=output.messages, metrics=output.metrics, turn_rewards=output.turn_rewards
+            )
     from osmosis_ai.rollout.trajectory.convert import messages_from_trajectory
 
     for candidate in sorted(paths.agent_logs_dir.glob("*trajectory*.json")):

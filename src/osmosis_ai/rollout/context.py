@@ -344,3 +344,20 @@ class GraderContext:
                 "sample=RolloutSample(messages=[...])"
             )
         self.sample.reward = reward
+
+    def set_turn_reward(self, turn: int, reward: float) -> None:
+        """Reward one turn of the sample: its model call ``turn`` (0-based; in a
+        chat-completions history, the ``turn + 1``-th assistant message). The sample's
+        ``reward`` stays the outcome; see ``RolloutSample.turn_rewards``.
+
+        Raises:
+            ConfigError: There is no sample (as `set_reward`).
+            pydantic.ValidationError: ``turn`` is not an integer of at least 0, or ``reward``
+                is not a finite number.
+        """
+        if self.sample is None:
+            raise ConfigError(
+                "GraderContext has no sample to reward: build it with "
+                "sample=RolloutSample(messages=[...])"
+            )
+        self.sample.turn_rewards = {**self.sample.turn_rewards, turn: reward}

@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from osmosis_ai.rollout._copy import deep_copy
 
-__all__ = ["AgentWorkflowOutput", "FiniteNumber", "JSONObject", "RolloutSample"]
+__all__ = ["AgentWorkflowOutput", "FiniteNumber", "JSONObject", "RolloutSample", "TurnRewards"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,23 @@ def _require_real(value: object) -> object:
 
 #: A finite ``float``; booleans, strings, NaN and infinities are rejected.
 FiniteNumber = Annotated[float, BeforeValidator(_require_real)]
+
+
+def _require_turns(value: object) -> object:
+    # JSON keys are text: "2" is turn 2, as the wire carries it; anything else is refused.
+    if not isinstance(value, dict):
+        return value
+    turns: dict[object, object] = {}
+    for key, reward in value.items():
+        turn = int(key) if isinstance(key, str) and key.isdigit() else key
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+            raise ValueError(f"turn {key!r} must be a model call's index: an integer of at least 0")
+        turns[turn] = reward
+    return turns
+
+
+#: Rewards of single model calls of a rollout, by the call's 0-based index.
+TurnRewards = Annotated[dict[int, FiniteNumber], BeforeValidator(_require_turns)]
 
 
 def _copy_messages(data: dict[str, Any]) -> list[JSONObject] | None:
@@ -82,6 +99,12 @@ class RolloutSample(BaseModel):
 
     remove_sample: bool = False
     """Exclude this sample from training and scoring."""
+
+    turn_rewards: TurnRewards = Field(default_factory=dict)
+    """Optional rewards of single turns, by model call: ``{2: 0.5}`` rewards the rollout's
+    third model call (in a chat-completions history, its third assistant message), e.g. for
+    a tool call that succeeded. ``reward`` stays the outcome; a trainer with
+    ``credit = "turn"`` gives each turn's tokens credit from the rewards from that turn on."""
 
     metrics: dict[str, Any] = Field(default_factory=dict)
     """Free-form numeric telemetry of the sample."""
@@ -192,6 +215,9 @@ class AgentWorkflowOutput(BaseModel):
 
     metrics: dict[str, FiniteNumber] = Field(default_factory=dict)
     """Finite numeric measurements attached to the sample."""
+
+    turn_rewards: TurnRewards = Field(default_factory=dict)
+    """Rewards of single model calls, by index: the sample's ``turn_rewards``."""
 
     info: dict[str, Any] = Field(default_factory=dict)
     """Reserved; not passed to graders."""

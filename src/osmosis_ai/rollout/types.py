@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from osmosis_ai.rollout.ids import is_single_path_segment
-from osmosis_ai.rollout.sample import FiniteNumber, JSONObject
+from osmosis_ai.rollout.sample import FiniteNumber, JSONObject, TurnRewards
 from osmosis_ai.rollout.status import (
     TERMINAL_STATUSES,
     CancelDisposition,
@@ -139,6 +139,8 @@ class WireSample(_Wire):
     remove_sample: bool = False
     metrics: dict[str, Any] = Field(default_factory=dict)
     extra_fields: dict[str, Any] = Field(default_factory=dict)
+    turn_rewards: TurnRewards = Field(default_factory=dict)
+    """Rewards of single model calls by index (JSON keys are text); absent unless set."""
 
 
 class RolloutResultResponse(_Wire):

@@ -69,6 +69,10 @@ class TrainingConfig:
     overlong: Literal["keep", "mask", "penalty"] = "keep"
     """Rollouts a model call of which stopped at ``max_tokens``: trained as they are, left
     out of the loss (``mask``), or rewarded less as replies near the limit (``penalty``)."""
+    credit: Literal["outcome", "turn"] = "outcome"
+    """Whose advantage a token gets: its rollout's, or with turn rewards also its turn's."""
+    turn_discount: float = 0.5
+    turn_weight: float = 0.5
     overlong_buffer: int = 0
     """``penalty`` grows from 0 to -1 over the last this many tokens (0: a fifth of
     ``max_tokens``)."""
@@ -284,6 +288,12 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
             ("training", "clip_low"),
             f"training.clip_low must be below 1 (the ratio's floor is 1 - clip_low; "
             f'loss = "cispo" takes 1, no floor), got {low}',
+        )
+    if training.turn_discount > 1:
+        raise src.error(
+            ("training", "turn_discount"),
+            f"training.turn_discount must be at most 1 (a turn's return discounts the ones "
+            f"after it), got {training.turn_discount}",
         )
     if training.overlong_buffer > training.max_tokens:
         raise src.error(

@@ -7,6 +7,7 @@ from typing import Any
 from osmosis_ai.rollout import (
     AgentWorkflow,
     AgentWorkflowContext,
+    AgentWorkflowOutput,
     ExecutionBackend,
     ExecutionOutcome,
     ExecutionRequest,
@@ -89,3 +90,46 @@ async def test_failed_rollout_travels_without_reward(serve: ServeFactory) -> Non
         result = await _result(server, "failed")
     assert result.status is RolloutStatus.FAILURE
     assert result.sample is not None and result.sample.reward is None
+
+
+class TwoTurns(AgentWorkflow):
+    """Two model calls' worth of history; the first call's tool call succeeded."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        messages = [
+            *ctx.prompt,
+            {"role": "assistant", "content": "6*7"},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": "42"},
+        ]
+        return AgentWorkflowOutput(messages=messages, turn_rewards={0: 0.5})
+
+
+class RewardsTheLastTurn(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        ctx.set_reward(1.0)
+        ctx.set_turn_reward(1, 0.25)
+
+
+async def test_turn_rewards_travel_only_when_set(serve: ServeFactory) -> None:
+    """Set by the workflow (``AgentWorkflowOutput``) and the grader (``set_turn_reward``),
+    the sample's turn rewards reach the poller beside the outcome; a sample without any
+    keeps the reference's wire shape, no ``turn_rewards`` key."""
+    from osmosis_ai.rollout.types import POLLING_LEASE_HEADER
+
+    async with serve(LocalBackend(workflow=TwoTurns, grader=RewardsTheLastTurn)) as server:
+        result = await _result(server, "turns")
+    async with serve() as server:  # Answer, graded by ExactMatch: no turn rewards
+        lease = (await server.admit("plain")).json()["polling_lease_token"]
+        raw = {}
+        for _ in range(100):
+            raw = (
+                await server.http.get(
+                    "/rollout/plain/result", headers={POLLING_LEASE_HEADER: lease}
+                )
+            ).json()
+            if raw["status"] == "success":
+                break
+    assert result.status is RolloutStatus.SUCCESS
+    assert result.sample.reward == 1.0 and result.sample.turn_rewards == {0: 0.5, 1: 0.25}
+    assert raw["status"] == "success" and "turn_rewards" not in raw["sample"]

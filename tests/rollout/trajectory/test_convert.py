@@ -642,3 +642,26 @@ def test_messages_from_trajectory_tolerates_junk() -> None:
     assert messages_from_trajectory({"steps": [None, {"source": "user"}]}) == [
         {"role": "user", "content": ""}
     ]
+
+
+def test_turn_rewards_sit_on_the_agent_steps_of_their_model_calls() -> None:
+    """Turn i is the rollout's (i + 1)-th model call, the (i + 1)-th agent step; a turn
+    without a step (more rewards than agent messages) stays in the document's list."""
+    sample = RolloutSample(
+        messages=[
+            {"role": "user", "content": "add"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "add", "arguments": "{\"a\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"},
+            {"role": "assistant", "content": "1"},
+        ],
+        turn_rewards={0: 0.5, 1: 1.0, 4: 2.0},
+    )  # fmt: skip
+    document = convert_sample_to_trajectory(sample, rollout_id="r").to_json_dict()
+    agent = [step for step in document["steps"] if step["source"] == "agent"]
+    assert [step["extra"]["osmosis"]["turn_reward"] for step in agent] == [0.5, 1.0]
+    assert document["extra"]["osmosis"]["turn_rewards"] == {"0": 0.5, "1": 1.0, "4": 2.0}
+    plain = convert([{"role": "assistant", "content": "x"}])
+    assert "turn_rewards" not in plain["extra"]["osmosis"]
+    assert "extra" not in plain["steps"][0]

@@ -92,6 +92,7 @@ async def run_workflow_phase(
                 messages=output.messages,
                 label=request.label,
                 metrics=dict(output.metrics),
+                turn_rewards=dict(output.turn_rewards),
             )
 
         limit = request.agent_timeout_sec

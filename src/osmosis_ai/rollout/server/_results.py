@@ -69,6 +69,9 @@ def _wire_sample(sample: RolloutSample, status: RolloutStatus) -> dict[str, Any]
         "remove_sample": safe.remove_sample,
         "metrics": safe.metrics,
         "extra_fields": safe.extra_fields,
+        # Only when a workflow or grader set some: the wire stays the reference's otherwise
+        # (whose clients ignore a key they do not know).
+        **({"turn_rewards": dict(safe.turn_rewards)} if kept and safe.turn_rewards else {}),
     }
 
 

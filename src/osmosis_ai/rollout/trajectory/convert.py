@@ -125,6 +125,17 @@ def chat_messages_to_steps(messages: Sequence[object]) -> list[JSONObject]:
     return steps
 
 
+def _mark_turn_rewards(steps: list[JSONObject], turn_rewards: Mapping[int, float]) -> None:
+    """Put each turn reward on its agent step (turn ``i``: the ``i + 1``-th agent step, the
+    model call that wrote it) as ``extra.osmosis.turn_reward``; the document keeps them all
+    in ``extra.osmosis.turn_rewards`` whether or not a step matched."""
+    agent_steps = [step for step in steps if step["source"] == "agent"]
+    for turn, reward in turn_rewards.items():
+        if turn < len(agent_steps):
+            extra = agent_steps[turn].setdefault("extra", {})
+            extra.setdefault("osmosis", {})["turn_reward"] = reward
+
+
 def _osmosis_extra(
     sample: RolloutSample,
     rollout_id: str,
@@ -139,6 +150,7 @@ def _osmosis_extra(
         "rollout_id": rollout_id,
         "label": label,
         "reward": sample.reward,
+        "turn_rewards": {str(t): r for t, r in sample.turn_rewards.items()} or None,
         "sample_metrics": safe.metrics,
         "sample_extra_fields": safe.extra_fields or None,
         "request_metadata": dict(request_metadata) if request_metadata is not None else None,
@@ -198,6 +210,7 @@ def convert_sample_to_trajectory(
             "one step"
         )
     merge = apply_report(steps, report, default_model_name=default_model_name)
+    _mark_turn_rewards(steps, sample.turn_rewards)
     agent: JSONObject = {"name": AGENT_NAME, "version": __version__}
     if merge.model_name is not None:
         agent["model_name"] = merge.model_name

@@ -7,6 +7,7 @@
 - ``token_weights``: how the loss averages tokens: over the step's tokens, per rollout, or
   per rollout over a constant.
 - ``overlong_penalty``: DAPO's soft penalty for replies that ran to their token limit.
+- ``turn_advantages``: credit per turn, from the turn rewards a workflow or grader set.
 
 Pure Python (no torch): the runner picks the groups to run again before any update.
 """
@@ -29,6 +30,7 @@ __all__ = [
     "overlong_shaped",
     "relative_advantages",
     "token_weights",
+    "turn_advantages",
     "zero_gradient_groups",
 ]
 
@@ -41,15 +43,20 @@ def _group_rewards(sequences: Iterable[TrainingSequence]) -> dict[str, dict[str,
     return groups
 
 
-def zero_gradient_groups(sequences: Iterable[TrainingSequence]) -> set[str]:
-    """Groups whose rollouts all have the same reward (a single rollout included).
+def zero_gradient_groups(
+    sequences: Iterable[TrainingSequence], turn_credit: bool = False
+) -> set[str]:
+    """Groups whose rollouts all have the same reward (a single rollout included), and
+    under ``turn_credit`` no turn rewards either.
 
     Their advantages are all 0, so they add no gradient: a runner skips or resamples them.
     """
+    sequences = list(sequences)
+    turned = {s.group_id for s in sequences if turn_credit and s.turn_rewards}
     return {
         group
         for group, rewards in _group_rewards(sequences).items()
-        if len(set(rewards.values())) == 1
+        if len(set(rewards.values())) == 1 and group not in turned
     }
 
 
@@ -154,3 +161,70 @@ def overlong_shaped(
         )
         for s in sequences
     ]
+
+
+def turn_advantages(
+    sequences: Sequence[TrainingSequence],
+    outcome: Sequence[float],
+    *,
+    discount: float,
+    weight: float,
+    eps: float = 1e-4,
+) -> list[tuple[float, ...]]:
+    """Each sequence's advantage per token (``len(sequence)`` values): the rollout's
+    ``outcome`` advantage plus ``weight`` × its turn's advantage on the tokens of that turn.
+
+    For rollout ``i`` of a group and its turn (model call) ``t``: the return of the turn
+    rewards from ``t`` on, ``g_it = Σ_k≥t discount^(k-t)·r_ik`` (a turn without a reward
+    counts 0); the baseline ``b_it``, the mean of ``g_jt`` over the *other* rollouts of the
+    group that reached turn ``t``; the turn advantage ``(g_it - b_it) / (s + eps)`` with
+    ``s`` one standard deviation over all of the group's ``g`` values. It is 0 where no other
+    rollout reached turn ``t``, and for a group without turn rewards (plain outcome credit).
+
+    Why this way: a turn is compared with the same turn of the prompt's other attempts, so a
+    baseline never depends on how many turns a rollout chose to take (normalising each turn
+    index on its own and summing, or pooling all turns of all rollouts, both reward length:
+    early turns have more reward ahead of them); one scale per group keeps turns comparable;
+    the outcome stays the main signal, turn rewards shape it (``weight`` <= 1). A forked
+    rollout's pieces share its turns, so it counts once.
+    """
+    turns_of: dict[str, set[int]] = defaultdict(set)
+    rewards_of: dict[str, dict[int, float]] = {}
+    group_of: dict[str, str] = {}
+    for sequence in sequences:
+        turns_of[sequence.rollout_id].update(index for _, index in sequence.turn_starts)
+        rewards_of[sequence.rollout_id] = dict(sequence.turn_rewards)
+        group_of[sequence.rollout_id] = sequence.group_id
+    returns: dict[str, dict[int, float]] = {}
+    for rollout, turns in turns_of.items():
+        rewards = rewards_of[rollout]
+        last = max([*turns, *rewards], default=-1)
+        ahead, by_turn = 0.0, {}
+        for turn in range(last, -1, -1):
+            ahead = rewards.get(turn, 0.0) + discount * ahead
+            if turn in turns:
+                by_turn[turn] = ahead
+        returns[rollout] = by_turn
+    credit: dict[str, dict[int, float]] = {rollout: {} for rollout in returns}
+    members: dict[str, list[str]] = defaultdict(list)
+    for rollout, group in group_of.items():
+        members[group].append(rollout)
+    for rollouts in members.values():
+        if not any(rewards_of[rollout] for rollout in rollouts):
+            continue
+        values = [g for rollout in rollouts for g in returns[rollout].values()]
+        scale = (statistics.pstdev(values) if len(values) > 1 else 0.0) + eps
+        for rollout in rollouts:
+            for turn, value in returns[rollout].items():
+                others = [returns[o][turn] for o in rollouts if o != rollout and turn in returns[o]]
+                if others:
+                    credit[rollout][turn] = (value - statistics.fmean(others)) / scale
+    out: list[tuple[float, ...]] = []
+    for sequence, base in zip(sequences, outcome, strict=True):
+        per_token = [base] * len(sequence)
+        starts = [*sequence.turn_starts, (len(sequence), -1)]
+        for (start, turn), (end, _) in zip(starts, starts[1:], strict=False):
+            extra = weight * credit[sequence.rollout_id].get(turn, 0.0)
+            per_token[start:end] = [base + extra] * (end - start)
+        out.append(tuple(per_token))
+    return out

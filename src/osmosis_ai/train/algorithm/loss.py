@@ -78,6 +78,14 @@ class GrpoConfig:
     (0: a fifth of ``max_tokens``)."""
     kl_beta: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
+    credit: Literal["outcome", "turn"] = "outcome"
+    """Every token gets its rollout's advantage (``outcome``), or a turn's tokens get it plus
+    ``turn_weight`` × the turn's advantage from the turn rewards
+    (``advantages.turn_advantages``)."""
+    turn_discount: float = 0.5
+    """γ of a turn's return: its reward, plus γ × the next turn's return."""
+    turn_weight: float = 0.5
+    """λ: how much a turn's advantage adds to the outcome's."""
     epochs: int = 1
     """Passes over the step's sequences."""
     mini_batches: int = 1
@@ -114,6 +122,7 @@ class GrpoConfig:
             "advantage_scale": ("std", "none"),
             "normalisation": ("token", "sequence", "constant"),
             "overlong": ("keep", "mask", "penalty"),
+            "credit": ("outcome", "turn"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -131,6 +140,10 @@ class GrpoConfig:
         if low > 1 or (low == 1 and self.loss != "cispo"):
             bound = "at most 1" if self.loss == "cispo" else "below 1"
             raise ConfigError(f"clip_low must be {bound} (the floor is 1 - clip_low), not {low!r}")
+        if not 0 <= self.turn_discount <= 1:
+            raise ConfigError(f"turn_discount must be between 0 and 1, not {self.turn_discount!r}")
+        if not (math.isfinite(self.turn_weight) and self.turn_weight >= 0):
+            raise ConfigError(f"turn_weight must be a finite number >= 0, not {self.turn_weight!r}")
         for name in ("epochs", "mini_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)!r}")

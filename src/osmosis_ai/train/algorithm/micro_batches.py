@@ -60,7 +60,7 @@ class MicroBatch:
     loss_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
     advantages: torch.Tensor
-    """``[B, 1]``."""
+    """``[B, 1]``: one per sequence; ``[B, T - 1]`` under credit per turn (one per token)."""
     weights: torch.Tensor
     """Loss weight of each token (0 off the mask)."""
     grammar_masks: torch.Tensor | None = None
@@ -98,12 +98,13 @@ class MicroBatch:
 
 def collate(
     sequences: Sequence[TrainingSequence],
-    advantages: Sequence[float],
+    advantages: Sequence[float | Sequence[float]],
     weights: Sequence[float],
     grammars: TokenMasks | None = None,
     old_logprobs: Sequence[torch.Tensor] | None = None,
 ) -> MicroBatch:
-    """Pad ``sequences`` into one micro-batch (their advantages and per-token weights beside),
+    """Pad ``sequences`` into one micro-batch (their advantages, one per sequence or one per
+    token of it, and per-token weights beside),
     on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``
     and their truncation spans' top-k and top-p laid out per token. ``old_logprobs`` are each
     sequence's logprobs at the start of the step (``[len - 1]``, as `policy_logprobs` gives
@@ -152,7 +153,7 @@ def collate(
         attention_mask=attention,
         loss_mask=loss_mask,
         behaviour_logprobs=behaviour[:, 1:],
-        advantages=torch.tensor(advantages, dtype=torch.float32).unsqueeze(1),
+        advantages=_advantages(advantages, width),
         weights=loss_mask * torch.tensor(weights, dtype=torch.float32).unsqueeze(1),
         grammar_masks=packed,
         unreplayed_tokens=unreplayed,
@@ -160,3 +161,17 @@ def collate(
         top_p=top_p,
         old_logprobs=old,
     )
+
+
+def _advantages(advantages: Sequence[float | Sequence[float]], width: int) -> torch.Tensor:
+    """``[B, 1]`` of one advantage per sequence, or ``[B, width - 1]`` of one per token (token
+    ``t``'s at position ``t - 1``, as the batch's other shifted tensors)."""
+    if all(isinstance(value, int | float) for value in advantages):
+        return torch.tensor(advantages, dtype=torch.float32).unsqueeze(1)
+    out = torch.zeros(len(advantages), max(width - 1, 0), dtype=torch.float32)
+    for row, values in enumerate(advantages):
+        if isinstance(values, int | float):
+            out[row] = float(values)
+        else:
+            out[row, : len(values) - 1] = torch.tensor(list(values[1:]), dtype=torch.float32)
+    return out

@@ -138,6 +138,12 @@ class TrainingSequence:
     """A model call of its rollout stopped at its token limit (finish reason ``length``)."""
     longest_completion: int = 0
     """The most tokens one model call of its rollout generated."""
+    turn_starts: tuple[tuple[int, int], ...] = ()
+    """Where each of its completions starts, with the index of the model call (turn) that
+    wrote it: ``(position, call index)``, in order."""
+    turn_rewards: tuple[tuple[int, float], ...] = ()
+    """Its rollout's turn rewards, ``(call index, reward)`` by index (the sample's
+    ``turn_rewards``): credit per turn (``advantages.turn_advantages``)."""
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.loss_mask), len(self.behaviour_logprobs)}
@@ -216,6 +222,7 @@ class _CallTokens:
     top_k: int = 0
     top_p: float = 1.0
     finish_reason: str | None = None
+    index: int = 0
 
 
 @dataclass(slots=True)
@@ -231,6 +238,7 @@ class _Building:
     versions: list[int] = field(default_factory=list)
     """Each completion's weight version, with where it starts."""
     version_starts: list[int] = field(default_factory=list)
+    turn_starts: list[tuple[int, int]] = field(default_factory=list)
 
     def append(self, tokens: Sequence[int], *, policy: Sequence[float] | None) -> None:
         self.tokens.extend(tokens)
@@ -242,6 +250,7 @@ class _Building:
         del self.tokens[length:], self.mask[length:], self.logprobs[length:]
         kept = sum(1 for start in self.version_starts if start < length)
         del self.versions[kept:], self.version_starts[kept:]
+        self.turn_starts = [turn for turn in self.turn_starts if turn[0] < length]
         self.spans = _within(self.spans, length)
         self.cuts = _within(self.cuts, length)
 
@@ -314,7 +323,7 @@ def _rollout_sequences(
     calls: list[_CallTokens] = []
     for call in sorted(rollout.calls, key=_index):
         stats.calls += 1
-        tokens = _call_tokens(call, result.rollout_id)
+        tokens = _call_tokens(call, result.rollout_id, _index(call))
         if tokens is None:
             stats.failed_calls += 1
         elif isinstance(tokens, Exclusion):
@@ -329,6 +338,7 @@ def _rollout_sequences(
     reward = float(result.sample.reward)
     truncated = any(call.finish_reason == "length" for call in calls)
     longest = max(len(call.completion) for call in calls)
+    turn_rewards = tuple(sorted(result.sample.turn_rewards.items()))
     return [
         TrainingSequence(
             rollout_id=result.rollout_id,
@@ -342,6 +352,8 @@ def _rollout_sequences(
             versions=tuple(building.versions),
             truncated=truncated,
             longest_completion=longest,
+            turn_starts=tuple(building.turn_starts),
+            turn_rewards=turn_rewards,
         )
         for building in chained
         if 1 in building.mask
@@ -391,6 +403,8 @@ def _chain(
         if call.version is not None and call.completion:
             best.versions.append(call.version)
             best.version_starts.append(start)
+        if call.completion:
+            best.turn_starts.append((start, call.index))
     return chained
 
 
@@ -410,7 +424,7 @@ def _index(call: CallRecord | Mapping[str, Any]) -> int:
 
 
 def _call_tokens(
-    call: CallRecord | Mapping[str, Any], rollout_id: str
+    call: CallRecord | Mapping[str, Any], rollout_id: str, index: int
 ) -> _CallTokens | Exclusion | None:
     """The call's tokens, ``None`` for a failed call, or why the rollout cannot be trained."""
     if isinstance(call, CallRecord):
@@ -482,4 +496,5 @@ def _call_tokens(
         top_k=top_k or 0,
         top_p=1.0 if top_p is None else float(top_p),
         finish_reason=finish if isinstance(finish, str) else None,
+        index=index,
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights
+from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights, turn_advantages
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
@@ -136,12 +136,23 @@ def train_step(
         raise ConfigError(f"step {step}: no training sequences (every rollout was excluded?)")
     if config.kl_beta > 0 and reference_model is None:
         raise ConfigError("kl_beta > 0 needs a reference_model (the initial policy)")
-    advantages = group_advantages(
+    outcome = group_advantages(
         sequences,
         baseline=config.advantage,
         scale=config.advantage_scale,
         eps=config.advantage_eps,
     )
+    advantages: list[float | tuple[float, ...]] = list(outcome)
+    if config.credit == "turn":
+        advantages = list(
+            turn_advantages(
+                sequences,
+                outcome,
+                discount=config.turn_discount,
+                weight=config.turn_weight,
+                eps=config.advantage_eps,
+            )
+        )
     parameters = [p for p in model.parameters() if p.requires_grad]
     device = parameters[0].device if parameters else torch.device("cpu")
     _without_dropout(model)
@@ -178,7 +189,7 @@ def _apply(
     parameters: list[torch.nn.Parameter],
     config: GrpoConfig,
     sequences: list[TrainingSequence],
-    advantages: list[float],
+    advantages: list[float | tuple[float, ...]],
     old: list[torch.Tensor] | None,
     *,
     device: torch.device,

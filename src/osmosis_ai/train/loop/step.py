@@ -75,7 +75,9 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
     sampled = _Sampled(taken.rollouts, 0, 0)
     rows = sorted({int(r.group_id.removeprefix("row-")) for r in taken.rollouts})
     for attempt in range(1, training.resample_zero_gradient + 1):
-        zero = zero_gradient_groups(_sequences(sampled.done, training)[0])
+        zero = zero_gradient_groups(
+            _sequences(sampled.done, training)[0], turn_credit=training.credit == "turn"
+        )
         if not zero:
             break
         again = [r for r in rows if group_id(r) in zero]
@@ -146,7 +148,7 @@ async def run_step(
     done = sampled.done
     generated = time.monotonic()
     sequences, stats = _sequences(done, training)
-    zero = zero_gradient_groups(sequences)
+    zero = zero_gradient_groups(sequences, turn_credit=training.credit == "turn")
     trained = [s for s in sequences if s.group_id not in zero]
     _check_budget(trained, step, training.token_budget)
     versions = [version for sequence in trained for version in sequence.versions]

@@ -426,9 +426,11 @@ function asText(value) {
 
 function stepView(step) {
   const results = (step.observation || {}).results || [];
+  const turnReward = ((step.extra || {}).osmosis || {}).turn_reward;
   return h("div", { class: `step source-${step.source}`, "data-step": step.step_id },
     h("div", { class: "head" }, h("span", { class: "src" }, step.source), h("span", {}, `#${step.step_id}`),
-      step.model_name ? h("span", {}, step.model_name) : null, metricsLine(step.metrics)),
+      step.model_name ? h("span", {}, step.model_name) : null, metricsLine(step.metrics),
+      typeof turnReward === "number" ? h("span", { class: "turn-reward" }, `turn reward ${fmt(turnReward, 3)}`) : null),
     step.reasoning_content ? h("details", {}, h("summary", {}, "reasoning"), h("pre", {}, asText(step.reasoning_content))) : null,
     step.message !== undefined && step.message !== null && step.message !== "" ? h("div", { class: "message" }, asText(step.message)) : null,
     (step.tool_calls || []).map((call) => h("div", { class: "tool" }, h("span", { class: "name" }, `→ ${call.function_name}`), " ", h("span", { class: "muted" }, call.tool_call_id), h("pre", {}, asText(call.arguments)))),

@@ -82,10 +82,13 @@ class Length(Grader):
     A row's ``reward`` metadata overrides it: every rollout of the row gets that reward.
     ``random_reward`` metadata draws each rollout's reward instead, so that a step always
     has groups to learn from (long replies capped at ``max_tokens`` may all be as long).
+    ``random_turn_reward`` metadata draws a reward for the rollout's one model call.
     """
 
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
+        if (ctx.metadata or {}).get("random_turn_reward"):  # credit per turn: the one call's
+            ctx.set_turn_reward(0, random.random())
         constant = (ctx.metadata or {}).get("reward")
         if constant is not None:
             ctx.set_reward(float(constant))

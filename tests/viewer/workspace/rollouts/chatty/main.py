@@ -1,7 +1,8 @@
 """A test rollout for the viewer: a growing, previewable history, one model call per turn.
 
 Per-row metadata: ``turns`` and ``pause`` (seconds between turns), ``fail`` (raise this
-message at the end), ``artifact`` (write it to ``notes.txt`` in the artifacts directory).
+message at the end), ``artifact`` (write it to ``notes.txt`` in the artifacts directory),
+``turn_reward`` (the grader gives the last turn this reward).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class Contains(Grader):
         assert ctx.sample is not None
         answer = ctx.sample.messages[-1].get("content") or ""
         ctx.set_reward(1.0 if (ctx.label or "") in answer else 0.0)
+        meta = ctx.metadata or {}
+        if "turn_reward" in meta:
+            ctx.set_turn_reward(int(meta.get("turns", 1)) - 1, float(meta["turn_reward"]))
 
 
 app = create_rollout_server(
