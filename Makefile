@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_PYTHON ?= python3.11
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-async bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -150,6 +150,12 @@ bench-train: install-dev
 ## tools (heavy and light profiles, 3 seeds each; about 70 minutes on an idle machine).
 bench-async: install-dev
 	$(BIN)/python benchmarks/async_training.py
+
+## The training recipes side by side on the calculator (ppo_clip, Dr. GRPO, GSPO, CISPO, RLOO,
+## 2 epochs x 2 mini-batches) and credit per turn against outcome credit on a chain of three
+## calculator calls: 3 seeds each, about 90 minutes on an idle 2-core machine.
+bench-recipes: install-dev
+	$(BIN)/python benchmarks/recipes.py
 
 ## Side by side with the reference SDK (osmosis-ai 0.3.8, installed once into a cached
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.

@@ -3,10 +3,11 @@ each rollout (an environment's set-up) and each tool call sleep for a seeded log
 as sandboxed code runs, test suites and web tools take. Held-out rollouts (ids ``eval-...``)
 do not sleep: the benchmark measures training, and their cost is the same at every setting.
 
-The grader gives partial credit (`CloseAnswer`), so that the rewards of a group almost always
-differ and every step of every setting updates: the settings compare equal work. With the
-exact-answer grader and the base model's few successes, most groups have all-equal rewards,
-which steps update at all is luck, and a step without an update costs no update time.
+The grader gives partial credit (the example's `CloseAnswer`), so that the rewards of a group
+almost always differ and every step of every setting updates: the settings compare equal
+work. With the exact-answer grader and the base model's few successes, most groups have
+all-equal rewards, which steps update at all is luck, and a step without an update costs no
+update time.
 
 Settings come from the environment (the training config's ``[env]``): ``BENCH_TOOL_MEDIAN_SEC``
 (the median), ``BENCH_TOOL_SIGMA`` (σ of the log) and ``BENCH_SEED``.
@@ -21,15 +22,9 @@ import random
 from collections import Counter
 from typing import Any
 
-from main import CalculatorConfig, CalculatorWorkflow, final_number
+from main import CalculatorConfig, CalculatorWorkflow, CloseAnswer
 
-from osmosis_ai.rollout import (
-    AgentWorkflowContext,
-    Grader,
-    GraderContext,
-    LocalBackend,
-    get_rollout_context,
-)
+from osmosis_ai.rollout import AgentWorkflowContext, LocalBackend, get_rollout_context
 from osmosis_ai.rollout.server import create_rollout_server
 
 _MEDIAN_SEC = float(os.environ.get("BENCH_TOOL_MEDIAN_SEC", "1.5"))
@@ -60,21 +55,6 @@ class SlowToolsWorkflow(CalculatorWorkflow):
     async def call_tool(self, call: dict[str, Any]) -> str:
         await _wait("tool")
         return await super().call_tool(call)
-
-
-class CloseAnswer(Grader):
-    """1 for the exact answer; a wrong number gets up to 0.5, less the further it is from the
-    answer (relative to its size); no number gets 0."""
-
-    async def grade(self, ctx: GraderContext) -> None:
-        assert ctx.sample is not None
-        answer, truth = final_number(ctx.sample.messages), float(ctx.label or "nan")
-        if answer is None:
-            ctx.set_reward(0.0)
-        elif answer == truth:
-            ctx.set_reward(1.0)
-        else:
-            ctx.set_reward(0.5 / (1 + abs(answer - truth) / max(1.0, abs(truth))))
 
 
 backend = LocalBackend(

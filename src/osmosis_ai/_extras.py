@@ -45,7 +45,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
         ("trackio", "trackio"),
     ),
     "skyrl": (("skyrl", "skyrl"),),
-    "verl": (("verl", "verl"), ("omegaconf", "omegaconf")),
+    "verl": (("verl", "verl"), ("omegaconf", "omegaconf"), ("torch", "torch")),
 }
 
 

@@ -20,6 +20,8 @@ NAMES = {
     "collate",
     "group_advantages",
     "grpo_loss",
+    "overlong_penalty",
+    "overlong_shaped",
     "pack_micro_batches",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
@@ -27,6 +29,7 @@ NAMES = {
     "relative_advantages",
     "token_weights",
     "train_step",
+    "turn_advantages",
     "zero_gradient_groups",
 }
 PARTS = ("advantages", "micro_batches", "logprobs", "loss", "update")

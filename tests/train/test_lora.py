@@ -223,14 +223,14 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
 
     # Evaluate the checkpoint: the base model with the adapter.
     process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", str(_eval_config(root)), "--model", f"torch:{latest}",
+        OSMOSIS, "eval", "run", str(_eval_config(root)), "--model", f"torch:{latest}", "--strict",
         cwd=root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     async with asyncio.timeout(120):
         out = (await process.communicate())[0].decode()
-    assert process.returncode == 0, out
+    assert process.returncode == 0, out  # --strict: any failed rollout exits 3, saying why
     (eval_dir,) = (root / ".osmosis" / "evals").glob("tiny-*")
-    assert len(list((eval_dir / "trajectories").glob("*.json"))) == 6
+    assert len(list((eval_dir / "trajectories").glob("*.json"))) == 6, out
 
     # Export it merged, and a step that is not kept is named.
     merged = tmp_path / "merged"

@@ -14,8 +14,11 @@ from osmosis_ai.train.algorithm.advantages import (
     Baseline,
     Scale,
     group_advantages,
+    overlong_penalty,
+    overlong_shaped,
     relative_advantages,
     token_weights,
+    turn_advantages,
     zero_gradient_groups,
 )
 from osmosis_ai.train.algorithm.logprobs import (
@@ -42,6 +45,8 @@ __all__ = [
     "collate",
     "group_advantages",
     "grpo_loss",
+    "overlong_penalty",
+    "overlong_shaped",
     "pack_micro_batches",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
@@ -49,5 +54,6 @@ __all__ = [
     "relative_advantages",
     "token_weights",
     "train_step",
+    "turn_advantages",
     "zero_gradient_groups",
 ]

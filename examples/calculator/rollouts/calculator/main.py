@@ -135,6 +135,22 @@ class ExactAnswer(Grader):
         ctx.set_reward(1.0 if answer is not None and answer == float(ctx.label or "nan") else 0.0)
 
 
+class CloseAnswer(Grader):
+    """Partial credit: 1 for the exact answer; a wrong number gets up to 0.5, less the further
+    it is from the answer (relative to its size); no number gets 0. A small model's group of
+    attempts then rarely has all-equal rewards, so more of its steps learn."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        answer, truth = final_number(ctx.sample.messages), float(ctx.label or "nan")
+        if answer is None:
+            ctx.set_reward(0.0)
+        elif answer == truth:
+            ctx.set_reward(1.0)
+        else:
+            ctx.set_reward(0.5 / (1 + abs(answer - truth) / max(1.0, abs(truth))))
+
+
 calculator_config = CalculatorConfig()
 backend = LocalBackend(
     workflow=CalculatorWorkflow, workflow_config=calculator_config, grader=ExactAnswer

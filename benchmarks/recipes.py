@@ -1,0 +1,204 @@
+"""The training recipes side by side, on the embedded model and the torch engine (``make
+bench-recipes``; docs/train.md, "Recipes, measured").
+
+1. The calculator task (``examples/calculator`` with partial credit, `CloseAnswer`, so that a
+   small model's groups differ), the same seeds, steps and rows for every recipe: PPO's clip
+   (``ppo_clip``), Dr. GRPO (``normalisation = "constant"``, ``advantage_scale = "none"``),
+   GSPO (``loss = "gspo"``, ``normalisation = "sequence"``), CISPO (``loss = "cispo"``),
+   RLOO (``advantage = "rloo"``) and ``ppo_clip`` with 2 epochs × 2 mini-batches. Per recipe
+   and seed: the held-out mean reward before and after (greedy), the held-out pass rate
+   after, seconds per step and the largest later-update clip fraction.
+2. A multi-turn task with intermediate tool results (``recipes_task/chain.py``: three
+   dependent calculator calls, each correct one rewarded as a turn): ``credit = "turn"``
+   against ``"outcome"``, held-out success (exact final number) and mean reward after the
+   steps.
+
+    python benchmarks/recipes.py                        # both tables, seeds 0 1 2
+    python benchmarks/recipes.py --table recipes --recipes gspo cispo --seeds 0
+    python benchmarks/recipes.py --table credit --steps 6
+
+Each row prints as its run ends; run it on an otherwise idle machine (the engine and the
+update share the cores; seconds per step compare only within one run of this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from recipes_task.chain_rows import chain_rows
+from train import train_example
+
+HERE = Path(__file__).resolve().parent
+#: recipe -> its ``[training]`` keys (TOML values) over the common settings.
+RECIPES: dict[str, dict[str, str]] = {
+    "ppo_clip": {},
+    "dr_grpo": {"normalisation": '"constant"', "advantage_scale": '"none"'},
+    "gspo": {"loss": '"gspo"', "normalisation": '"sequence"'},
+    "cispo": {"loss": '"cispo"'},
+    "rloo": {"advantage": '"rloo"'},
+    "ppo_clip 2x2": {"epochs": "2", "mini_batches": "2"},
+}
+CREDITS = ("outcome", "turn")
+
+
+@dataclass(frozen=True)
+class Run:
+    table: str
+    setting: str
+    seed: int
+    before: float
+    """Held-out mean reward before the first step."""
+    after: float
+    pass_after: float
+    step_sec: float
+    """Mean wall-clock of a step (rollouts, sequences, update)."""
+    later_clip: float
+    """Largest clip fraction of a step's later updates (0 with one update per step)."""
+
+
+def _dense_calculator(workspace: Path) -> None:
+    """The copied example grades with partial credit (`CloseAnswer`)."""
+    main = workspace / "rollouts" / "calculator" / "main.py"
+    main.write_text(main.read_text().replace("grader=ExactAnswer", "grader=CloseAnswer"))
+
+
+def _chain(workspace: Path) -> None:
+    """The chain rollout and its rows: training rows and a held-out file of their own."""
+    shutil.copy(HERE / "recipes_task" / "chain.py", workspace / "rollouts" / "calculator")
+    data = workspace / "data"
+    for name, count, seed in (("chain_train.jsonl", 96, 7), ("chain_eval.jsonl", 16, 1007)):
+        rows = chain_rows(count, seed)
+        (data / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = workspace / "configs" / "training" / "calculator.toml"
+    lines = [x for x in config.read_text().splitlines() if not x.startswith("eval_rows")]
+    text = "\n".join(lines) + "\n"
+    text = text.replace('entrypoint = "main.py"', 'entrypoint = "chain.py"')
+    config.write_text(text.replace("data/arithmetic_train.jsonl", "data/chain_train.jsonl"))
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _run(
+    args: argparse.Namespace,
+    table: str,
+    setting: str,
+    seed: int,
+    keys: dict[str, str],
+    prepare: Callable[[Path], None],
+    tmp: Path,
+) -> Run:
+    settings = {
+        "steps": str(args.steps),
+        "max_minutes": "0",
+        "prompts_per_step": "4",
+        "group_size": "4",
+        "eval_every": str(args.steps),
+        "checkpoint_every": str(args.steps),
+        "seed": str(seed),
+        **keys,
+    }
+    if table == "credit":
+        settings["eval_dataset"] = '"data/chain_eval.jsonl"'
+        settings["max_tokens"] = "64"
+    else:
+        settings["eval_rows"] = str(args.eval_rows)
+    workspace = tmp / f"{table}-{setting.replace(' ', '-')}-seed{seed}"
+    print(f"\n== {table}: {setting}, seed {seed}", flush=True)
+    run_dir, _, _ = train_example(workspace, settings, "", prepare)
+    metrics = _lines(run_dir / "metrics.jsonl")
+    evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
+    shutil.rmtree(workspace, ignore_errors=True)
+    later = [
+        max(list((m.get("clip_fraction_by_update") or {}).values())[1:], default=0.0)
+        for m in metrics
+    ]
+    seconds = [m["generation_sec"] + m["sequences_sec"] + m["update_sec"] for m in metrics]
+    run = Run(
+        table,
+        setting,
+        seed,
+        before=float(evals[0]["mean_reward"]),
+        after=float(evals[-1]["mean_reward"]),
+        pass_after=float(evals[-1]["pass_rate"]),
+        step_sec=statistics.fmean(seconds),
+        later_clip=max(later, default=0.0),
+    )
+    print(f"RESULT {json.dumps(run.__dict__)}", flush=True)
+    return run
+
+
+def _print(runs: list[Run], steps: int) -> None:
+    for table, title in (
+        ("recipes", f"calculator, {steps} steps of 4 rows x 4 rollouts, held-out greedy"),
+        ("credit", f"chain of three calls, {steps} steps of 4 rows x 4 rollouts, 16 held out"),
+    ):
+        rows = [r for r in runs if r.table == table]
+        if not rows:
+            continue
+        print(f"\n{title}")
+        print(
+            f"{'setting':<14}{'seed':>5}{'reward before':>15}{'reward after':>14}"
+            f"{'pass after':>12}{'s/step':>9}{'later clip':>12}"
+        )
+        for r in rows:
+            print(
+                f"{r.setting:<14}{r.seed:>5}{r.before:>15.3f}{r.after:>14.3f}"
+                f"{r.pass_after:>12.1%}{r.step_sec:>9.1f}{r.later_clip:>12.1%}"
+            )
+        print("means over seeds")
+        for setting in dict.fromkeys(r.setting for r in rows):
+            mine = [r for r in rows if r.setting == setting]
+            gain = statistics.fmean(r.after - r.before for r in mine)
+            above = sum(r.after > r.before for r in mine)
+            print(
+                f"  {setting:<14} after {statistics.fmean(r.after for r in mine):.3f} "
+                f"(before {statistics.fmean(r.before for r in mine):.3f}, {gain:+.3f}; above "
+                f"the untrained model in {above} of {len(mine)} seeds), pass after "
+                f"{statistics.fmean(r.pass_after for r in mine):.1%}, "
+                f"{statistics.fmean(r.step_sec for r in mine):.1f} s/step"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", choices=["recipes", "credit"], nargs="+",
+                        default=["recipes", "credit"])  # fmt: skip
+    parser.add_argument("--recipes", choices=list(RECIPES), nargs="+", default=list(RECIPES))
+    parser.add_argument("--credits", choices=CREDITS, nargs="+", default=list(CREDITS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--eval-rows", type=int, default=16)
+    args = parser.parse_args()
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="osmosis-bench-recipes-") as tmp:
+        if "recipes" in args.table:
+            for seed in args.seeds:
+                for recipe in args.recipes:
+                    keys = RECIPES[recipe]
+                    runs.append(
+                        _run(args, "recipes", recipe, seed, keys, _dense_calculator, Path(tmp))
+                    )
+                    _print(runs, args.steps)
+        if "credit" in args.table:
+            for seed in args.seeds:
+                for credit in args.credits:
+                    keys = {"credit": f'"{credit}"'}
+                    runs.append(_run(args, "credit", credit, seed, keys, _chain, Path(tmp)))
+                    _print(runs, args.steps)
+
+
+if __name__ == "__main__":
+    main()
