@@ -103,12 +103,11 @@ def collate(
     grammars: TokenMasks | None = None,
     old_logprobs: Sequence[torch.Tensor] | None = None,
 ) -> MicroBatch:
-    """Pad ``sequences`` into one micro-batch (their advantages, one per sequence or one per
-    token of it, and per-token weights beside),
-    on the CPU (`MicroBatch.to` moves it), with their grammar spans replayed by ``grammars``
-    and their truncation spans' top-k and top-p laid out per token. ``old_logprobs`` are each
-    sequence's logprobs at the start of the step (``[len - 1]``, as `policy_logprobs` gives
-    them), padded beside.
+    """Pad ``sequences`` into one micro-batch on the CPU (`MicroBatch.to` moves it), with
+    their advantages (one per sequence, or one per token of it) and per-token weights beside,
+    their grammar spans replayed by ``grammars`` and their truncation spans' top-k and top-p
+    laid out per token. ``old_logprobs`` are each sequence's logprobs at the start of the
+    step (``[len - 1]``, as `policy_logprobs` gives them), padded beside.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
