@@ -128,9 +128,13 @@ class GrpoConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         low, high = self.clip
-        for name, value in (("clip_low", low), ("clip_high", high)) + tuple(
-            (name, getattr(self, name)) for name in ("kl_beta", "tis_cap")
-        ):
+        bounded = {
+            "clip_low": low,
+            "clip_high": high,
+            "kl_beta": self.kl_beta,
+            "tis_cap": self.tis_cap,
+        }
+        for name, value in bounded.items():
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):

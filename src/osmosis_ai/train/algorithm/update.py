@@ -282,11 +282,11 @@ def _start_logprobs(
     """Each sequence's policy logprobs ``[len - 1]`` before the step's first update (on the
     CPU, no gradient)."""
     start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
-    zeros = [0.0] * len(sequences)
     with torch.no_grad():
         for indices in pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens):
             chosen = [sequences[i] for i in indices]
-            batch = collate(chosen, zeros[: len(chosen)], zeros[: len(chosen)], grammars)
+            unused = [0.0] * len(chosen)  # advantages and weights: no loss is taken
+            batch = collate(chosen, unused, unused, grammars)
             logprobs = policy_logprobs(
                 model, batch.to(device), bf16=config.bf16, temperature=config.temperature
             ).cpu()
