@@ -1,8 +1,9 @@
 """The training recipes side by side, on the embedded model and the torch engine (``make
 bench-recipes``; docs/train.md, "Recipes, measured").
 
-1. The calculator task (``examples/calculator`` with partial credit, `CloseAnswer`, so that a
-   small model's groups differ), the same seeds, steps and rows for every recipe: PPO's clip
+1. The calculator task (``examples/calculator`` as shipped: exact-answer grading, 8 rollouts a
+   row, 40 held-out rows; ``--grader close`` grades with partial credit, `CloseAnswer`), the
+   same seeds, steps and rows for every recipe: PPO's clip
    (``ppo_clip``), Dr. GRPO (``normalisation = "constant"``, ``advantage_scale = "none"``),
    GSPO (``loss = "gspo"``, ``normalisation = "sequence"``), CISPO (``loss = "cispo"``),
    RLOO (``advantage = "rloo"``) and ``ppo_clip`` with 2 epochs × 2 mini-batches. Per recipe
@@ -16,6 +17,7 @@ bench-recipes``; docs/train.md, "Recipes, measured").
     python benchmarks/recipes.py                        # both tables, seeds 0 1 2
     python benchmarks/recipes.py --table recipes --recipes gspo cispo --seeds 0
     python benchmarks/recipes.py --table credit --steps 6
+    python benchmarks/recipes.py --table recipes --grader close --group-size 4 --eval-rows 16
 
 Each row prints as its run ends; run it on an otherwise idle machine (the engine and the
 update share the cores; seconds per step compare only within one run of this script).
@@ -50,6 +52,8 @@ RECIPES: dict[str, dict[str, str]] = {
     "ppo_clip 2x2": {"epochs": "2", "mini_batches": "2"},
 }
 CREDITS = ("outcome", "turn")
+#: Rollouts a row in the credit table (its figures in docs/train.md were measured with 4).
+CREDIT_GROUP_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,15 @@ class Run:
     """Largest clip fraction of a step's later updates (0 with one update per step)."""
 
 
-def _dense_calculator(workspace: Path) -> None:
-    """The copied example grades with partial credit (`CloseAnswer`)."""
-    main = workspace / "rollouts" / "calculator" / "main.py"
-    main.write_text(main.read_text().replace("grader=ExactAnswer", "grader=CloseAnswer"))
+def _calculator(grader: str) -> Callable[[Path], None]:
+    """The copied example as shipped, or grading with partial credit (`CloseAnswer`)."""
+
+    def prepare(workspace: Path) -> None:
+        if grader == "close":
+            main = workspace / "rollouts" / "calculator" / "main.py"
+            main.write_text(main.read_text().replace("grader=ExactAnswer", "grader=CloseAnswer"))
+
+    return prepare
 
 
 def _chain(workspace: Path) -> None:
@@ -104,7 +113,7 @@ def _run(
         "steps": str(args.steps),
         "max_minutes": "0",
         "prompts_per_step": "4",
-        "group_size": "4",
+        "group_size": str(args.group_size if table == "recipes" else CREDIT_GROUP_SIZE),
         "eval_every": str(args.steps),
         "checkpoint_every": str(args.steps),
         "seed": str(seed),
@@ -140,10 +149,18 @@ def _run(
     return run
 
 
-def _print(runs: list[Run], steps: int) -> None:
+def _print(runs: list[Run], args: argparse.Namespace) -> None:
     for table, title in (
-        ("recipes", f"calculator, {steps} steps of 4 rows x 4 rollouts, held-out greedy"),
-        ("credit", f"chain of three calls, {steps} steps of 4 rows x 4 rollouts, 16 held out"),
+        (
+            "recipes",
+            f"calculator ({args.grader} answer), {args.steps} steps of 4 rows x "
+            f"{args.group_size} rollouts, {args.eval_rows} held out, greedy",
+        ),
+        (
+            "credit",
+            f"chain of three calls, {args.steps} steps of 4 rows x {CREDIT_GROUP_SIZE} "
+            "rollouts, 16 held out",
+        ),
     ):
         rows = [r for r in runs if r.table == table]
         if not rows:
@@ -180,7 +197,10 @@ def main() -> None:
     parser.add_argument("--credits", choices=CREDITS, nargs="+", default=list(CREDITS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--eval-rows", type=int, default=16)
+    parser.add_argument("--eval-rows", type=int, default=40, help="held out (recipes table)")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts a row (recipes)")
+    parser.add_argument("--grader", choices=["exact", "close"], default="exact",
+                        help="the calculator's grading (recipes table)")  # fmt: skip
     args = parser.parse_args()
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-recipes-") as tmp:
@@ -188,16 +208,15 @@ def main() -> None:
             for seed in args.seeds:
                 for recipe in args.recipes:
                     keys = RECIPES[recipe]
-                    runs.append(
-                        _run(args, "recipes", recipe, seed, keys, _dense_calculator, Path(tmp))
-                    )
-                    _print(runs, args.steps)
+                    prepare = _calculator(args.grader)
+                    runs.append(_run(args, "recipes", recipe, seed, keys, prepare, Path(tmp)))
+                    _print(runs, args)
         if "credit" in args.table:
             for seed in args.seeds:
                 for credit in args.credits:
                     keys = {"credit": f'"{credit}"'}
                     runs.append(_run(args, "credit", credit, seed, keys, _chain, Path(tmp)))
-                    _print(runs, args.steps)
+                    _print(runs, args)
 
 
 if __name__ == "__main__":
