@@ -230,11 +230,11 @@ def _workspace(root: Path, args: argparse.Namespace, model_dir: Path) -> Path:
 
 
 def _vllm_table(args: argparse.Namespace) -> str:
-    """The ``[vllm]`` section: the server of ``--engine vllm`` (a small KV cache on the CPU)."""
-    env = '{ VLLM_CPU_KVCACHE_SPACE = "1" }' if args.device == "cpu" else "{}"
+    """The ``[vllm]`` section: the server of ``--engine vllm`` (on the CPU the trainer sizes
+    its KV cache)."""
     return (
         f"[vllm]\npython = {json.dumps(args.vllm_python)}\ndtype = {json.dumps(args.vllm_dtype)}\n"
-        f"args = {json.dumps(args.vllm_arg)}\nenv = {env}\n"
+        f"args = {json.dumps(args.vllm_arg)}\n"
     )
 
 

@@ -8,7 +8,7 @@ bench-recipes``; docs/train.md, "Recipes, measured").
    GSPO (``loss = "gspo"``, ``normalisation = "sequence"``), CISPO (``loss = "cispo"``),
    RLOO (``advantage = "rloo"``) and ``ppo_clip`` with 2 epochs × 2 mini-batches. Per recipe
    and seed: the held-out mean reward before and after (greedy), the held-out pass rate
-   after, seconds per step and the largest later-update clip fraction.
+   after, the median seconds per step and the largest later-update clip fraction.
 2. A multi-turn task with intermediate tool results (``recipes_task/chain.py``: three
    dependent calculator calls, each correct one rewarded as a turn): ``credit = "turn"``
    against ``"outcome"``, held-out success (exact final number) and mean reward after the
@@ -66,7 +66,8 @@ class Run:
     after: float
     pass_after: float
     step_sec: float
-    """Mean wall-clock of a step (rollouts, sequences, update)."""
+    """Median wall-clock of a step (rollouts, sequences, update): a step stalled by other
+    work on the machine moves it less than a mean."""
     later_clip: float
     """Largest clip fraction of a step's later updates (0 with one update per step)."""
 
@@ -142,7 +143,7 @@ def _run(
         before=float(evals[0]["mean_reward"]),
         after=float(evals[-1]["mean_reward"]),
         pass_after=float(evals[-1]["pass_rate"]),
-        step_sec=statistics.fmean(seconds),
+        step_sec=statistics.median(seconds),
         later_clip=max(later, default=0.0),
     )
     print(f"RESULT {json.dumps(run.__dict__)}", flush=True)

@@ -148,9 +148,11 @@ async def test_example_runs_on_the_embedded_model(
     shutil.copytree(
         ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
     )
+    # --verbose keeps the per-request lines (an agent framework's client, the access log).
+    verbose = ["--verbose"] if example == "strands_calculator" else []
     process = await asyncio.create_subprocess_exec(
         OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json",
-        "--backend", backend,
+        "--backend", backend, *verbose,
         cwd=workspace,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -164,9 +166,11 @@ async def test_example_runs_on_the_embedded_model(
     assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
     assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
     run_dir = Path(payload["output_path"])
+    logs = (run_dir / "logs.txt").read_text()
     if backend == "process:sandbox":
-        logs = (run_dir / "logs.txt").read_text()
         assert "rollouts run in child processes inside bubblewrap" in logs
+    requests = ("HTTP Request: POST" in logs, '"GET /rollout' in logs)
+    assert requests == ((True, True) if verbose else (False, False)), logs[-3000:]
     trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
     agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
     assert agent and all(

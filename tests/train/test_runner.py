@@ -257,13 +257,13 @@ async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1\nprompts_per_step = 6")
-    text = config.read_text().replace("eval_rows = 2\n", "").replace("prompts_per_step = 2\n", "")
-    setting = 'eval_dataset = "data/held.jsonl"\n'
-    config.write_text(text.replace("[training]\n", f"[training]\n{setting}"))
+    config.write_text(config.read_text().replace("prompts_per_step = 2\n", ""))
     held = [{"user_prompt": f"held {i}", "ground_truth": str(i)} for i in range(3)]
     held_file = tmp_path / "ws" / "data" / "held.jsonl"
     held_file.write_text("".join(json.dumps(r) + "\n" for r in held))
-    run_dir = (await _train_here(config)).run_dir
+    # The file splits off held-out rows (eval_rows = 2); the flag replaces the split.
+    flag = 'training.eval_dataset="data/held.jsonl"'
+    run_dir = (await _train_here(config, (flag,))).run_dir
     lines = _lines(run_dir / "rollouts.jsonl")
     # The three held-out rows come after the six training rows, which all train in step 1.
     assert {line["row"] for line in lines if line["rollout_id"].startswith("eval-")} == {6, 7, 8}
@@ -272,8 +272,24 @@ async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
     )
     (start,) = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "start"]
     assert start["eval_dataset"] == str(held_file)
-    with pytest.raises(ConfigError, match="training.eval_rows splits the dataset"):
-        load_train_config(config, ["training.eval_rows=2"])
+    said = f"--set {flag} replaces the file's training.eval_rows = 2"
+    assert said in (run_dir / "logs.txt").read_text()
+    # The other way round, a flag's split replaces the file's held-out file.
+    text = config.read_text().replace("eval_rows = 2\n", 'eval_dataset = "data/held.jsonl"\n')
+    config.write_text(text)
+    assert load_train_config(config).eval_dataset == held_file
+    over = load_train_config(config, ["training.eval_rows=2"])
+    assert over.eval_dataset is None and over.training.eval_rows == 2
+    assert over.notes == (
+        "--set training.eval_rows=2 replaces the file's training.eval_dataset = 'data/held.jsonl'",
+    )
+    # Both in the file, or both in flags: the user must keep one.
+    config.write_text(text.replace("[training]\n", "[training]\neval_rows = 2\n"))
+    with pytest.raises(ConfigError, match=r"line \d+: training.eval_rows splits the dataset"):
+        load_train_config(config)
+    with pytest.raises(ConfigError, match=r"--set training.eval_rows=1: training.eval_rows splits"):
+        load_train_config(config, ["training.eval_rows=1", 'training.eval_dataset="x.jsonl"'])
+    config.write_text(text)
     with pytest.raises(ConfigError, match=r"training.eval_dataset 'held.txt' must be a local"):
         load_train_config(config, ['training.eval_dataset="held.txt"'])
 

@@ -60,9 +60,9 @@ async def run(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, st
     return process.returncode, out.decode()
 
 
-async def train_here(config: Path) -> TrainOutcome:
+async def train_here(config: Path, overrides: tuple[str, ...] = ()) -> TrainOutcome:
     """The run in this process: no CLI start-up (torch, transformers), so seconds faster."""
-    return await run_training(TrainOptions(config_path=config))
+    return await run_training(TrainOptions(config_path=config, overrides=overrides))
 
 
 def text(path: Path) -> str:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["configure_logging", "quiet_logging_errors"]
+from osmosis_ai.rollout._request_logs import quiet_request_logs
 
-# Libraries that log every request at INFO: useful when debugging them, noise otherwise.
-_CHATTY = ("httpx2", "httpcore2", "httpx", "httpcore", "uvicorn.access", "aiohttp.access")
+__all__ = ["configure_logging", "quiet_logging_errors"]
 
 
 def quiet_logging_errors() -> None:
@@ -23,5 +22,4 @@ def quiet_logging_errors() -> None:
 def configure_logging(level: int = logging.INFO) -> None:
     """Log ``level`` and above to stderr with timestamps; quiet per-request library logs."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for name in _CHATTY:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_request_logs()

@@ -218,7 +218,11 @@ def run_command(
     upstream_timeout: float | None = upstream_timeout_option(),
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for compatibility."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
-    verbose: bool = typer.Option(False, "--verbose", help="Log everything to the terminal."),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Log everything to the terminal, and keep per-request HTTP lines in logs.txt.",
+    ),
     backend: str = _backend_option(),
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while running, until Ctrl-C."
@@ -253,6 +257,7 @@ def run_command(
         policy_api_key=policy_api_key,
         upstream_timeout_sec=upstream_timeout,
         backend=backend,
+        request_logs=verbose,
     )
     del yes  # local runs ask nothing; kept for compatibility with the reference CLI
     _run_and_report(options, console, as_json=as_json, view=view, strict=strict)

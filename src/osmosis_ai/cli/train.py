@@ -137,6 +137,11 @@ def run_command(
     view: bool = typer.Option(
         False, "--view", help="Serve the run viewer (127.0.0.1) while training, until Ctrl-C."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Keep per-request HTTP lines (agent frameworks' clients, access log) in logs.txt.",
+    ),
     overrides: list[str] | None = set_option(),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
@@ -151,6 +156,7 @@ def run_command(
         name=name,
         fresh=fresh,
         backend=backend,
+        request_logs=verbose,
     )
     hooks = _Hooks(console)
     try:

@@ -543,7 +543,8 @@ TRAINING = Section(
             comment="or a held-out file of its own (instead of eval_rows)",
             docs='a held-out file (`"data/heldout.jsonl"`, relative to the workspace; any '
             "dataset format), evaluated as it is instead of splitting `dataset`, whose rows "
-            "then all train; not with `eval_rows`. The journal's `start` event records its path",
+            "then all train; not with `eval_rows` (a `--set` of either replaces the file's "
+            "other, and the run says so). The journal's `start` event records its path",
         ),
         Key(
             "eval_every",
@@ -572,6 +573,17 @@ TRAINING = Section(
             docs='experiment trackers that get every step and evaluation: any of `"tensorboard"`, '
             '`"wandb"`, `"mlflow"`, `"trackio"` (`pip install \'osmosis-ai[track]\'`); see '
             "[Trackers](#trackers)",
+        ),
+        Key(
+            "record_sequences",
+            "integer",
+            default=0,
+            bound="non-negative",
+            comment="write the first N steps' training sequences to sequences/ (0: none)",
+            docs="write the training sequences of the first N steps to "
+            "`sequences/step-NNNN.jsonl`: each as segments of text that carry loss (the "
+            "policy's replies) or not (prompt, tool results, template), redacted; see "
+            "[What the learner trains on](#what-the-learner-trains-on)",
         ),
         Key(
             "checkpoint_every",
@@ -793,15 +805,16 @@ VLLM = Section(
             "number",
             default=0.0,
             docs="the share of the GPU vLLM takes: lower it (0.3–0.5) when the learner shares "
-            "the GPU",
+            "the GPU. On the CPU, unset, the trainer sizes the KV cache "
+            "([vLLM as the engine](#vllm-as-the-engine))",
             docs_default="vLLM's (0.9)",
         ),
         Key(
             "args",
             "custom",
             default=(),
-            docs='extra server flags (`["--enforce-eager"]`) and environment '
-            '(`{ VLLM_CPU_KVCACHE_SPACE = "2" }`)',
+            docs='extra server flags (`["--enforce-eager"]`, `["--kv-cache-memory-bytes", '
+            '"2000000000"]`) and environment (`{ VLLM_LOGGING_LEVEL = "WARNING" }`)',
         ),
         Key("env", "custom", default={}, joins_row=True),
         Key(

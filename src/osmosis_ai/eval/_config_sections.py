@@ -172,6 +172,25 @@ class ConfigSource:
                 return ConfigError(f"{self.path}, {flag}: {message}")
         return ConfigError(f"{self.path}: {message}")
 
+    def flag_replaces(
+        self, table: TOMLTable, section: str, keys: tuple[str, str]
+    ) -> tuple[TOMLTable, str | None]:
+        """``table`` without the file's key of the exclusive pair ``keys`` when a ``--set``
+        flag gave the other one (a flag exists to leave the file alone, so it wins), and the
+        line that says so; ``table`` as it is when both or neither came from flags."""
+        if not all(key in table for key in keys):
+            return table, None
+        flagged = [key for key in keys if (section, key) in self.flags]
+        if len(flagged) != 1:
+            return table, None
+        (kept,) = flagged
+        dropped = next(key for key in keys if key != kept)
+        note = (
+            f"{self.flags[(section, kept)]} replaces the file's {section}.{dropped} = "
+            f"{table[dropped]!r}"
+        )
+        return {key: value for key, value in table.items() if key != dropped}, note
+
     def sections(self, data: TOMLTable, names: tuple[str, ...], kind: str) -> dict[str, TOMLTable]:
         """The tables ``names`` of ``data`` (empty when absent), after refusing anything else
         at the top of a ``kind`` file."""

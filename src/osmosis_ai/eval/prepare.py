@@ -46,6 +46,8 @@ class EvalOptions:
     backend: str = "local"
     """Where the rollout server runs rollouts: ``local``, ``ray``, ``ray:ADDRESS``,
     ``process`` or ``process:sandbox``."""
+    request_logs: bool = False
+    """Keep the rollout server's per-request log lines in ``logs.txt`` (``--verbose``)."""
 
 
 @dataclass(frozen=True, repr=False)

@@ -372,6 +372,7 @@ def _server(
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
         redact=prepared.keys.redactor.text,
         withheld=prepared.keys.policy,
+        request_logs=options.request_logs,
     )
 
 

@@ -16,6 +16,7 @@ import aiohttp
 from osmosis_ai._child_process import ChildProcess
 from osmosis_ai._serving import free_port
 from osmosis_ai.errors import OsmosisError
+from osmosis_ai.rollout._request_logs import REQUEST_LOGS_ENV
 
 __all__ = ["RolloutServerError", "RolloutServerProcess"]
 
@@ -62,7 +63,8 @@ class RolloutServerProcess:
     Its output goes line by line, through ``redact``, to ``log`` and to the tail quoted in
     errors. It inherits this process's environment plus ``env``, except every variable
     holding one of ``withheld`` (the policy's credentials: the gateway holds them, the
-    workflow only needs its rollout key); their names are logged.
+    workflow only needs its rollout key); their names are logged. Its per-request log lines
+    (HTTP clients, access log) are off unless ``request_logs``.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class RolloutServerProcess:
         log: Callable[[str], None],
         redact: Callable[[str], str] = str,
         withheld: Iterable[str] = (),
+        request_logs: bool = False,
     ) -> None:
         self.rollout_dir = rollout_dir
         self.entrypoint = entrypoint
@@ -83,6 +86,7 @@ class RolloutServerProcess:
         self.log = log
         self.redact = redact
         self.withheld = tuple(withheld)
+        self.request_logs = request_logs
         self.instance_id = uuid.uuid4().hex
         self.url = ""
         self._child = ChildProcess(log=log, redact=redact)
@@ -126,6 +130,7 @@ class RolloutServerProcess:
             "_OSMOSIS_ROLLOUT_PORT": str(port),
             "_OSMOSIS_ROLLOUT_ARTIFACT_ROOT": str(self.artifact_root),
             "_OSMOSIS_ROLLOUT_INSTANCE_ID": self.instance_id,
+            REQUEST_LOGS_ENV: "1" if self.request_logs else "0",
             "PYTHONUNBUFFERED": "1",
         }
         argv = [sys.executable, "-m", "osmosis_ai.eval._bootstrap", self.entrypoint]

@@ -41,6 +41,8 @@ __all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
 _SECTIONS = ("experiment", "training", "vllm", "env", "secrets")
 #: LoRA settings other than the rank: they mean nothing for a full fine-tune.
 _LORA_OPTIONS = ("lora_alpha", "lora_dropout", "lora_target_modules")
+#: The fewest rollouts in flight (`TrainingConfig.rollouts_in_flight`).
+_MIN_IN_FLIGHT = 16
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
 #: output head).
 ALL_LINEAR = "all-linear"
@@ -103,6 +105,9 @@ class TrainingConfig:
     """Rollouts per held-out row; above 1 (with ``eval_temperature`` > 0) the evaluation
     reports pass@1..k, estimated as ``osmosis eval`` does."""
     pass_threshold: float = 1.0
+    record_sequences: int = 0
+    """Write the training sequences of the first N steps, decoded by loss mask, to
+    ``sequences/step-NNNN.jsonl`` (`write_step_sequences`)."""
     token_budget: int = 1024
     """Tokens per micro-batch (forward+backward). The update's activations grow with it (in
     fp32 about 1.7 MB a token for a 135M model): lower it when memory runs out, raise it
@@ -148,6 +153,14 @@ class TrainingConfig:
     message, for templates without tools), or ``auto`` (native when the template has it)."""
 
     @property
+    def rollouts_in_flight(self) -> int:
+        """The most rollouts in flight at once: a step's (and under asynchronous training
+        those of the next ``max_staleness`` steps), at least 16, so the engine generates
+        their calls together; held-out rollouts share the bound."""
+        steps = self.max_staleness + 1
+        return max(_MIN_IN_FLIGHT, steps * self.prompts_per_step * self.group_size)
+
+    @property
     def lora_scale_alpha(self) -> float:
         """``lora_alpha``, or its default of twice the rank."""
         return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
@@ -167,11 +180,12 @@ class VllmConfig:
     """0: the model's own context length."""
     gpu_memory_utilization: float = 0.0
     """Share of the GPU's memory vLLM takes (0: vLLM's default, 0.9); lower it when the
-    learner shares the GPU."""
+    learner shares the GPU. On the CPU, with no KV cache size given, the trainer sizes it
+    (`cpu_kv_cache`)."""
     args: tuple[str, ...] = ()
     """Extra server flags, e.g. ``["--enforce-eager"]``."""
     env: dict[str, str] = field(default_factory=dict)
-    """Extra environment of the server, e.g. ``VLLM_CPU_KVCACHE_SPACE = "2"``."""
+    """Extra environment of the server, e.g. ``VLLM_LOGGING_LEVEL = "WARNING"``."""
     start_timeout_sec: float = 600.0
 
 
@@ -194,6 +208,8 @@ class TrainConfig:
     secrets: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
     """The ``--set`` flags applied over the file."""
+    notes: tuple[str, ...] = ()
+    """What the flags changed beyond their own key, one line each (the run says them)."""
 
     @property
     def rollout_dir(self) -> Path:
@@ -217,7 +233,9 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
     workspace = workspace_of(path)
     shared = shared_experiment(src, experiment, workspace)
     env = env_table(src, tables["env"])
-    training = _training(src, tables["training"])
+    held_out = ("eval_dataset", "eval_rows")
+    training_table, note = src.flag_replaces(tables["training"], "training", held_out)
+    training = _training(src, training_table)
     if tables["vllm"] and training.engine != "vllm":
         raise src.error(
             ("vllm",),
@@ -231,12 +249,13 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         entrypoint=shared.entrypoint,
         model=_model(src, experiment, workspace),
         dataset=shared.dataset,
-        eval_dataset=_eval_dataset(src, tables["training"], workspace),
+        eval_dataset=_eval_dataset(src, training_table, workspace),
         training=training,
         vllm=_vllm(src, tables["vllm"], workspace),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
         overrides=tuple(overrides),
+        notes=(note,) if note else (),
     )
 
 

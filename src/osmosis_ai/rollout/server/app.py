@@ -24,6 +24,7 @@ from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.redact import Redactor, _normalize_secrets
+from osmosis_ai.rollout._request_logs import quiet_request_logs, request_logs_wanted
 from osmosis_ai.rollout._storage import durable_files_from_env
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.backend.local import LocalBackend
@@ -341,6 +342,9 @@ async def _running(app: RolloutServerApp) -> AsyncIterator[None]:
     state = app.state.rollout
     user = state.user_lifespan(app) if state.user_lifespan else contextlib.nullcontext()
     async with user:
+        # After the server (uvicorn.run) configured its loggers, so that the level holds.
+        if not request_logs_wanted():
+            quiet_request_logs()
         await state.backend.start()
         _freeze_startup_objects()
         drainer = Drainer(state)

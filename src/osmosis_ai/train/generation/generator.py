@@ -105,6 +105,7 @@ async def open_generator(
         base_dir,
         lora_rank=training.lora_rank,
         max_loras=keep_adapters + 1,
+        sequences=training.rollouts_in_flight,
         log=lambda line: log.info("%s", line, extra={"step": "vllm"}),
         redact=redact,
     )

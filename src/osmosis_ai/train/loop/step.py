@@ -5,6 +5,7 @@ what the run says about it."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import statistics
@@ -24,6 +25,7 @@ from osmosis_ai.train.algorithm.sequences import (
     TrainingSequence,
     build_sequences,
 )
+from osmosis_ai.train.bookkeeping.sequence_record import write_step_sequences
 from osmosis_ai.train.config import TrainingConfig
 from osmosis_ai.train.generation.probe import WeightProbe
 from osmosis_ai.train.learner.core import Learner
@@ -149,6 +151,11 @@ async def run_step(
     generated = time.monotonic()
     sequences, stats = _sequences(done, training)
     zero = zero_gradient_groups(sequences, turn_credit=training.credit == "turn")
+    if step <= training.record_sequences:
+        await asyncio.to_thread(
+            write_step_sequences, run.run_dir, step, sequences, zero_gradient=zero,
+            decode=learner.tokenizer.decode, redact=run.redactor.text,
+        )  # fmt: skip
     trained = [s for s in sequences if s.group_id not in zero]
     _check_budget(trained, step, training.token_budget)
     versions = [version for sequence in trained for version in sequence.versions]

@@ -28,7 +28,7 @@ from osmosis_ai.rollout.integrations.agents.openai_agents import (
     OsmosisMemorySession,
     OsmosisRolloutModel,
 )
-from osmosis_ai.testing import ChatStub, StubReply
+from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 from tests.rollout.integrations.agents.conftest import API_KEY, rollout, tool_call
 
 PROMPT: list[Any] = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -91,6 +91,15 @@ async def test_tool_round_trip_gives_native_items_and_chat_trajectory(
     assert [m["role"] for m in chat] == ["user", "assistant", "tool", "assistant"]
     assert chat[1]["tool_calls"][0]["function"]["name"] == "add"
     assert chat[2]["content"] == "5"
+
+
+async def test_a_failed_call_is_sent_once(stub: ChatStub) -> None:
+    """A retried call would be a second sample of the prompt that the agent never sees."""
+    stub.push(StubFailure(500))
+    async with rollout(stub):
+        with pytest.raises(Exception, match="stub failure"):
+            await Runner.run(_agent(), PROMPT, session=OsmosisMemorySession())
+    assert len(stub.requests) == 1
 
 
 async def test_agent_without_a_model_is_bound_inside_a_rollout(stub: ChatStub) -> None:

@@ -23,7 +23,7 @@ from osmosis_ai.rollout.integrations.agents.strands import (
     OsmosisRolloutModel,
     OsmosisStrandsAgent,
 )
-from osmosis_ai.testing import ChatStub, StubReply
+from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 from tests.rollout.integrations.agents.conftest import API_KEY, rollout, tool_call
 
 PROMPT = [
@@ -86,6 +86,15 @@ async def test_tool_round_trip_gives_native_sample_and_chat_trajectory(
     assert [m["role"] for m in chat] == ["system", "user", "assistant", "tool", "assistant"]
     assert chat[2]["tool_calls"][0]["function"]["name"] == "add"
     assert chat[3] == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+
+
+async def test_a_failed_call_is_sent_once(stub: ChatStub) -> None:
+    """A retried call would be a second sample of the prompt that the agent never sees."""
+    stub.push(StubFailure(500))
+    async with rollout(stub):
+        with pytest.raises(Exception, match="stub failure"):
+            await _agent().invoke_async()
+    assert len(stub.requests) == 1
 
 
 async def test_empty_answer_keeps_its_step_in_the_trajectory(stub: ChatStub) -> None:

@@ -49,6 +49,11 @@ def rollout_client(rollout_ctx: RolloutContext) -> openai.AsyncOpenAI:
     the host's `ModelConnectionPool` when the context has one, so rollouts reuse each
     other's connections; otherwise through a pool of its own. Either way every client
     shares one TLS context, so binding an agent costs well under a millisecond.
+
+    It never retries (the ``openai`` SDK's default is twice): the endpoint is the rollout's
+    own, and under training a retried call is a second sample of the same prompt that the
+    agent never sees, so its tokens would train as if it had. A failed call fails the way
+    the framework reports errors.
     """
     import openai
 
@@ -62,6 +67,7 @@ def rollout_client(rollout_ctx: RolloutContext) -> openai.AsyncOpenAI:
         base_url=rollout_ctx.chat_completions_url,
         api_key=rollout_ctx.api_key or _NO_KEY,
         http_client=http_client,
+        max_retries=0,
     )
     rollout_ctx.add_cleanup(client.close)
     return client
