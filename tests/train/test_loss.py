@@ -176,24 +176,27 @@ def test_each_loss_has_its_own_default_clip_band_and_a_set_one_wins() -> None:
         GrpoConfig(loss="cispo", clip_low=1.5)
 
 
-def _two_sequences() -> tuple[torch.Tensor, object, list[float]]:
+def _two_sequences(*, later: bool = False) -> tuple[torch.Tensor, object, list[float]]:
     """Sequence a (advantage +1): behaviour -1.0, -2.0 and the learner's -0.8, -2.1; b (-0.5):
-    behaviour -0.5 and the learner's -0.7. One weight per token (sum, not a mean)."""
+    behaviour -0.5 and the learner's -0.7. One weight per token (sum, not a mean). ``later``:
+    a later update of the step, which started where the behaviour policy was."""
     sequences = [
         make_sequence("a", "g", 1.0, (1, 2, 3), (0, 1, 1), (0.0, -1.0, -2.0)),
         make_sequence("b", "g", 0.0, (1, 4), (0, 1), (0.0, -0.5)),
     ]
     advantages = [1.0, -0.5]
-    batch = collate(sequences, advantages, [1.0, 1.0])
+    start = [torch.tensor([-1.0, -2.0]), torch.tensor([-0.5])] if later else None
+    batch = collate(sequences, advantages, [1.0, 1.0], old_logprobs=start)
     policy = torch.tensor([[-0.8, -2.1], [-0.7, 0.0]], requires_grad=True)
     return policy, batch, advantages
 
 
 def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient() -> None:
-    """GSPO: s_a = exp(mean(0.2, -0.1)) = e^0.05, s_b = e^-0.2. With the band (0.01, 0.01)
-    both leave it: a's (A > 0, s > 1.01) is clipped, so its tokens get no gradient; b's
-    (A < 0, s < 0.99) too. With a wide band each token's gradient is -A·s (its own logπ's)."""
-    policy, batch, _ = _two_sequences()
+    """GSPO in a later update, its ratio to the step's start: s_a = exp(mean(0.2, -0.1)) =
+    e^0.05, s_b = e^-0.2. With the band (0.01, 0.01) both leave it: a's (A > 0, s > 1.01)
+    is clipped, so its tokens get no gradient; b's (A < 0, s < 0.99) too. With a wide band
+    each token's gradient is -A·s (its own logπ's)."""
+    policy, batch, _ = _two_sequences(later=True)
     narrow = GrpoConfig(loss="gspo", clip_low=0.01, clip_high=0.01)
     loss, parts = grpo_loss(policy, batch, narrow)  # type: ignore[arg-type]
     # a: 2 tokens × -1·1.01; b: 1 token × 0.5·0.99.
@@ -201,7 +204,7 @@ def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient(
     loss.backward()  # type: ignore[no-untyped-call]
     assert policy.grad is not None and not policy.grad.any()
     assert (parts.clipped_high, parts.clipped_low) == (2, 1)
-    policy, batch, _ = _two_sequences()
+    policy, batch, _ = _two_sequences(later=True)
     loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo", clip_low=0.5, clip_high=0.5))  # type: ignore[arg-type]
     s_a, s_b = math.exp(0.05), math.exp(-0.2)
     assert loss.item() == pytest.approx(-2 * s_a + 0.5 * s_b, rel=1e-6)
@@ -209,6 +212,21 @@ def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient(
     assert policy.grad is not None
     assert policy.grad.flatten().tolist() == pytest.approx([-s_a, -s_a, 0.5 * s_b, 0.0], rel=1e-6)
     assert parts.clipped_high == parts.clipped_low == 0
+
+
+def test_gspo_starts_each_step_at_ratio_one_whatever_the_engine_recorded() -> None:
+    """The first update of a step: the learner's logprobs differ from the engine's (-0.8 vs
+    -1.0...), far beyond GSPO's band, yet s = 1 for both sequences: nothing is clipped and
+    each token's gradient is -A (the step starts on-policy for the learner)."""
+    policy, batch, _ = _two_sequences()
+    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo"))  # type: ignore[arg-type]
+    assert loss.item() == pytest.approx(-2 * 1.0 + 0.5 * 1.0, rel=1e-6)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    assert policy.grad.flatten().tolist() == pytest.approx([-1.0, -1.0, 0.5, 0.0], rel=1e-6)
+    assert parts.clipped_high == parts.clipped_low == 0
+    # The engine's difference is still reported (and tis_cap would weight by it).
+    assert parts.ratio_max == pytest.approx(math.exp(0.2), rel=1e-6)
 
 
 def test_cispo_weights_each_tokens_log_likelihood_by_its_clipped_ratio_without_cutting_it() -> None:

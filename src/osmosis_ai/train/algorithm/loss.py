@@ -223,7 +223,11 @@ def grpo_loss(
     Without ``tis_cap`` the anchor is the behaviour policy and ``w = 1``. With it, the anchor
     is the learner at the start of the step (``batch.old_logprobs`` when the step makes
     several updates, else the current logprobs without gradient) and ``w = min(π_start /
-    π_behaviour, tis_cap)`` (no gradient).
+    π_behaviour, tis_cap)`` (no gradient). ``gspo`` always anchors at the start of the step
+    (as verl recomputes ``old_log_prob`` with the learner): its band (3e-4, 4e-4) is far
+    narrower than the gap between the engine's logprobs and the learner's own (a bf16
+    update's rounding alone), so anchored on the engine an on-policy sequence's ratio would
+    leave it about as often as not and its tokens lose their gradient.
     """
     mask = batch.loss_mask
     on = mask > 0
@@ -232,7 +236,7 @@ def grpo_loss(
     # where, not a product with the mask: padding must not turn an inf into a NaN.
     gap = torch.where(on, start - batch.behaviour_logprobs, 0.0)
     behaviour_ratio = torch.exp(gap)
-    anchor = start if config.tis_cap > 0 else batch.behaviour_logprobs
+    anchor = start if config.tis_cap > 0 or config.loss == "gspo" else batch.behaviour_logprobs
     log_ratio = torch.where(on, logprobs - anchor, 0.0)
     if config.loss == "gspo":
         tokens = on.sum(dim=-1, keepdim=True).clamp(min=1)
