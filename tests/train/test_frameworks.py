@@ -20,13 +20,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FRAMEWORKS = ("strands_calculator", "openai_agents_calculator")
-#: Two steps of 2 rows x 4 rollouts (the configs train 4 x 8), one held-out row.
+#: Two steps of 2 rows x 4 rollouts (the configs train 4 x 8), one held-out row. The
+#: untrained model solves few rows at temperature 0.8 (none in the first two steps of a
+#: shipped Strands run), so the test samples closer to its greedy answers and runs a group
+#: whose rewards all agree once more: a step then has a group to train on.
 SMALL = (
     "training.steps=2",
     "training.prompts_per_step=2",
     "training.group_size=4",
     "training.eval_rows=1",
     "training.max_tokens=64",
+    "training.temperature=0.5",
+    "training.resample_zero_gradient=1",
 )
 
 
@@ -41,21 +46,25 @@ def flags(*settings: str) -> list[str]:
     return [arg for setting in settings for arg in ("--set", setting)]
 
 
-def check_one_exact_sequence_per_rollout(run_dir: Path, steps: int) -> list[dict[str, Any]]:
+def check_one_exact_sequence_per_rollout(
+    run_dir: Path, steps: int, *, varied: bool = True
+) -> list[dict[str, Any]]:
     """The run's steps chained every rollout's turns into one sequence (no drift, no new
     context), with the template, the prompt and the tool results out of the loss, and
-    trained on every step whose rewards varied; returns step 1's recorded sequences."""
+    trained on every step whose rewards varied (``varied``: there was one); returns step 1's
+    recorded sequences."""
     metrics = _lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, steps + 1)), metrics
     for line in metrics:
         assert (line["drift"], line["new_contexts"], line["excluded"]) == (0, 0, {}), line
     records = _lines(run_dir / "sequences" / "step-0001.jsonl")
-    rollouts = [
-        r for r in _lines(run_dir / "rollouts.jsonl") if r["rollout_id"].startswith("step-0001-")
+    (step_1,) = [
+        e for e in _lines(run_dir / "events.jsonl") if e.get("step") == 1 and e["event"] == "step"
     ]
-    assert all(r["status"] == "success" for r in rollouts), rollouts
-    # One sequence per rollout of the step.
-    assert sorted(r["rollout_id"] for r in records) == sorted(r["rollout_id"] for r in rollouts)
+    statuses = {r["rollout_id"]: r["status"] for r in _lines(run_dir / "rollouts.jsonl")}
+    assert all(statuses[rollout] == "success" for rollout in step_1["rollouts"]), statuses
+    # One sequence per rollout the step kept (a resampled group's last attempt).
+    assert sorted(r["rollout_id"] for r in records) == sorted(step_1["rollouts"])
     assert metrics[0]["sequences"] == len(records)
     several_turns = 0
     for record in records:
@@ -70,20 +79,24 @@ def check_one_exact_sequence_per_rollout(run_dir: Path, steps: int) -> list[dict
         assert all("<|im_start|>" not in text for text in trained), record
         assert all("<|im_start|>" in text for text in context), record
         trajectory = run_dir / "rollouts" / record["rollout_id"] / "trajectory.json"
+        turns = [s for s in json.loads(trajectory.read_text())["steps"] if s["source"] == "agent"]
+        # Every tool result the model was sent is context: those of each model call but the
+        # last (an agent stopped by its turn limit never sends its last results).
         results = [
             str(result["content"])
-            for step in json.loads(trajectory.read_text())["steps"]
-            for result in (step.get("observation") or {}).get("results", [])
+            for turn in turns[:-1]
+            for result in (turn.get("observation") or {}).get("results", [])
         ]
-        for result in results:  # every tool result the agent got is context
+        for result in results:
             assert any(result in text for text in context[1:]), (result, record)
-        if results and len(trained) > len(results):
+        if results:
             several_turns += 1  # a tool call, its result, and the reply after it: one sequence
     assert several_turns, "no rollout of step 1 called the tool and answered after it"
-    varied = [m for m in metrics if m["zero_gradient_groups"] < 2]
-    assert varied, "no step had a group whose rewards differed"
-    for line in varied:
-        assert line["tokens_trained"] > 0 and line["loss"] is not None, line
+    for line in metrics:
+        trains = line["zero_gradient_groups"] < 2
+        assert (line["tokens_trained"] > 0) == trains == (line["loss"] is not None), line
+    if varied:
+        assert any(m["zero_gradient_groups"] < 2 for m in metrics), "no reward varied"
     return records
 
 

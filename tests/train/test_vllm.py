@@ -530,17 +530,25 @@ async def test_a_framework_agent_trains_through_vllm_in_its_models_tool_format(
     hermes = with_chat_template(model_dir, tmp_path / "hermes-smollm2")
     main = config.parents[2] / "rollouts" / "openai_agents_calculator" / "main.py"
     # SmolLM2 never learnt hermes calls: the first turn must call (the SDK resets the
-    # choice after a tool call, so the reply after the result is free).
+    # choice after a tool call, so the reply after the result is free), once (left to make
+    # several, it writes calls until max_tokens cuts one, and a cut reply is text).
     settings = "temperature=config.temperature, max_tokens=config.max_tokens"
-    main.write_text(main.read_text().replace(settings, f'{settings}, tool_choice="required"'))
+    required = f'{settings}, tool_choice="required", parallel_tool_calls=False'
+    main.write_text(main.read_text().replace(settings, required))
     table = f'\n[vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
     config.write_text(config.read_text() + table)
-    native = ('training.tool_format="native"', f'experiment.model="{hermes}"')
+    native = (
+        'training.engine="vllm"',
+        'training.tool_format="native"',
+        f'experiment.model="{hermes}"',
+    )
     code, out = await _run(config, *flags(*SMALL, *native), limit_sec=600)
     assert code == 0, out
     assert "tool calls: native (hermes) format" in out
     run_dir = config.parents[2] / ".osmosis" / "train" / "openai_agents_calculator"
-    records = check_one_exact_sequence_per_rollout(run_dir, steps=2)
+    # Whether a reward varies in 2 steps is luck for a model that never learnt this format;
+    # the torch runs of test_frameworks.py show the training on a varied group.
+    records = check_one_exact_sequence_per_rollout(run_dir, steps=2, varied=False)
     replies = [s["text"] for r in records for s in r["segments"] if s["trained"]]
     assert any("<tool_call>" in reply for reply in replies), replies
 

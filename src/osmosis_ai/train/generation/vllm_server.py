@@ -39,8 +39,13 @@ _CHECK_TIMEOUT_SEC = 120.0
 #: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _ERROR_LINE = re.compile(r"error|exception|traceback", re.IGNORECASE)
-#: An exception's line in vLLM's output (after its process and logger prefix).
-_EXCEPTION = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): .+)")
+#: An exception's line in vLLM's output: at the start of the line, or after the process and
+#: logger prefix of an ERROR line (``(VllmWorker-0 pid=7) ERROR 12-05 10:05:34 [f.py:9] ``);
+#: not one a warning quotes ("... errors like `OSError: [Errno 24] Too many open files`").
+_EXCEPTION = re.compile(
+    r"^(?:\([^)]*\)\s+)?(?:ERROR\s+\S+\s+\S+\s+\[[^\]]*\]\s+)?"
+    r"((?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception): .+)"
+)
 #: What an exception says when the cause is another exception, printed before it.
 _POINTER = re.compile(r"root cause|stack trace for", re.IGNORECASE)
 #: A failed start's output holds tracebacks of several processes (~175 lines for a worker).
