@@ -538,6 +538,7 @@ async def test_a_framework_agent_trains_through_vllm_in_its_models_tool_format(
     table = f'\n[vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
     config.write_text(config.read_text() + table)
     native = (
+        "training.group_size=2",  # the sequences are the point here, not the learning
         'training.engine="vllm"',
         'training.tool_format="native"',
         f'experiment.model="{hermes}"',
