@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.train.generation.kv_cache import cpu_kv_cache, free_memory_bytes, kv_bytes_per_token
+from osmosis_ai.gateway.policies._torch_device import available_memory_bytes
+from osmosis_ai.train.generation.kv_cache import cpu_kv_cache, kv_bytes_per_token
 
 MIB, GIB = 1 << 20, 1 << 30
 #: SmolLM2-135M's shape (the embedded model): 30 layers, 3 KV heads of 64, fp32 weights.
@@ -65,4 +66,5 @@ def test_a_config_without_the_shape_gets_the_cap(tmp_path: Path) -> None:
 
 def test_free_memory_is_within_the_machines_memory() -> None:
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert 0 < free_memory_bytes() <= total
+    free = available_memory_bytes()
+    assert free is not None and 0 < free <= total

@@ -55,6 +55,12 @@ def free_memory_bytes(device: Any, meminfo: Path = Path("/proc/meminfo")) -> int
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type == "mps":
         return int(torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
+    return available_memory_bytes(meminfo)
+
+
+def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The machine's memory available without swapping (Linux's ``MemAvailable``); ``None``
+    when it cannot be told."""
     try:
         lines = meminfo.read_text(encoding="ascii").splitlines()
     except OSError:

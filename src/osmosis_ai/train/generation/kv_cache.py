@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KvCacheSize", "cpu_kv_cache", "free_memory_bytes", "kv_bytes_per_token"]
+__all__ = ["KvCacheSize", "cpu_kv_cache", "kv_bytes_per_token"]
 
 #: The most of the free memory the KV cache takes.
 FREE_MEMORY_SHARE = 0.25
@@ -80,19 +79,6 @@ def cpu_kv_cache(
     wanted = per_token * length * max(1, sequences)
     least = per_token * length
     return KvCacheSize(bytes=_round_up(max(least, min(wanted, cap))), wanted=wanted, cap=cap)
-
-
-def free_memory_bytes() -> int:
-    """Memory the system can give without swapping (Linux's ``MemAvailable``; elsewhere the
-    free pages)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _round_up(size: int) -> int:

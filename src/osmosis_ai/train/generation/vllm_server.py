@@ -25,9 +25,10 @@ import aiohttp
 from osmosis_ai._child_process import BOOTSTRAP, ChildProcess
 from osmosis_ai._serving import free_port
 from osmosis_ai.errors import ConfigError, OsmosisError
+from osmosis_ai.gateway.policies._torch_device import available_memory_bytes
 from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL
 from osmosis_ai.train.config import VllmConfig
-from osmosis_ai.train.generation.kv_cache import cpu_kv_cache, free_memory_bytes
+from osmosis_ai.train.generation.kv_cache import cpu_kv_cache
 
 __all__ = ["VllmServer", "VllmServerError", "lora_rank_slot"]
 
@@ -173,14 +174,15 @@ class VllmServer:
             await self._check_attached()
             return self.url
         self.platform = await self._probe_python()
-        if self.platform == "cpu" and not self._kv_cache_set():
+        free = available_memory_bytes() if self.platform == "cpu" else None
+        if free is not None and not self._kv_cache_set():  # unknown free memory: vLLM's own
             size = await asyncio.to_thread(
                 cpu_kv_cache,
                 self.model_dir,
                 dtype=self.config.dtype,
                 max_model_len=self.config.max_model_len,
                 sequences=self.sequences,
-                free_bytes=free_memory_bytes(),
+                free_bytes=free,
             )
             self._kv_args = ["--kv-cache-memory-bytes", str(size.bytes)]
             self.log(size.describe())
