@@ -1,5 +1,6 @@
 """Model-gateway figures: added latency and throughput in front of an instant upstream, and
-the embedded model's load time and generation speed.
+the embedded model's load time and generation speed (on 1 thread and on every core, idle and
+beside busy processes).
 
 Run with ``python benchmarks/gateway.py``. The stub upstream and the gateway each run in
 their own process (``osmosis gateway``), the load generator in this one, all on 127.0.0.1.
@@ -148,8 +149,9 @@ async def _policy_call_cpu() -> float:
         server.close()
 
 
-async def _embedded() -> tuple[float, float]:
-    policy = EmbeddedPolicy()
+async def _embedded(n_threads: int | None = None) -> tuple[float, float]:
+    """The embedded model's load time and tokens/s of one 256-token answer."""
+    policy = EmbeddedPolicy(n_threads=n_threads)
     await policy.start()
     try:
         request = parse_chat_request(
@@ -168,6 +170,32 @@ async def _embedded() -> tuple[float, float]:
         return policy.load_seconds, answer["usage"]["completion_tokens"] / elapsed
     finally:
         await policy.aclose()
+
+
+@contextmanager
+def _busy_processes(count: int) -> Iterator[None]:
+    """``count`` processes that spin on the CPU for as long as the block runs."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+
+
+def _threads_beside_busy_work() -> list[Figure]:
+    """tokens/s on 1 thread and on every core, idle and beside one busy process more than
+    there are cores: llama.cpp's threads spin while they wait for each other."""
+    cores = len(os.sched_getaffinity(0))
+    figures = []
+    for busy in (0, cores + 1):
+        for threads in sorted({1, cores}):
+            with _busy_processes(busy):
+                speed = asyncio.run(_embedded(threads))[1]
+            where = f"beside {busy} busy processes" if busy else "idle"
+            figures.append(Figure(f"{threads} thread(s), {where}", speed, "tok/s", digits=1))
+    return figures
 
 
 def main() -> None:
@@ -200,6 +228,7 @@ def main() -> None:
             )
     policy_cpu = asyncio.run(_policy_call_cpu())
     load_sec, tokens_per_sec = asyncio.run(_embedded())
+    by_threads = _threads_beside_busy_work()
     ms = 1e3
     print_table(
         "Gateway in front of an instant stub upstream (openai policy)",
@@ -283,6 +312,7 @@ def main() -> None:
             ),
         ],
     )
+    print_table("Embedded model's generation speed by threads (OMP_NUM_THREADS)", by_threads)
 
 
 if __name__ == "__main__":

@@ -54,8 +54,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Settings Ray reads when it is first imported (so before any test module is), and
-    the Ctrl-C the CLI tests send.
+    """Settings Ray reads when it is first imported (so before any test module is), the
+    Ctrl-C the CLI tests send, and the compute threads of each process.
 
     A local Ray instance then binds 127.0.0.1 (Ray otherwise picks this machine's network
     address, and tests stay on loopback), and token authentication is off: child processes
@@ -63,6 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # One compute thread a process (torch, and the embedded model, which follows it): the
+    # suite's workers, their CLI children and CI's other phases share the cores, and two
+    # threads that wait for each other by spinning then stall when either is descheduled
+    # (the embedded model ran 11x slower beside three busy processes at two threads, 2x at
+    # one). Export OMP_NUM_THREADS to run a test with more.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A shell without job control starts background commands with SIGINT ignored, and
     # children inherit that: the CLI would then never see the Ctrl-C the tests send it. A
     # handler (unlike "ignore") is reset to the default in a child, as from a terminal.

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 from osmosis_ai.testing import ChatStub
+from tests.subprocesses import communicate_within
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
@@ -57,8 +58,7 @@ class Workspace:
         self, *args: str, limit_sec: float = 120, wrapper: tuple[str, ...] = ()
     ) -> tuple[int, str]:
         process = await self.start(*args, wrapper=wrapper)
-        async with asyncio.timeout(limit_sec):
-            out, _ = await process.communicate()
+        out, _ = await communicate_within(process, limit_sec)
         assert process.returncode is not None
         return process.returncode, out.decode()
 

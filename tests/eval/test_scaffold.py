@@ -19,6 +19,7 @@ from osmosis_ai.rollout import GraderContext, RolloutSample
 from osmosis_ai.train.config import TrainingConfig, load_train_config
 from osmosis_ai.train.loop.runner import split_rows
 from tests.eval.conftest import OSMOSIS, ROOT
+from tests.subprocesses import communicate_within
 
 pytestmark = pytest.mark.slow  # left out of make test-fast
 
@@ -157,9 +158,8 @@ async def test_example_runs_on_the_embedded_model(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    async with asyncio.timeout(180):
-        out, err = await process.communicate()
-    assert process.returncode == 0, err.decode()
+    out, err = await communicate_within(process, 180)
+    assert process.returncode == 0, (err or b"").decode()
     payload = json.loads(out)
     assert payload["complete"] and payload["dispatched"] == 2
     summary = payload["metrics"]["summary"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.subprocesses import communicate_within
 from tests.train.conftest import tokenizer_dir  # noqa: F401 -- fixture
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
@@ -23,9 +24,8 @@ async def run_small_check(*args: str, limit_sec: float) -> tuple[int | None, str
         "--steps", "2", "--prompts", "2", "--group-size", "4", "--max-tokens", "16", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
-    async with asyncio.timeout(limit_sec):
-        out = (await process.communicate())[0].decode()
-    return process.returncode, out
+    out, _ = await communicate_within(process, limit_sec)
+    return process.returncode, out.decode()
 
 
 async def test_gpu_check_runs_full_and_lora_steps_through_the_stack_on_the_cpu(
@@ -61,8 +61,7 @@ async def test_gpu_check_names_a_missing_gpu_in_one_line(
         sys.executable, str(SCRIPT), "--device", "cuda", "--tokenizer", str(tokenizer_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
-    async with asyncio.timeout(60):
-        out = (await process.communicate())[0].decode()
+    out = (await communicate_within(process, 60))[0].decode()
     assert process.returncode == 2, out
     assert out.strip() == (
         f'error: --device = "cuda" but torch sees no GPU (torch {torch.__version__} is a CPU build)'

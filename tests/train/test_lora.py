@@ -25,6 +25,7 @@ from osmosis_ai.train.algorithm.update import train_step
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
 from osmosis_ai.train.learner.core import Learner, lora_config
 from osmosis_ai.train.learner.export import export_merged
+from tests.subprocesses import communicate_within
 from tests.train.conftest import on_policy
 from tests.train.training_project import OSMOSIS
 from tests.train.training_project import lines as _lines
@@ -229,8 +230,7 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
         OSMOSIS, "eval", "run", str(_eval_config(root)), "--model", f"torch:{latest}", "--strict",
         cwd=root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
-    async with asyncio.timeout(120):
-        out = (await process.communicate())[0].decode()
+    out = (await communicate_within(process, 120))[0].decode()
     assert process.returncode == 0, out  # --strict: any failed rollout exits 3, saying why
     (eval_dir,) = (root / ".osmosis" / "evals").glob("tiny-*")
     assert len(list((eval_dir / "trajectories").glob("*.json"))) == 6, out
@@ -273,8 +273,7 @@ async def _osmosis(cwd: Path, *args: str) -> tuple[int, str]:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "400"},
     )  # fmt: skip
-    async with asyncio.timeout(120):
-        out = (await process.communicate())[0].decode()
+    out = (await communicate_within(process, 120))[0].decode()
     assert process.returncode is not None
     return process.returncode, out
 

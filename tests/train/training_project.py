@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.train.loop.runner import TrainOptions, TrainOutcome, run_training
+from tests.subprocesses import communicate_within
 
 PROJECT = Path(__file__).resolve().parent / "project"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
@@ -54,8 +55,7 @@ async def start(config: Path, *args: str) -> asyncio.subprocess.Process:
 
 async def run(config: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
     process = await start(config, *args)
-    async with asyncio.timeout(limit_sec):
-        out, _ = await process.communicate()
+    out, _ = await communicate_within(process, limit_sec)
     assert process.returncode is not None
     return process.returncode, out.decode()
 

