@@ -26,6 +26,7 @@ collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info
 # long module handed out last would run alone at the end while the other worker sits idle.
 _LONGEST_FIRST = (
     "train/test_vllm.py",
+    "train/test_frameworks.py",
     "train/test_tool_formats.py",
     "reliability/test_chaos_eval.py",
     "train/test_runner.py",
@@ -66,8 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # One compute thread a process (torch, and the embedded model, which follows it): the
     # suite's workers, their CLI children and CI's other phases share the cores, and two
     # threads that wait for each other by spinning then stall when either is descheduled
-    # (the embedded model ran 11x slower beside three busy processes at two threads, 2x at
-    # one). Export OMP_NUM_THREADS to run a test with more.
+    # (beside three busy processes the embedded model made 8.7 tokens/s on two threads, 22 on
+    # one: docs/gateway.md). Export OMP_NUM_THREADS to run a test with more.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A shell without job control starts background commands with SIGINT ignored, and
     # children inherit that: the CLI would then never see the Ctrl-C the tests send it. A
