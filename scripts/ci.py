@@ -34,6 +34,7 @@ from pathlib import Path
 __all__ = [
     "COUNTS",
     "PHASES",
+    "PHASE_DEFAULTS",
     "Phase",
     "Result",
     "SuiteCount",
@@ -47,11 +48,11 @@ LOGS = ROOT / ".ci-logs"
 COUNTS = ROOT / ".ci" / "test-counts.json"
 #: No phase may take longer than this (CI's own limit is 90 minutes).
 PHASE_LIMIT_SEC = 50 * 60
-#: One compute thread a process (torch; the embedded model follows OMP_NUM_THREADS too): the
-#: phases run side by side on CI's two cores, where threads that wait for each other by
-#: spinning stall whenever one of them is descheduled (see tests/conftest.py). A value in the
-#: environment wins.
-PHASE_ENV = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+#: What every phase runs with unless the environment says otherwise. One compute thread a
+#: process (torch; the embedded model follows OMP_NUM_THREADS too): the phases run side by
+#: side on CI's two cores, where threads that wait for each other by spinning stall whenever
+#: one of them is descheduled (see tests/conftest.py).
+PHASE_DEFAULTS = {"OMP_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Run:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **PHASE_ENV},
+                env={**PHASE_DEFAULTS, **os.environ},
                 start_new_session=True,  # its whole tree can be stopped
             )
             try:

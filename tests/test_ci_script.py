@@ -7,7 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.ci import COUNTS, PHASES, Phase, Result, SuiteCount, check_counts, phase_table
+import pytest
+from scripts.ci import (
+    COUNTS,
+    LOGS,
+    PHASES,
+    Phase,
+    Result,
+    Run,
+    SuiteCount,
+    check_counts,
+    phase_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +52,25 @@ def test_a_suite_phase_writes_its_junit_report_and_slowest_tests() -> None:
     command = main.command()
     assert command[:3] == ["make", "--no-print-directory", "suite-main"]
     assert command[-1].startswith("PYTEST_ARGS=--durations=30 --junitxml=")
+
+
+@pytest.mark.parametrize(("exported", "seen"), [(None, "1"), ("3", "3")])
+def test_a_phase_runs_one_compute_thread_unless_the_environment_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exported: str | None, seen: str
+) -> None:
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("show:\n\t@echo threads=$$OMP_NUM_THREADS\n")
+    if exported is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", exported)
+    phase = Phase(f"threads-{tmp_path.name}", ["-f", str(makefile), "show"])
+    log = LOGS / f"{phase.name}.log"
+    try:
+        result = Run([phase]).run_phase(phase)
+        assert result.returncode == 0 and log.read_text().strip() == f"threads={seen}"
+    finally:
+        log.unlink(missing_ok=True)
 
 
 def test_suite_counts_are_read_from_junit(tmp_path: Path) -> None:
