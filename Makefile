@@ -91,7 +91,7 @@ test:
 ## The quick loop while developing: the tests not marked slow, on two workers, in the
 ## existing .venv (make install-dev first). CI runs everything (make test).
 test-fast:
-	$(BIN)/pytest -m "not slow" -n 2 --dist loadfile -q $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not slow" -n 2 $(DISTRIBUTE) -q $(PYTEST_ARGS)
 
 debian-packages:
 	bash scripts/ensure_debian_packages.sh chromium=chromium bwrap=bubblewrap strace=strace
@@ -119,11 +119,14 @@ type-check:
 
 # The suites alone, in environments already built (what scripts/ci.py runs); PYTEST_ARGS
 # adds pytest flags. The main suite runs on TEST_WORKERS workers a module at a time (a module
-# fixture such as the vLLM server starts once), the longest modules first (tests/conftest.py).
+# fixture such as the vLLM server starts once), the longest modules first (tests/conftest.py;
+# --no-loadscope-reorder keeps that order: xdist would hand out the modules with the most
+# tests first, and a long module of two tests last).
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
+DISTRIBUTE := --dist loadfile --no-loadscope-reorder
 suite-main:
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) $(DISTRIBUTE) $(PYTEST_ARGS)
 
 suite-harbor:
 	$(HARBOR_BIN)/pytest tests/rollout/backend/harbor $(PYTEST_ARGS)
