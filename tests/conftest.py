@@ -22,8 +22,10 @@ collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info
 
 
 # The modules that take longest (from `--durations`), collected first: the suite runs on two
-# workers a module at a time (`-n 2 --dist loadfile`, see the Makefile's suite-main), and a
-# long module handed out last would run alone at the end while the other worker sits idle.
+# workers a module at a time (`-n 2 --dist loadfile --no-loadscope-reorder`, see the
+# Makefile's suite-main: without that flag xdist hands out the modules with the most tests
+# first), and a long module handed out last would run alone at the end while the other
+# worker sits idle.
 _LONGEST_FIRST = (
     "train/test_vllm.py",
     "train/test_frameworks.py",
