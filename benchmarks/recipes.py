@@ -8,7 +8,9 @@ bench-recipes``; docs/train.md, "Recipes, measured").
    GSPO (``loss = "gspo"``, ``normalisation = "sequence"``), CISPO (``loss = "cispo"``),
    RLOO (``advantage = "rloo"``) and ``ppo_clip`` with 2 epochs × 2 mini-batches. Per recipe
    and seed: the held-out mean reward before and after (greedy), the held-out pass rate
-   after, the median seconds per step and the largest later-update clip fraction.
+   after, the median seconds per step and the largest later-update clip fraction; per
+   recipe, its difference from the first (``ppo_clip``) and whether that difference is larger
+   than the spread between seeds.
 2. A multi-turn task with intermediate tool results (``recipes_task/chain.py``: three
    dependent calculator calls, each correct one rewarded as a turn): ``credit = "turn"``
    against ``"outcome"``, held-out success (exact final number) and mean reward after the
@@ -177,7 +179,8 @@ def _print(runs: list[Run], args: argparse.Namespace) -> None:
                 f"{r.pass_after:>12.1%}{r.step_sec:>9.1f}{r.later_clip:>12.1%}"
             )
         print("means over seeds")
-        for setting in dict.fromkeys(r.setting for r in rows):
+        settings = list(dict.fromkeys(r.setting for r in rows))
+        for setting in settings:
             mine = [r for r in rows if r.setting == setting]
             gain = statistics.fmean(r.after - r.before for r in mine)
             above = sum(r.after > r.before for r in mine)
@@ -188,6 +191,25 @@ def _print(runs: list[Run], args: argparse.Namespace) -> None:
                 f"{statistics.fmean(r.pass_after for r in mine):.1%}, "
                 f"{statistics.fmean(r.step_sec for r in mine):.1f} s/step"
             )
+        reference = settings[0]
+        print(f"against {reference} (difference of the means after; seed spread: the larger "
+              "of the two settings' standard deviations over seeds)")  # fmt: skip
+        for setting in settings[1:]:
+            print(f"  {setting:<14} {_against(rows, reference, setting)}")
+
+
+def _against(rows: list[Run], reference: str, setting: str) -> str:
+    """``setting``'s held-out reward after training against ``reference``'s: the difference
+    of their means over seeds, and whether it is larger than the spread between seeds (the
+    larger sample standard deviation of the two): a difference inside it is noise."""
+    theirs = [r.after for r in rows if r.setting == reference]
+    mine = [r.after for r in rows if r.setting == setting]
+    if min(len(theirs), len(mine)) < 2:
+        return "needs two seeds of each to tell a difference from noise"
+    difference = statistics.fmean(mine) - statistics.fmean(theirs)
+    spread = max(statistics.stdev(theirs), statistics.stdev(mine))
+    verdict = "exceeds seed noise" if abs(difference) > spread else "within seed noise"
+    return f"{difference:+.3f} (seed spread {spread:.3f}): {verdict}"
 
 
 def main() -> None:

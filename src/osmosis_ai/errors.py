@@ -4,6 +4,7 @@
 OsmosisError
 ├── ConfigError                 misuse: bad arguments, config, import paths (also ValueError)
 │   ├── InvalidIdError          an id that would escape its path segment
+│   ├── SettingError            one setting of a config object cannot take its value (setting)
 │   └── DatasetRowError         a dataset row that cannot become a rollout input
 ├── MissingExtraError           an optional dependency is absent (also ModuleNotFoundError)
 ├── RolloutProtocolError        a rollout server answered outside the protocol (status_code)
@@ -42,6 +43,7 @@ __all__ = [
     "RolloutAdmissionTimeoutError",
     "RolloutFailure",
     "RolloutProtocolError",
+    "SettingError",
 ]
 
 
@@ -67,6 +69,17 @@ class InvalidIdError(ConfigError):
             f"{label} {value!r} must be a single path segment: non-empty, not '.' or '..', "
             "and without '/', '\\' or NUL characters"
         )
+
+
+class SettingError(ConfigError):
+    """One setting of a config object cannot take its value (alone or beside another).
+
+    ``setting`` names it, so a loader can point at the line of the file that set it.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)
 
 
 class DatasetRowError(ConfigError):

@@ -15,6 +15,7 @@ from osmosis_ai.train.algorithm.advantages import (
     zero_gradient_groups,
 )
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.settings import GrpoConfig
 from tests.train.conftest import make_sequence
 
 
@@ -38,22 +39,27 @@ def test_advantages_are_normalised_within_each_group() -> None:
 
 def test_rloo_compares_each_reward_with_the_mean_of_the_others() -> None:
     """Rewards 1, 0, 0: the others' means are 0, 0.5 and 0.5, so the leave-one-out
-    advantages are 1, -0.5, -0.5 (GRPO's are 2/3, -1/3, -1/3); a forked rollout counts once."""
+    advantages are 1, -0.5, -0.5 (GRPO's are 2/3, -1/3, -1/3); a forked rollout counts once.
+    RLOO is the reference estimator by default: not divided by the std (divided, it is
+    GRPO's advantages times G / (G - 1), which Adam cancels)."""
     sequences = [
         make_sequence("x", "g", 1.0),
         make_sequence("x", "g", 1.0, tokens=(5, 6, 7, 8)),
         make_sequence("y", "g", 0.0),
         make_sequence("z", "g", 0.0),
     ]
-    assert group_advantages(sequences, baseline="rloo", scale="none") == pytest.approx(
-        [1.0, 1.0, -0.5, -0.5], rel=1e-12
-    )
-    std = _stdev([1.0, 0.0, 0.0]) + 1e-4
-    assert group_advantages(sequences, baseline="rloo") == pytest.approx(
-        [1 / std, 1 / std, -0.5 / std, -0.5 / std], rel=1e-12
-    )
+    reference = [1.0, 1.0, -0.5, -0.5]
+    assert group_advantages(sequences, baseline="rloo") == pytest.approx(reference, rel=1e-12)
+    assert GrpoConfig(advantage="rloo").scale == "none"
+    assert GrpoConfig(advantage="rloo", advantage_scale="std").scale == "std"
+    assert GrpoConfig().scale == "std"
     assert group_advantages(sequences, scale="none") == pytest.approx(
         [2 / 3, 2 / 3, -1 / 3, -1 / 3], rel=1e-12
+    )
+    # Divided by the std, RLOO is GRPO scaled by G / (G - 1) = 3/2.
+    grpo = group_advantages(sequences)
+    assert group_advantages(sequences, baseline="rloo", scale="std") == pytest.approx(
+        [1.5 * value for value in grpo], rel=1e-12
     )
 
 
@@ -149,15 +155,15 @@ def _turned(
 def test_a_turns_advantage_is_its_return_against_the_same_turn_of_the_others() -> None:
     """Rollout a: turns 0, 1, 2 with rewards 1 at turns 0 and 2; b: turns 0, 1, reward 0 at
     0; c: turn 0 only. γ = 0.5: a's returns are 1.25, 0.5, 1; b's 0, 0; c's 0. The scale s is
-    the population std of those six values (0.508607) + 1e-4. a's turn 0 is compared with
-    b's and c's turn 0 (mean 0): 1.25 / s; its turn 1 with b's (0): 0.5 / s; no one else
-    reached its turn 2: 0. b's turn 0 against a's and c's (0.625): -0.625 / s, its turn 1
-    against a's (0.5): -0.5 / s; c's turn 0 against 0.625: -0.625 / s. With λ = 0.5 and
+    the sample std of those six values (0.557150) + 1e-4, as the outcome's is. a's turn 0 is
+    compared with b's and c's turn 0 (mean 0): 1.25 / s; its turn 1 with b's (0): 0.5 / s; no
+    one else reached its turn 2: 0. b's turn 0 against a's and c's (0.625): -0.625 / s, its
+    turn 1 against a's (0.5): -0.5 / s; c's turn 0 against 0.625: -0.625 / s. With λ = 0.5 and
     outcome advantages 0.3, -0.1, -0.2, each turn's tokens get outcome + λ·turn."""
     a = _turned("a", 8, ((2, 0), (4, 1), (6, 2)), {0: 1.0, 2: 1.0})
     b = _turned("b", 6, ((2, 0), (4, 1)), {0: 0.0})
     c = _turned("c", 4, ((2, 0),), {})
-    s = 0.508607 + 1e-4
+    s = 0.557150 + 1e-4
     got = turn_advantages([a, b, c], [0.3, -0.1, -0.2], discount=0.5, weight=0.5)
     expected = [
         [0.3] * 2 + [0.3 + 0.5 * 1.25 / s] * 2 + [0.3 + 0.5 * 0.5 / s] * 2 + [0.3] * 2,
@@ -181,12 +187,43 @@ def test_without_turn_rewards_turn_credit_is_the_outcome_and_a_fork_counts_once(
         _turned("b", 6, ((2, 0), (4, 1)), {}),
     ]
     first, second, other = turn_advantages(pieces, [0.0, 0.0, 0.0], discount=1.0, weight=1.0)
-    # Returns: a 1, 1; b 0, 0; s = 0.5 + 1e-4: a's turns +1/s, b's -1/s.
-    assert first[2] == pytest.approx(1 / 0.5001) and second[2] == pytest.approx(1 / 0.5001)
-    assert other[2] == pytest.approx(-1 / 0.5001) and other[4] == pytest.approx(-1 / 0.5001)
+    # Returns: a 1, 1; b 0, 0; s = stdev(1, 1, 0, 0) + 1e-4: a's turns +1/s, b's -1/s.
+    s = math.sqrt(1 / 3) + 1e-4
+    assert first[2] == pytest.approx(1 / s) and second[2] == pytest.approx(1 / s)
+    assert other[2] == pytest.approx(-1 / s) and other[4] == pytest.approx(-1 / s)
 
 
-def test_a_group_with_turn_rewards_is_not_zero_gradient_under_turn_credit() -> None:
-    same = [_turned("a", 4, ((2, 0),), {0: 1.0}), _turned("b", 4, ((2, 0),), {})]
-    assert zero_gradient_groups(same) == {"g"}
-    assert zero_gradient_groups(same, turn_credit=True) == set()
+def test_turn_credit_is_scaled_as_the_outcome_is() -> None:
+    """Under ``scale = "none"`` neither term is divided: the rollouts of the first turn test,
+    whose returns are in reward units, get outcome + λ·(g - b), so λ weighs the two terms
+    alike whatever the rewards' scale (once the turn term alone was divided by the std)."""
+    a = _turned("a", 8, ((2, 0), (4, 1), (6, 2)), {0: 1.0, 2: 1.0})
+    b = _turned("b", 6, ((2, 0), (4, 1)), {0: 0.0})
+    c = _turned("c", 4, ((2, 0),), {})
+    got = turn_advantages([a, b, c], [0.3, -0.1, -0.2], discount=0.5, weight=0.5, scale="none")
+    expected = [
+        [0.3] * 2 + [0.3 + 0.5 * 1.25] * 2 + [0.3 + 0.5 * 0.5] * 2 + [0.3] * 2,
+        [-0.1] * 2 + [-0.1 - 0.5 * 0.625] * 2 + [-0.1 - 0.5 * 0.5] * 2,
+        [-0.2] * 2 + [-0.2 - 0.5 * 0.625] * 2,
+    ]
+    for row, values in zip(got, expected, strict=True):
+        assert list(row) == pytest.approx(values, abs=1e-9)
+
+
+def test_a_group_is_zero_gradient_under_turn_credit_only_when_its_turns_are_equal_too() -> None:
+    """Equal outcomes: under outcome credit the group is zero-gradient. Under turn credit it
+    is not while a turn two rollouts reached has different returns; it is again when every
+    such turn's returns are equal (then every turn advantage is 0 too), and a turn only one
+    rollout reached (no baseline, 0) does not count."""
+    differ = [_turned("a", 4, ((2, 0),), {0: 1.0}), _turned("b", 4, ((2, 0),), {})]
+    assert zero_gradient_groups(differ) == {"g"}
+    assert zero_gradient_groups(differ, turn_discount=0.5) == set()
+    same = [
+        _turned("a", 6, ((2, 0), (4, 1)), {0: 1.0, 1: 1.0}),
+        _turned("b", 4, ((2, 0),), {0: 1.5}),
+    ]
+    # Returns at turn 0: a 1 + 0.5·1 = 1.5, b 1.5; only a reached turn 1.
+    assert zero_gradient_groups(same, turn_discount=0.5) == {"g"}
+    assert all(
+        set(row) == {0.25} for row in turn_advantages(same, [0.25, 0.25], discount=0.5, weight=1.0)
+    )

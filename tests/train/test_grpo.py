@@ -16,10 +16,16 @@ NAMES = {
     "NonFiniteStepError",
     "Scale",
     "StepMetrics",
+    "TIS_DEFAULTS",
+    "TIS_MODES",
+    "TisMode",
+    "baseline_scale",
+    "carries_loss",
     "check_head",
     "collate",
     "group_advantages",
     "grpo_loss",
+    "importance_weights",
     "overlong_penalty",
     "overlong_shaped",
     "pack_micro_batches",
@@ -32,7 +38,7 @@ NAMES = {
     "turn_advantages",
     "zero_gradient_groups",
 }
-PARTS = ("advantages", "micro_batches", "logprobs", "loss", "update")
+PARTS = ("advantages", "micro_batches", "logprobs", "loss", "settings", "update")
 
 
 def test_grpo_exports_each_name_of_its_parts_as_the_same_object() -> None:

@@ -10,8 +10,8 @@ from transformers import LlamaForCausalLM
 
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.algorithm.advantages import zero_gradient_groups
-from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
+from osmosis_ai.train.algorithm.settings import GrpoConfig
 from osmosis_ai.train.algorithm.update import train_step
 from tests.train.conftest import tiny_llama
 

@@ -19,8 +19,8 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._hf_dir import quiet_peft
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.algorithm.logprobs import policy_logprobs
-from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.micro_batches import collate
+from osmosis_ai.train.algorithm.settings import GrpoConfig
 from osmosis_ai.train.algorithm.update import train_step
 from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
 from osmosis_ai.train.learner.core import Learner, lora_config

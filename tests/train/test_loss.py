@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from osmosis_ai.errors import ConfigError
+from osmosis_ai.errors import ConfigError, SettingError
 from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights
-from osmosis_ai.train.algorithm.loss import CLIP_DEFAULTS, GrpoConfig, grpo_loss
+from osmosis_ai.train.algorithm.loss import grpo_loss
 from osmosis_ai.train.algorithm.micro_batches import collate
+from osmosis_ai.train.algorithm.settings import CLIP_DEFAULTS, GrpoConfig
 from tests.train.conftest import make_sequence
 
 
@@ -119,11 +120,14 @@ def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
         ("micro_batch_tokens", 1),
         ("max_grad_norm", 0.0),
         ("temperature", 0.0),
+        ("dual_clip", -1.0),
+        ("tis_floor", -0.5),
     ],
 )
 def test_bad_config_names_the_field(field: str, value: object) -> None:
-    with pytest.raises(ConfigError, match=field):
+    with pytest.raises(SettingError, match=field) as caught:
         GrpoConfig(**{field: value})  # type: ignore[arg-type]
+    assert caught.value.setting == field
 
 
 def _stale_batch() -> tuple[torch.Tensor, object]:
@@ -214,19 +218,158 @@ def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient(
     assert parts.clipped_high == parts.clipped_low == 0
 
 
-def test_gspo_starts_each_step_at_ratio_one_whatever_the_engine_recorded() -> None:
+def test_gspo_starts_each_step_at_ratio_one_and_weights_by_the_engines_sequence_ratio() -> None:
     """The first update of a step: the learner's logprobs differ from the engine's (-0.8 vs
-    -1.0...), far beyond GSPO's band, yet s = 1 for both sequences: nothing is clipped and
-    each token's gradient is -A (the step starts on-policy for the learner)."""
+    -1.0...), far beyond GSPO's band, yet s = 1 for both sequences: nothing is clipped. Each
+    sequence is weighted by its geometric-mean ratio to the engine, w_a = exp(mean(0.2,
+    -0.1)) = e^0.05 and w_b = e^-0.2 (under the default cap of 2): each token's gradient is
+    -A·w."""
     policy, batch, _ = _two_sequences()
     loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo"))  # type: ignore[arg-type]
-    assert loss.item() == pytest.approx(-2 * 1.0 + 0.5 * 1.0, rel=1e-6)
+    w_a, w_b = math.exp(0.05), math.exp(-0.2)
+    assert loss.item() == pytest.approx(-2 * w_a + 0.5 * w_b, rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
     assert policy.grad is not None
-    assert policy.grad.flatten().tolist() == pytest.approx([-1.0, -1.0, 0.5, 0.0], rel=1e-6)
-    assert parts.clipped_high == parts.clipped_low == 0
-    # The engine's difference is still reported (and tis_cap would weight by it).
+    assert policy.grad.flatten().tolist() == pytest.approx([-w_a, -w_a, 0.5 * w_b, 0.0], rel=1e-6)
+    assert parts.clipped_high == parts.clipped_low == parts.tis_capped == 0
     assert parts.ratio_max == pytest.approx(math.exp(0.2), rel=1e-6)
+
+
+def _stale_by(gap: float) -> tuple[torch.Tensor, object]:
+    """One sequence of three policy tokens (advantage +1, one weight each) whose behaviour
+    logprobs are ``gap`` nats below the learner's: tokens one version stale."""
+    learner = [-0.5, -1.0, -2.0]
+    sequences = [
+        make_sequence("a", "g", 1.0, (1, 2, 3, 4), (0, 1, 1, 1), (0.0, *(x - gap for x in learner)))
+    ]
+    return torch.tensor([learner], requires_grad=True), collate(sequences, [1.0], [1.0])
+
+
+def test_gspo_corrects_a_stale_sequence_where_it_once_took_the_on_policy_gradient() -> None:
+    """max_staleness = 1 with a behaviour gap of 1 nat a token: the sequence's weight is
+    min(e, 2) = 2, so each token's gradient is -2, not the on-policy -1 (which GSPO anchored
+    at the step's start gave it, clip fraction 0); tis_cap = 5 lets e through."""
+    gradients = {}
+    for gap, config in ((0.0, GrpoConfig(loss="gspo")), (1.0, GrpoConfig(loss="gspo")),
+                        (1.0, GrpoConfig(loss="gspo", tis_cap=5.0))):  # fmt: skip
+        policy, batch = _stale_by(gap)
+        loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
+        loss.backward()  # type: ignore[no-untyped-call]
+        assert policy.grad is not None
+        gradients[(gap, config.tis_cap)] = policy.grad[0].tolist()
+    assert gradients[(0.0, None)] == pytest.approx([-1.0] * 3, rel=1e-6)
+    assert gradients[(1.0, None)] == pytest.approx([-2.0] * 3, rel=1e-6)
+    assert gradients[(1.0, 5.0)] == pytest.approx([-math.e] * 3, rel=1e-6)
+
+
+def test_gspo_without_importance_sampling_is_refused_on_one_line() -> None:
+    with pytest.raises(ConfigError, match=r'loss = "gspo" needs tis_cap > 0') as caught:
+        GrpoConfig(loss="gspo", tis_cap=0.0)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("dual_clip", "policy_logprob", "gradient"),
+    [
+        (3.0, 1.5, 0.0),  # ρ = e^1.5 ≈ 4.48 > 3 with A < 0: the loss is bounded at 3·|A|
+        (3.0, math.log(2.0), 2.0),  # ρ = 2 < 3: unclipped, gradient ρ·|A|
+        (0.0, 1.5, math.exp(1.5)),  # off: the gradient grows with ρ, as before
+    ],
+)
+def test_the_dual_clip_bounds_a_negative_advantage_whose_ratio_rose_far(
+    dual_clip: float, policy_logprob: float, gradient: float
+) -> None:
+    """A stale token with A = -1 that the learner now finds far likelier than the engine
+    did (behaviour logprob 0): PPO's pessimistic max takes the unclipped branch, -A·ρ;
+    the dual clip caps it at -A·c."""
+    sequences = [make_sequence("a", "g", 0.0, (1, 2), (0, 1), (0.0, 0.0))]
+    batch = collate(sequences, [-1.0], [1.0])
+    policy = torch.tensor([[policy_logprob]], requires_grad=True)
+    loss, parts = grpo_loss(policy, batch, GrpoConfig(dual_clip=dual_clip))
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    assert float(policy.grad[0, 0]) == pytest.approx(gradient, rel=1e-6)
+    bound = dual_clip and math.exp(policy_logprob) > dual_clip
+    assert loss.item() == pytest.approx(dual_clip if bound else math.exp(policy_logprob))
+    assert parts.dual_clipped == int(bool(bound))
+
+
+def test_a_dual_clip_inside_the_band_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"dual_clip must be 0 \(off\) or above 1 \+ clip_high"):
+        GrpoConfig(dual_clip=1.2)
+    assert GrpoConfig(loss="cispo").dual_clip == 3.0  # CISPO's weight is capped: not checked
+
+
+def _three_stale_tokens() -> tuple[torch.Tensor, object]:
+    """One sequence (advantage -1, one weight each) whose learner logprobs are 0.5, -0.1 and
+    1.0 nats above the behaviour's: token ratios e^0.5 ≈ 1.649, e^-0.1 ≈ 0.905, e ≈ 2.718;
+    the sequence's geometric mean is e^(1.4 / 3) ≈ 1.595."""
+    learner = [-1.0, -2.0, -0.5]
+    behaviour = [-1.5, -1.9, -1.5]
+    sequences = [make_sequence("a", "g", 0.0, (1, 2, 3, 4), (0, 1, 1, 1), (0.0, *behaviour))]
+    return torch.tensor([learner], requires_grad=True), collate(sequences, [-1.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("mode", "cap", "floor", "weights", "capped", "masked"),
+    [
+        ("token_truncate", 2.0, 0.0, [math.exp(0.5), math.exp(-0.1), 2.0], 1, 0),
+        ("token_mask", 2.0, 0.95, [math.exp(0.5), 0.0, 0.0], 0, 2),
+        ("sequence_truncate", 1.5, 0.0, [1.5] * 3, 3, 0),
+        ("sequence_truncate", 2.0, 0.0, [math.exp(1.4 / 3)] * 3, 0, 0),
+        ("sequence_mask", 1.5, 0.5, [0.0] * 3, 0, 3),
+        ("sequence_mask", 5.0, 0.5, [math.exp(1.4 / 3)] * 3, 0, 0),
+    ],
+)
+def test_importance_sampling_truncates_or_masks_by_token_or_by_sequence(
+    mode: str, cap: float, floor: float, weights: list[float], capped: int, masked: int
+) -> None:
+    """With importance sampling the ratio is to the step's start (1: nothing clipped), so
+    each token's loss is -A·w and its gradient -A·w = w: w the token's ratio or the
+    sequence's geometric mean, truncated at the cap, or kept inside [floor, cap] and 0
+    outside (IcePop)."""
+    policy, batch = _three_stale_tokens()
+    config = GrpoConfig(tis_cap=cap, tis_mode=mode, tis_floor=floor)  # type: ignore[arg-type]
+    loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
+    assert loss.item() == pytest.approx(sum(weights), rel=1e-6)
+    loss.backward()  # type: ignore[no-untyped-call]
+    assert policy.grad is not None
+    assert policy.grad[0].tolist() == pytest.approx(weights, rel=1e-6)
+    assert (parts.tis_capped, parts.tis_masked) == (capped, masked)
+    assert parts.carrying == 3 - masked
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tis_mode": "token_mask"}, "tis_mode is set but tis_cap is 0"),
+        ({"tis_cap": 2.0, "tis_floor": 0.5}, "tis_floor is the lower bound of the mask modes"),
+        ({"tis_cap": 0.5}, "tis_cap must be 0 .off. or at least 1"),
+        ({"tis_cap": 2.0, "tis_mode": "token_mask", "tis_floor": 1.0}, "tis_floor must be below 1"),
+        ({"tis_cap": 2.0, "tis_mode": "sequence"}, "tis_mode must be one of"),
+    ],
+)
+def test_bad_importance_sampling_settings_name_the_field(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        GrpoConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_the_loss_counts_no_token_of_a_rollout_left_out() -> None:
+    """overlong = "mask" gives a truncated rollout weight 0: its tokens carry no loss, so no
+    figure counts them. Here the left-out sequence b's ratio (e^1, A > 0) would be clipped,
+    and it made every clipped token, the largest ratio and the KL of the micro-batch."""
+    sequences = [
+        make_sequence("a", "g", 1.0, (1, 2, 3), (0, 1, 1), (0.0, -1.0, -1.0)),
+        make_sequence("b", "g", 1.0, (1, 2, 3), (0, 1, 1), (0.0, -2.0, -2.0)),
+    ]
+    batch = collate(sequences, [1.0, 1.0], [0.5, 0.0])
+    policy = torch.tensor([[-1.0, -1.0], [-1.0, -1.0]], requires_grad=True)
+    loss, parts = grpo_loss(policy, batch, GrpoConfig())
+    assert loss.item() == pytest.approx(-1.0, rel=1e-6)
+    assert (parts.tokens, parts.clipped_high, parts.carrying) == (2, 0, 2)
+    assert parts.ratio_max == pytest.approx(1.0) and parts.mismatch_kl_sum == pytest.approx(0)
 
 
 def test_cispo_weights_each_tokens_log_likelihood_by_its_clipped_ratio_without_cutting_it() -> None:

@@ -124,15 +124,43 @@ def test_the_algorithm_settings_reach_the_update_and_bad_ones_are_one_line(
     assert (grpo.loss, grpo.clip, grpo.normalisation) == ("cispo", (1.0, 3.0), "constant")
     assert (grpo.epochs, grpo.mini_batches, grpo.max_tokens) == (2, 3, 8)
     assert (grpo.overlong, grpo.overlong_buffer) == ("penalty", 4)
+    assert (grpo.dual_clip, grpo.tis, grpo.scale) == (3.0, ("token_truncate", 0.0), "std")
+    guarded = load_train_config(
+        _workspace(
+            tmp_path / "guarded",
+            tiny_model_dir,
+            'advantage = "rloo"\ndual_clip = 0\ntis_cap = 5\ntis_mode = "sequence_mask"\n'
+            "tis_floor = 0.5",
+        )
+    )
+    grpo = Learner.build(guarded, tiny_model_dir, tiny_model_dir, torch.device("cpu")).grpo
+    assert (grpo.dual_clip, grpo.tis, grpo.tis_floor) == (0.0, ("sequence_mask", 5.0), 0.5)
+    assert grpo.scale == "none"  # RLOO's own
     for training, message in (
         ('loss = "grpo"', r"training\.loss .*ppo_clip.*gspo.*cispo"),
         ("clip_low = 1.0", r"training\.clip_low must be below 1"),
-        ('loss = "cispo"\nclip_low = 1.5', r"training\.clip_low must be below 1"),
+        ('loss = "cispo"\nclip_low = 1.5', r"training\.clip_low must be at most 1"),
         ("epochs = 0", r"training\.epochs"),
         ('overlong = "drop"', r"training\.overlong .*keep.*mask.*penalty"),
-        ("overlong_buffer = 9", r"training\.overlong_buffer \(9\) is more than max_tokens \(8\)"),
+        (
+            "overlong_buffer = 9",
+            r"training\.overlong_buffer \(9\) must be between 0 and max_tokens \(8\)",
+        ),
+        (
+            "dual_clip = 1.1",
+            r"line \d+: training\.dual_clip must be 0 \(off\) or above 1 \+ clip_high",
+        ),
+        ('loss = "gspo"\ntis_cap = 0', r'line \d+: training\.loss = "gspo" needs tis_cap > 0'),
+        ('tis_mode = "token_mask"', r"line \d+: training\.tis_mode is set but tis_cap is 0"),
+        ("tis_cap = 2.0\ntis_floor = 0.5", r"training\.tis_floor is the lower bound of the mask"),
     ):
         bad = _workspace(tmp_path / str(abs(hash(training))), tiny_model_dir, training)
         with pytest.raises(ConfigError, match=message) as caught:
             load_train_config(bad)
         assert "\n" not in str(caught.value)
+    # The update's micro_batch_tokens is the file's token_budget: the error names the key.
+    with pytest.raises(
+        ConfigError,
+        match=r"--set training\.token_budget=1: training\.token_budget must be at least 2",
+    ):
+        load_train_config(bad, overrides=("training.token_budget=1",))

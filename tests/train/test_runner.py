@@ -373,10 +373,29 @@ async def test_dynamic_sampling_reruns_zero_gradient_groups_up_to_the_bound(
     assert metrics["resampled_groups"] == 2 * resample
     assert metrics["zero_gradient_groups"] == 2
     assert metrics["loss"] is None and metrics["tokens_trained"] == 0
+    assert metrics["no_update"] == "every group's rewards were equal"
     rollouts = sorted(p.name for p in (run_dir / "rollouts").iterdir() if "resample" in p.name)
     assert len(rollouts) == 2 * resample * 3  # group_size = 3
     attempts = {name.rsplit("-row-", 1)[0] for name in rollouts}
     assert attempts == {f"step-0001-resample-{a}" for a in range(1, resample + 1)}
+    assert _same_weights(tiny_model_dir, run_dir / "checkpoints" / "step-0001")
+
+
+async def test_a_step_whose_every_rollout_overlong_masks_applies_no_update_and_says_why(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Every reply of the random tiny model runs to max_tokens (8), and overlong = "mask"
+    leaves each one out: no token carries loss, so the step applies no update (the weights
+    stay the base model's) and its metrics line and journal say why."""
+    training = 'steps = 1\noverlong = "mask"'
+    config = _workspace(tmp_path / "ws", tiny_model_dir, training)
+    _write_rows(tmp_path / "ws", metadata={"random_reward": True})
+    run_dir = (await _train_here(config)).run_dir
+    [metrics] = _lines(run_dir / "metrics.jsonl")
+    assert metrics["zero_gradient_groups"] == 0 and metrics["updates"] == 0, metrics
+    assert "overlong" in metrics["no_update"] and metrics["tokens_trained"] == 0
+    [step] = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "step"]
+    assert step["no_update"] == metrics["no_update"]
     assert _same_weights(tiny_model_dir, run_dir / "checkpoints" / "step-0001")
 
 
@@ -536,6 +555,9 @@ def test_step_line_says_how_many_groups_were_resampled() -> None:
     assert "zero-gradient groups 1, time" in _step_line(metrics)
     line = _step_line({**metrics, "resampled_groups": 4})
     assert "zero-gradient groups 1 (after 4 resampled), time" in line
+    assert "no update" not in line
+    idle = _step_line({**metrics, "no_update": "every group's rewards were equal"})
+    assert idle.endswith("s update; no update: every group's rewards were equal")
 
 
 def test_a_missing_training_config_is_named_as_one(tmp_path: Path) -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from osmosis_ai.train.loop.step import FlatStepsHint
+from dataclasses import replace
+
+import pytest
+
+from osmosis_ai.train.config import TrainingConfig
+from osmosis_ai.train.loop.step import FlatStepsHint, zero_gradient_then_shaped
+from tests.train.conftest import make_sequence
 
 
 def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
@@ -16,3 +22,33 @@ def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
     already = FlatStepsHint(groups=4, resample=2)
     assert [already.after(flat) for _ in range(2)] == [None, None]
     assert "raise resample_zero_gradient (now 2) or group_size" in (already.after(flat) or "")
+
+
+def test_groups_are_filtered_on_the_graders_reward_then_shaped() -> None:
+    """overlong = "penalty": group "right" is all correct (reward 1) in replies of 10 and 85
+    tokens of a 100-token limit (buffer 20: shaped 1.0 and 0.75). Its grader rewards are
+    equal, so it carries no gradient and is left out, as DAPO filters on accuracy; shaped
+    first it was kept, and std scaling turned its gap of 0.25 into advantages of ±0.71.
+    Group "mixed" keeps its gradient, on the shaped rewards."""
+    right = [
+        replace(make_sequence("r0", "right", 1.0), longest_completion=10),
+        replace(make_sequence("r1", "right", 1.0), longest_completion=85),
+    ]
+    mixed = [
+        replace(make_sequence("m0", "mixed", 1.0), longest_completion=95),
+        replace(make_sequence("m1", "mixed", 0.0), longest_completion=10),
+    ]
+    training = TrainingConfig(overlong="penalty", max_tokens=100, overlong_buffer=20)
+    shaped, zero = zero_gradient_then_shaped(right + mixed, training)
+    assert zero == {"right"}
+    assert [s.reward for s in shaped] == pytest.approx([1.0, 0.75, 0.25, 0.0])
+    assert zero_gradient_then_shaped(right + mixed, TrainingConfig())[1] == {"right"}
+
+
+def test_under_turn_credit_a_group_with_unequal_turns_has_a_gradient() -> None:
+    turned = [
+        replace(make_sequence("a", "g", 1.0), turn_starts=((2, 0),), turn_rewards=((0, 1.0),)),
+        replace(make_sequence("b", "g", 1.0), turn_starts=((2, 0),)),
+    ]
+    assert zero_gradient_then_shaped(turned, TrainingConfig())[1] == {"g"}
+    assert zero_gradient_then_shaped(turned, TrainingConfig(credit="turn"))[1] == set()

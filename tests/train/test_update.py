@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 from transformers import LlamaForCausalLM
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.algorithm.loss import GrpoConfig
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.settings import GrpoConfig
 from osmosis_ai.train.algorithm.update import (
     NonFiniteStepError,
     _mini_batches,
     _weights,
+    carries_loss,
     train_step,
 )
 from tests.train.conftest import VOCAB, make_sequence, on_policy, tiny_llama
@@ -200,8 +203,6 @@ def test_mini_batches_hold_whole_rollouts_dealt_in_an_order_drawn_from_the_step(
 def test_masked_overlong_rollouts_weigh_nothing_and_are_not_counted() -> None:
     """``overlong = "mask"``: a truncated rollout's tokens get weight 0, and the others are
     averaged as if it were not there (its reward still sat in its group's baseline)."""
-    import dataclasses
-
     sequences = _step_sequences()[:3]
     sequences[1] = dataclasses.replace(sequences[1], truncated=True)
     kept = [sequences[0], sequences[2]]
@@ -210,3 +211,66 @@ def test_masked_overlong_rollouts_weigh_nothing_and_are_not_counted() -> None:
     assert masked == pytest.approx([1 / total, 0.0, 1 / total])
     every = sum(s.policy_tokens for s in sequences)
     assert _weights(sequences, GrpoConfig()) == pytest.approx([1 / every] * 3)
+
+
+@pytest.mark.parametrize(
+    ("config", "make_unlearnable"),
+    [
+        # overlong = "mask" and every rollout cut at max_tokens: no token weighs anything.
+        (GrpoConfig(overlong="mask"), lambda s: dataclasses.replace(s, truncated=True)),
+        # A narrow mask band and tokens half a nat off: the importance weight masks each one.
+        (
+            GrpoConfig(tis_cap=1.01, tis_mode="token_mask", tis_floor=0.99),
+            lambda s: dataclasses.replace(
+                s,
+                behaviour_logprobs=tuple(
+                    x - 0.5 * m for x, m in zip(s.behaviour_logprobs, s.loss_mask, strict=True)
+                ),  # fmt: skip
+            ),
+        ),
+    ],
+    ids=["overlong-mask", "tis-mask"],
+)
+def test_an_update_whose_every_token_is_masked_is_not_applied(
+    config: GrpoConfig, make_unlearnable: Callable[[TrainingSequence], TrainingSequence]
+) -> None:
+    """A first step leaves Adam with momentum; a second whose tokens all carry no loss must
+    not step the optimiser, which would move every weight on a zero gradient, nor the
+    schedule, and says it made no update."""
+    model = tiny_llama()
+    sequences = on_policy(model, _step_sequences())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    first = train_step(model, optimizer, sequences, config, step=1, scheduler=scheduler)
+    assert first.updates == 1
+    before = torch.nn.utils.parameters_to_vector(model.parameters()).clone()
+    unlearnable = [make_unlearnable(s) for s in on_policy(model, sequences)]
+    assert carries_loss(unlearnable, config) is (config.overlong != "mask")
+    metrics = train_step(model, optimizer, unlearnable, config, step=2, scheduler=scheduler)
+    assert torch.equal(torch.nn.utils.parameters_to_vector(model.parameters()), before)
+    assert scheduler.last_epoch == 1
+    assert (metrics.updates, metrics.skipped_updates, metrics.grad_norm) == (0, 1, 0.0)
+    if config.overlong == "mask":
+        assert metrics.policy_tokens == 0
+    else:
+        assert metrics.tis_masked_fraction == 1.0
+
+
+def test_step_figures_count_only_the_tokens_with_loss() -> None:
+    """overlong = "mask": the truncated rollout's tokens (advantage < 0 and 3 nats off-policy,
+    so the clip would cut them all) are in no figure: not the policy tokens, the clip
+    fraction or the mean ratio."""
+    model = tiny_llama()
+    sequences = on_policy(model, _step_sequences())
+    far = [
+        x + 3.0 * m
+        for x, m in zip(sequences[0].behaviour_logprobs, sequences[0].loss_mask, strict=True)
+    ]
+    sequences[0] = dataclasses.replace(sequences[0], truncated=True, behaviour_logprobs=tuple(far))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    kept = sum(s.policy_tokens for s in sequences if not s.truncated)
+    metrics = train_step(model, optimizer, sequences, GrpoConfig(overlong="mask"), step=1)
+    assert metrics.policy_tokens == kept
+    assert metrics.clip_fraction == 0 and metrics.mean_ratio == pytest.approx(1.0, abs=1e-4)
+    every = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
+    assert every.policy_tokens == kept + sequences[0].policy_tokens and every.clip_fraction > 0

@@ -40,7 +40,13 @@ def _step_line(metrics: Mapping[str, Any]) -> str:
         f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}"
         f"{_resampled(metrics)}, "
         f"time {number('generation_sec', 1)}s rollouts + {number('update_sec', 1)}s update"
+        f"{_no_update(metrics)}"
     )
+
+
+def _no_update(metrics: Mapping[str, Any]) -> str:
+    reason = metrics.get("no_update")
+    return f"; no update: {reason}" if reason else ""
 
 
 def _resampled(metrics: Mapping[str, Any]) -> str:

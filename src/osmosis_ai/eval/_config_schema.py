@@ -427,6 +427,18 @@ TRAINING = Section(
             docs_default="0.28 (`gspo`: 4e-4, `cispo`: 3)",
         ),
         Key(
+            "dual_clip",
+            "number",
+            default=3.0,
+            bound="non-negative",
+            commented=True,
+            comment="a token with advantage A < 0 loses at most -A x this (0: off)",
+            docs="dual clip (`ppo_clip`, `gspo`): the loss of a token with a negative "
+            "advantage `A` is at most `-A × dual_clip` however far its ratio rose, so a stale "
+            "or mismatched token cannot dominate the update (0: off); see [off-policy "
+            "correction](#off-policy-correction)",
+        ),
+        Key(
             "normalisation",
             "choice",
             default="token",
@@ -514,10 +526,12 @@ TRAINING = Section(
         Key(
             "advantage_scale",
             "choice",
-            default="std",
             choices=("std", "none"),
-            comment='divide by the row\'s reward std ("std") or not ("none")',
-            docs='`"std"` or `"none"` (Dr. GRPO)',
+            commented=True,
+            scaffold="std",
+            comment='divide by the row\'s reward std ("std") or not ("none"); default per baseline',
+            docs='`"std"` (GRPO) or `"none"` (Dr. GRPO; RLOO\'s reference estimator)',
+            docs_default='`"std"` (`rloo`: `"none"`)',
         ),
         Key(
             "kl_beta",
@@ -748,12 +762,38 @@ TRAINING = Section(
         Key(
             "tis_cap",
             "number",
+            bound="non-negative",
+            commented=True,
+            scaffold=2.0,
+            comment="> 0: weight tokens by the learner/engine ratio, capped (gspo: 2)",
+            docs="importance sampling against the policy that generated: weight each policy "
+            "token's loss by `π_learner / π_engine`, truncated at `tis_cap` or masked outside "
+            "`[tis_floor, tis_cap]` (0: off); see [off-policy "
+            "correction](#off-policy-correction)",
+            docs_default="0 (`gspo`: 2)",
+        ),
+        Key(
+            "tis_mode",
+            "choice",
+            choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+            commented=True,
+            scaffold="token_truncate",
+            comment="per token or sequence, truncated or masked (gspo: sequence_truncate)",
+            docs="with `tis_cap`: the ratio per token or per sequence (its geometric mean), "
+            'truncated at the cap (`"*_truncate"`) or masked outside the band (`"*_mask"`, '
+            "IcePop)",
+            docs_default='`"token_truncate"` (`gspo`: `"sequence_truncate"`)',
+        ),
+        Key(
+            "tis_floor",
+            "number",
             default=0.0,
             bound="non-negative",
-            comment="> 0 (e.g. 2.0): weight tokens by the learner/engine ratio, capped",
-            docs="truncated importance sampling: weight each policy token's loss by "
-            "`min(π_learner / π_engine, tis_cap)` (0: off); see "
-            "[vLLM](#engine-and-learner-disagree-a-little)",
+            commented=True,
+            scaffold=0.5,
+            comment='with a "*_mask" tis_mode: a ratio below this is masked too',
+            docs='with a `"*_mask"` `tis_mode`: the band\'s lower bound (IcePop: 0.5, with '
+            "`tis_cap = 5`; 0: none)",
         ),
         Key(
             "seed",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from osmosis_ai.errors import SettingError
 from osmosis_ai.eval._config_schema import (
     TRAIN_EXPERIMENT,
     TRAINING,
@@ -34,9 +35,10 @@ from osmosis_ai.eval._config_sections import (
     workspace_of,
 )
 from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
+from osmosis_ai.train.algorithm.settings import GrpoConfig, TisMode
 from osmosis_ai.train.bookkeeping.trackers import TRACKERS
 
-__all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "load_train_config"]
+__all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "grpo_config", "load_train_config"]
 
 _SECTIONS = ("experiment", "training", "vllm", "env", "secrets")
 #: LoRA settings other than the rank: they mean nothing for a full fine-tune.
@@ -64,6 +66,8 @@ class TrainingConfig:
     clip_low: float | None = None
     """``None``: the loss's default (``algorithm.loss.CLIP_DEFAULTS``)."""
     clip_high: float | None = None
+    dual_clip: float = 3.0
+    """A negative advantage's token loses at most this × |A| (0: off)."""
     normalisation: Literal["token", "sequence", "constant"] = "token"
     epochs: int = 1
     """Passes over a step's rollouts, each in ``mini_batches`` optimiser steps."""
@@ -80,7 +84,8 @@ class TrainingConfig:
     ``max_tokens``)."""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """The baseline of a reward: its group's mean, or the mean of the group's others."""
-    advantage_scale: Literal["std", "none"] = "std"
+    advantage_scale: Literal["std", "none"] | None = None
+    """``None``: the baseline's own (``std`` for ``grpo``, ``none`` for ``rloo``)."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """The update's forward pass: under bf16 autocast, in fp32, or bf16 where the CPU
     computes it natively (AVX512-BF16 or AMX); logprobs are taken in fp32 either way."""
@@ -140,10 +145,15 @@ class TrainingConfig:
     engine: Literal["torch", "vllm"] = "torch"
     """What generates the rollouts: the learner's own model (``torch``) or a vLLM server
     (``vllm``, configured by ``[vllm]``) that receives the weights after every step."""
-    tis_cap: float = 0.0
-    """Truncated importance sampling: each policy token's loss is weighted by the learner's
-    probability over the engine's, capped at this (0: off). Corrects for an engine whose
-    logprobs differ from the learner's (vLLM in bf16)."""
+    tis_cap: float | None = None
+    """Importance sampling: each policy token's loss is weighted by the learner's probability
+    over the engine's, capped at this (0: off; ``None``: the loss's default, 2 for ``gspo``,
+    else off). Corrects for an engine whose logprobs differ from the learner's (vLLM in bf16)
+    and for stale tokens."""
+    tis_mode: TisMode | None = None
+    """Per token or per sequence, truncated or masked (``None``: the loss's default)."""
+    tis_floor: float = 0.0
+    """The mask modes' lower bound (0: none)."""
     report_to: tuple[str, ...] = ()
     """Experiment trackers that get every step's metrics and every held-out evaluation:
     any of ``tensorboard``, ``wandb``, ``mlflow``, ``trackio`` (the ``track`` extra)."""
@@ -301,25 +311,14 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
             ("training", "lora_dropout"),
             f"training.lora_dropout must be below 1, got {training.lora_dropout}",
         )
-    low = training.clip_low
-    if low is not None and (low > 1 or (low == 1 and training.loss != "cispo")):
-        raise src.error(
-            ("training", "clip_low"),
-            f"training.clip_low must be below 1 (the ratio's floor is 1 - clip_low; "
-            f'loss = "cispo" takes 1, no floor), got {low}',
-        )
-    if training.turn_discount > 1:
-        raise src.error(
-            ("training", "turn_discount"),
-            f"training.turn_discount must be at most 1 (a turn's return discounts the ones "
-            f"after it), got {training.turn_discount}",
-        )
-    if training.overlong_buffer > training.max_tokens:
-        raise src.error(
-            ("training", "overlong_buffer"),
-            f"training.overlong_buffer ({training.overlong_buffer}) is more than max_tokens "
-            f"({training.max_tokens}); the penalty grows over the last tokens before it",
-        )
+    try:  # the update's own rules, so a bad combination is refused at its line now
+        grpo_config(training)
+    except SettingError as exc:
+        key = _UPDATE_KEYS.get(exc.setting, exc.setting)
+        message = str(exc)
+        if message.startswith(exc.setting):
+            message = key + message[len(exc.setting) :]
+        raise src.error(("training", key), f"training.{message}") from None
     if training.eval_samples > 1 and not training.eval_temperature:
         raise src.error(
             ("training", "eval_samples"),
@@ -327,6 +326,44 @@ def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
             "are all the same); set eval_temperature, e.g. 1.0",
         )
     return training
+
+
+#: `GrpoConfig` fields whose ``[training]`` key has another name.
+_UPDATE_KEYS = {"micro_batch_tokens": "token_budget"}
+
+
+def grpo_config(training: TrainingConfig, *, bf16: bool = False) -> GrpoConfig:
+    """The update's settings from ``[training]``; ``bf16`` is the precision the learner's
+    device resolved ``precision`` to.
+
+    Raises:
+        SettingError: A value the update cannot take, or two that do not go together.
+    """
+    return GrpoConfig(
+        loss=training.loss,
+        clip_low=training.clip_low,
+        clip_high=training.clip_high,
+        dual_clip=training.dual_clip,
+        advantage=training.advantage,
+        advantage_scale=training.advantage_scale,
+        normalisation=training.normalisation,
+        max_tokens=training.max_tokens,
+        overlong=training.overlong,
+        overlong_buffer=training.overlong_buffer,
+        credit=training.credit,
+        turn_discount=training.turn_discount,
+        turn_weight=training.turn_weight,
+        epochs=training.epochs,
+        mini_batches=training.mini_batches,
+        kl_beta=training.kl_beta,
+        micro_batch_tokens=training.token_budget,
+        bf16=bf16,
+        tis_cap=training.tis_cap,
+        tis_mode=training.tis_mode,
+        tis_floor=training.tis_floor,
+        # Greedy rollouts record logprobs of the unscaled distribution.
+        temperature=training.temperature or 1.0,
+    )
 
 
 def _report_to(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:

@@ -2,10 +2,10 @@
 
 Each part has its own module, in the order an update uses them: ``advantages`` (group
 advantages and token weights), ``micro_batches`` (packing under a token budget, padding),
-``logprobs`` (the policy's and the KL reference's), ``loss`` (`GrpoConfig` and the
-objectives: PPO's clip, GSPO, CISPO) and ``update`` (a step: one optimiser step, or epochs ×
-mini-batches of them). All but ``advantages`` need torch
-(``pip install 'osmosis-ai[train]'``).
+``logprobs`` (the policy's and the KL reference's), ``loss`` (the objectives: PPO's clip,
+GSPO, CISPO, and the importance weights to the policy that generated) and ``update`` (a step:
+one optimiser step, or epochs × mini-batches of them); `GrpoConfig` is ``settings``'. All but
+``advantages`` and ``settings`` need torch (``pip install 'osmosis-ai[train]'``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from osmosis_ai.train.algorithm.advantages import (
     Baseline,
     Scale,
+    baseline_scale,
     group_advantages,
     overlong_penalty,
     overlong_shaped,
@@ -27,9 +28,22 @@ from osmosis_ai.train.algorithm.logprobs import (
     policy_logprobs_and_entropy,
     reference_logprobs,
 )
-from osmosis_ai.train.algorithm.loss import CLIP_DEFAULTS, GrpoConfig, Loss, LossParts, grpo_loss
+from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_weights
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
-from osmosis_ai.train.algorithm.update import NonFiniteStepError, StepMetrics, train_step
+from osmosis_ai.train.algorithm.settings import (
+    CLIP_DEFAULTS,
+    TIS_DEFAULTS,
+    TIS_MODES,
+    GrpoConfig,
+    Loss,
+    TisMode,
+)
+from osmosis_ai.train.algorithm.update import (
+    NonFiniteStepError,
+    StepMetrics,
+    carries_loss,
+    train_step,
+)
 
 __all__ = [
     "Baseline",
@@ -41,10 +55,16 @@ __all__ = [
     "NonFiniteStepError",
     "Scale",
     "StepMetrics",
+    "TIS_DEFAULTS",
+    "TIS_MODES",
+    "TisMode",
+    "baseline_scale",
+    "carries_loss",
     "check_head",
     "collate",
     "group_advantages",
     "grpo_loss",
+    "importance_weights",
     "overlong_penalty",
     "overlong_shaped",
     "pack_micro_batches",

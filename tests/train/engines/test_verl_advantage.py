@@ -48,7 +48,8 @@ def test_a_row_that_trains_nothing_is_left_out_of_its_group(
     expected = relative_advantages(
         [1.0, 0.5, 0.0],
         baseline=baseline,
-        scale="std" if by_std else "none",
+        # RLOO is the reference estimator, never divided by the std.
+        scale="std" if by_std and baseline == "grpo" else "none",
     )
     for row, value in enumerate(expected):
         mask = data.batch["response_mask"][row] > 0
@@ -68,6 +69,21 @@ def test_verls_own_grpo_counts_the_failed_rows_zero_in_its_group() -> None:
     ]
     assert float(verls[0, 0]) != pytest.approx(float(ours[0, 0]), abs=1e-3)
     assert float(verls[4, 0]) > 0 and float(ours[4, 0]) == 0
+
+
+def test_osmosis_rloo_is_verls_own_rloo_where_every_row_trains() -> None:
+    """Without failed rows the two agree: ``r`` minus the mean of the group's others, not
+    divided by the std, whatever ``norm_adv_by_std_in_grpo`` says (divided, RLOO would be
+    GRPO times G / (G - 1))."""
+    batch = _batch()[[0, 1, 2, 4]]
+    batch.batch["response_mask"][3] = torch.tensor([1.0, 1.0, 1.0])
+    batch.non_tensor_batch["uid"] = np.array(["g", "g", "g", "g"], dtype=object)
+    config = AlgoConfig(adv_estimator="rloo", norm_adv_by_std_in_grpo=True)
+    verls = compute_advantage(batch, adv_estimator="rloo", config=config).batch["advantages"]
+    ours = compute_advantage(batch, adv_estimator="osmosis_rloo", config=config).batch["advantages"]
+    # Rewards 1, 0.5, 0, 0.7: the first's others average 0.4, so its advantage is 0.6.
+    assert float(ours[0, 0]) == pytest.approx(0.6, abs=1e-6)
+    assert torch.allclose(verls, ours, atol=1e-6)
 
 
 def test_importing_verl_registers_the_estimators_in_any_process() -> None:

@@ -1,29 +1,29 @@
-"""The GRPO-family loss of a micro-batch, and the settings of a step (`GrpoConfig`).
+"""The GRPO-family loss of a micro-batch.
 
 ``grpo_loss`` is one of three objectives (``GrpoConfig.loss``):
 
 - ``ppo_clip``: PPO's clipped ratio per token against the recorded behaviour logprobs, with
-  separate low and high clip bounds (DAPO's clip-higher);
+  separate low and high clip bounds (DAPO's clip-higher) and the dual clip of a negative
+  advantage;
 - ``gspo``: GSPO's sequence-level ratio (Zheng et al. 2025), the geometric mean of a
   sequence's token ratios, clipped as a whole (its token form: every token of a sequence
   carries the sequence's ratio, and its gradient is the token's own log-likelihood's);
 - ``cispo``: CISPO (MiniMax-M1, 2025), REINFORCE on each token's log-likelihood weighted by
   its importance ratio, clipped and without gradient, so no token's gradient is ever cut.
 
-Each has an optional k3 KL estimate to a reference policy, optional truncated importance
-sampling, and per-token weights that say how tokens are averaged
-(``advantages.token_weights``). `GrpoConfig` lives with the loss, which most of its
-settings are for; the update (``update.train_step``) reads the rest.
+Each has an optional k3 KL estimate to a reference policy, optional importance sampling
+against the policy that generated (truncated or masked, per token or per sequence), and
+per-token weights that say how tokens are averaged (``advantages.token_weights``). The
+settings are `GrpoConfig`'s (``settings``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.train.algorithm.settings import GrpoConfig, TisMode
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
@@ -31,146 +31,16 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
 
-__all__ = ["CLIP_DEFAULTS", "GrpoConfig", "Loss", "LossParts", "grpo_loss"]
-
-Loss = Literal["ppo_clip", "gspo", "cispo"]
-
-#: ``(clip_low, clip_high)`` of each loss when the config sets none. GSPO's ratio is a
-#: per-token geometric mean, so its band is three orders narrower (the paper's 3e-4, 4e-4);
-#: CISPO's weight has no floor and a cap of 4, as Tinker's default (MiniMax-M1 tuned only the
-#: cap).
-CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
-    "ppo_clip": (0.2, 0.28),
-    "gspo": (3e-4, 4e-4),
-    "cispo": (1.0, 3.0),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class GrpoConfig:
-    """Loss and update settings of a GRPO-family step."""
-
-    loss: Loss = "ppo_clip"
-    """The objective: PPO's clipped token ratio, GSPO's clipped sequence ratio, or CISPO's
-    clipped, gradient-free importance weight on the log-likelihood."""
-    clip_low: float | None = None
-    """The ratio (CISPO: the weight) is clipped below at ``1 - clip_low``; ``None``: the
-    loss's default (`CLIP_DEFAULTS`)."""
-    clip_high: float | None = None
-    """... and above at ``1 + clip_high`` (DAPO's clip-higher when above ``clip_low``)."""
-    advantage: Literal["grpo", "rloo"] = "grpo"
-    """The baseline a reward is compared with: the mean of its group (GRPO), or the mean of
-    the group's other rollouts (RLOO, leave-one-out)."""
-    advantage_scale: Literal["std", "none"] = "std"
-    """Divide by the group's reward std (GRPO) or not (Dr. GRPO)."""
-    normalisation: Literal["token", "sequence", "constant"] = "token"
-    """Average over every policy token of the step (DAPO), per rollout then over rollouts
-    (GRPO), or sum each rollout's tokens and divide by ``max_tokens`` (Dr. GRPO)."""
-    max_tokens: int = 1024
-    """The rollouts' completion limit per call: the constant of ``normalisation="constant"``
-    and the length ``overlong`` measures against."""
-    overlong: Literal["keep", "mask", "penalty"] = "keep"
-    """Rollouts a call of which stopped at ``max_tokens``: trained as they are, left out of
-    the loss (``mask``, DAPO's overlong filtering; they still count in their group's
-    baseline), or ``penalty``: see ``advantages.overlong_penalty``."""
-    overlong_buffer: int = 0
-    """The last tokens before ``max_tokens`` over which ``penalty`` grows from 0 to -1
-    (0: a fifth of ``max_tokens``)."""
-    kl_beta: float = 0.0
-    """Weight of the k3 KL estimate to the reference policy (0 turns it off)."""
-    credit: Literal["outcome", "turn"] = "outcome"
-    """Every token gets its rollout's advantage (``outcome``), or a turn's tokens get it plus
-    ``turn_weight`` × the turn's advantage from the turn rewards
-    (``advantages.turn_advantages``)."""
-    turn_discount: float = 0.5
-    """γ of a turn's return: its reward, plus γ × the next turn's return."""
-    turn_weight: float = 0.5
-    """λ: how much a turn's advantage adds to the outcome's."""
-    epochs: int = 1
-    """Passes over the step's sequences."""
-    mini_batches: int = 1
-    """Optimiser steps per pass, each over a share of the step's rollouts."""
-    micro_batch_tokens: int = 1024
-    """Token budget of one micro-batch, padding included (lower it when memory runs out)."""
-    max_grad_norm: float | None = 1.0
-    """Gradients are clipped to this global norm (``None``: measured, not clipped)."""
-    bf16: bool = False
-    """Run the forward pass under bf16 autocast (logprobs are still taken in fp32)."""
-    tis_cap: float = 0.0
-    """Truncated importance sampling (0: off). When set, the ratio is taken against the
-    learner's own logprobs at the start of the step, and each token's loss is weighted by
-    ``min(π_learner / π_behaviour, tis_cap)``: the engine's logprobs (vLLM in bf16) need
-    not match the learner's for the gradient to be the learner's policy gradient."""
-    temperature: float = 1.0
-    """The rollouts' sampling temperature: the learner divides its logits by it, so that its
-    logprobs are of the distribution the engine sampled from (the behaviour logprobs')."""
-    advantage_eps: float = 1e-4
-
-    @property
-    def clip(self) -> tuple[float, float]:
-        """``(clip_low, clip_high)`` as set, or the loss's defaults (`CLIP_DEFAULTS`)."""
-        low, high = CLIP_DEFAULTS[self.loss]
-        return (
-            low if self.clip_low is None else self.clip_low,
-            high if self.clip_high is None else self.clip_high,
-        )
-
-    def __post_init__(self) -> None:
-        choices = {
-            "loss": tuple(CLIP_DEFAULTS),
-            "advantage": ("grpo", "rloo"),
-            "advantage_scale": ("std", "none"),
-            "normalisation": ("token", "sequence", "constant"),
-            "overlong": ("keep", "mask", "penalty"),
-            "credit": ("outcome", "turn"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
-        low, high = self.clip
-        bounded = {
-            "clip_low": low,
-            "clip_high": high,
-            "kl_beta": self.kl_beta,
-            "tis_cap": self.tis_cap,
-        }
-        for name, value in bounded.items():
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ConfigError(f"temperature must be a finite number > 0, not {self.temperature!r}")
-        # CISPO's weight may have no floor (clip_low = 1); a PPO or GSPO ratio floor of 0 or
-        # below would clip nothing and read as a setting error.
-        if low > 1 or (low == 1 and self.loss != "cispo"):
-            bound = "at most 1" if self.loss == "cispo" else "below 1"
-            raise ConfigError(f"clip_low must be {bound} (the floor is 1 - clip_low), not {low!r}")
-        if not 0 <= self.turn_discount <= 1:
-            raise ConfigError(f"turn_discount must be between 0 and 1, not {self.turn_discount!r}")
-        if not (math.isfinite(self.turn_weight) and self.turn_weight >= 0):
-            raise ConfigError(f"turn_weight must be a finite number >= 0, not {self.turn_weight!r}")
-        for name in ("epochs", "mini_batches"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)!r}")
-        if self.max_tokens < 1:
-            raise ConfigError(f"max_tokens must be at least 1, not {self.max_tokens!r}")
-        if not 0 <= self.overlong_buffer <= self.max_tokens:
-            raise ConfigError(
-                f"overlong_buffer must be between 0 and max_tokens ({self.max_tokens}), "
-                f"not {self.overlong_buffer!r}"
-            )
-        if self.micro_batch_tokens < 2:
-            raise ConfigError(
-                f"micro_batch_tokens must be at least 2, not {self.micro_batch_tokens!r}"
-            )
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ConfigError(f"max_grad_norm must be > 0 or None, not {self.max_grad_norm!r}")
-        if not self.advantage_eps > 0:
-            raise ConfigError(f"advantage_eps must be > 0, not {self.advantage_eps!r}")
+__all__ = ["LossParts", "grpo_loss", "importance_weights"]
 
 
 @dataclass(frozen=True, slots=True)
 class LossParts:
-    """Token counts and sums of a micro-batch's loss terms (added up over micro-batches)."""
+    """Token counts and sums of a micro-batch's loss terms (added up over micro-batches).
+
+    Every figure is over the tokens the loss counts: policy tokens of a sequence with a token
+    weight above 0 (not those of a rollout that ``overlong = "mask"`` left out).
+    """
 
     tokens: int
     clipped_low: int
@@ -178,6 +48,8 @@ class LossParts:
     advantage, its weight is clipped)."""
     clipped_high: int
     """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage (CISPO: any)."""
+    dual_clipped: int
+    """Tokens with a negative advantage whose ratio rose over ``dual_clip``."""
     ratio_sum: float
     """Sum of ``π_learner / π_behaviour`` at the start of the step."""
     ratio_max: float
@@ -189,7 +61,13 @@ class LossParts:
     """Sum of the k3 estimate of KL(learner at the step's start ‖ learner now): 0 in a
     step's first update, how far its earlier updates moved the policy in later ones."""
     tis_capped: int
-    """Tokens whose importance weight was capped at ``tis_cap``."""
+    """Tokens whose importance weight was capped at ``tis_cap`` (a truncate mode)."""
+    tis_masked: int
+    """Tokens the importance weight masked (a mask mode: the ratio left its band)."""
+    carrying: int
+    """Tokens whose loss has a gradient: counted, with an advantage and not masked, or with a
+    KL term. An update none of whose tokens carries one is not applied (Adam's momentum
+    would move the weights on a zero gradient)."""
     constrained: int
     """Tokens scored under their grammar's replayed mask."""
     unreplayed: int
@@ -200,6 +78,36 @@ def _k3(delta: torch.Tensor) -> torch.Tensor:
     """The k3 estimate ``exp(δ) - δ - 1`` of a KL divergence, per sample, from the log-ratio
     δ of the other distribution to the sampling one (non-negative, unbiased)."""
     return torch.exp(delta) - delta - 1
+
+
+def _row_mean(values: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """``[B, 1]``: the mean of each row's ``values`` over its ``on`` positions (0 for none)."""
+    count = on.sum(dim=-1, keepdim=True).clamp(min=1)
+    return torch.where(on, values, 0.0).sum(dim=-1, keepdim=True) / count
+
+
+def importance_weights(
+    gap: torch.Tensor, on: torch.Tensor, mode: TisMode, cap: float, floor: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each token's importance weight from ``gap = log π_start - log π_behaviour`` (``[B, T -
+    1]``), and which ``on`` tokens it capped and masked.
+
+    ``token_*`` weighs each token by its own ratio ``exp(gap)``; ``sequence_*`` each token of
+    a row by the row's ratio, the geometric mean ``exp(mean gap)`` over its ``on`` tokens (a
+    band then means the same for 10 tokens as for 1,000; the product, which TRL and verl take,
+    leaves any band on a long sequence from rounding alone). ``*_truncate``: ``min(ratio,
+    cap)``; ``*_mask``: the ratio inside ``[floor, cap]``, 0 outside (IcePop's M). A cap of 0:
+    every weight 1.
+    """
+    none = torch.zeros_like(on)
+    if cap == 0:
+        return torch.ones_like(gap), none, none
+    log_ratio = _row_mean(gap, on).expand_as(gap) if mode.startswith("sequence") else gap
+    ratio = torch.exp(torch.where(on, log_ratio, 0.0))
+    if mode.endswith("_truncate"):
+        return torch.clamp(ratio, max=cap), on & (ratio > cap), none
+    inside = (ratio >= floor) & (ratio <= cap)
+    return torch.where(inside, ratio, 0.0), none, on & ~inside
 
 
 def grpo_loss(
@@ -214,46 +122,57 @@ def grpo_loss(
     (ref - logπ) - 1`` and, with ``ρ = exp(logπ - logπ_anchor)`` and ``(low, high) =
     config.clip``:
 
-    - ``ppo_clip``: ``ℓ = max(-A·ρ, -A·clip(ρ, 1 - low, 1 + high))``;
+    - ``ppo_clip``: ``ℓ = max(-A·ρ, -A·clip(ρ, 1 - low, 1 + high))``, and for ``A < 0`` at
+      most ``-A·dual_clip`` (the dual clip; 0 turns it off);
     - ``gspo``: the same with the sequence's ratio ``s = exp(mean of logπ - logπ_anchor over
       the row's policy tokens)`` for ``ρ``; at each token its gradient is ``s·∇logπ`` of that
       token, so with ``normalisation="sequence"`` the step's gradient is GSPO's;
     - ``cispo``: ``ℓ = -A·sg(clip(ρ, 1 - low, 1 + high))·logπ``.
 
-    Without ``tis_cap`` the anchor is the behaviour policy and ``w = 1``. With it, the anchor
-    is the learner at the start of the step (``batch.old_logprobs`` when the step makes
-    several updates, else the current logprobs without gradient) and ``w = min(π_start /
-    π_behaviour, tis_cap)`` (no gradient). ``gspo`` always anchors at the start of the step
-    (as verl recomputes ``old_log_prob`` with the learner): its band (3e-4, 4e-4) is far
-    narrower than the gap between the engine's logprobs and the learner's own (a bf16
-    update's rounding alone), so anchored on the engine an on-policy sequence's ratio would
-    leave it about as often as not and its tokens lose their gradient.
+    Without importance sampling (``tis_cap`` 0) the anchor is the behaviour policy and ``w =
+    1``: the ratio's clip is what bounds a stale or mismatched token. With it, the anchor is
+    the learner at the start of the step (``batch.old_logprobs`` when the step makes several
+    updates, else the current logprobs without gradient), so the clip bounds the step's own
+    trust region, and ``w`` (no gradient) is the ratio ``π_start / π_behaviour`` weighed as
+    ``tis_mode`` says (`importance_weights`). ``gspo`` always takes it (its default cap is
+    2): its band (3e-4, 4e-4) is far narrower than the gap between the engine's logprobs and
+    the learner's own (a bf16 update's rounding alone), so anchored on the engine an
+    on-policy sequence's ratio would leave it about as often as not and its tokens lose their
+    gradient; the weight is what corrects a stale or mismatched sequence.
     """
     mask = batch.loss_mask
     on = mask > 0
+    # The tokens the loss counts: a rollout left out with weight 0 (overlong = "mask") is not.
+    counted = on & (batch.weights > 0)
     low, high = config.clip
+    mode, cap = config.tis
     start = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
     # where, not a product with the mask: padding must not turn an inf into a NaN.
     gap = torch.where(on, start - batch.behaviour_logprobs, 0.0)
     behaviour_ratio = torch.exp(gap)
-    anchor = start if config.tis_cap > 0 or config.loss == "gspo" else batch.behaviour_logprobs
+    anchor = start if cap > 0 else batch.behaviour_logprobs
     log_ratio = torch.where(on, logprobs - anchor, 0.0)
     if config.loss == "gspo":
-        tokens = on.sum(dim=-1, keepdim=True).clamp(min=1)
-        sequence = log_ratio.detach().sum(dim=-1, keepdim=True) / tokens
+        sequence = _row_mean(log_ratio.detach(), on)
         log_ratio = torch.where(on, logprobs - logprobs.detach() + sequence, 0.0)
     ratio = torch.exp(log_ratio)
     advantages = batch.advantages
     clamped = torch.clamp(ratio, 1 - low, 1 + high)
     below, above = on & (ratio < 1 - low), on & (ratio > 1 + high)
+    dual = torch.zeros_like(on)
     if config.loss == "cispo":
         per_token = -advantages * clamped.detach() * torch.where(on, logprobs, 0.0)
     else:
         per_token = torch.maximum(-advantages * ratio, -advantages * clamped)
         # The pessimistic max cuts the gradient only on the side the advantage pushes to.
         below, above = below & (advantages < 0), above & (advantages > 0)
-    if config.tis_cap > 0:
-        per_token = per_token * torch.clamp(behaviour_ratio, max=config.tis_cap)
+        if config.dual_clip > 0:
+            # A negative advantage's unclipped branch grows with ρ: bound it at -A·c.
+            bound = -advantages * config.dual_clip
+            dual = on & (advantages < 0) & (per_token > bound)
+            per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
+    weight, capped, masked = importance_weights(gap, on, mode, cap, config.tis_floor)
+    per_token = per_token * weight
     kl = torch.zeros_like(per_token)
     if config.kl_beta > 0:
         if reference_logprobs is None:
@@ -262,21 +181,25 @@ def grpo_loss(
         per_token = per_token + config.kl_beta * kl
     loss = torch.where(on, per_token * batch.weights, 0.0).sum()
     with torch.no_grad():
-        capped = on & (behaviour_ratio > config.tis_cap) if config.tis_cap > 0 else None
         # How far this step's earlier updates moved the policy from where the step started.
         shift = _k3(torch.where(on, logprobs.detach() - start, 0.0))
+        # A token with a policy-gradient term (an advantage, not masked) or a KL one.
+        carrying = counted & ((~masked & (advantages != 0)) | (config.kl_beta > 0))
         parts = LossParts(
-            tokens=int(on.sum()),
-            clipped_low=int(below.sum()),
-            clipped_high=int(above.sum()),
-            ratio_sum=float(behaviour_ratio[on].sum()),
-            ratio_max=float(behaviour_ratio[on].max()) if bool(on.any()) else 0.0,
-            kl_sum=float(kl[on].sum()),
+            tokens=int(counted.sum()),
+            clipped_low=int((below & counted).sum()),
+            clipped_high=int((above & counted).sum()),
+            dual_clipped=int((dual & counted).sum()),
+            ratio_sum=float(behaviour_ratio[counted].sum()),
+            ratio_max=float(behaviour_ratio[counted].max()) if bool(counted.any()) else 0.0,
+            kl_sum=float(kl[counted].sum()),
             # exp(δ) - δ - 1 rounds to a hair below 0 in fp32 when δ is ~0.
-            mismatch_kl_sum=float(_k3(gap)[on].clamp_min(0).sum()),
-            approx_kl_sum=float(shift[on].clamp_min(0).sum()),
-            tis_capped=int(capped.sum()) if capped is not None else 0,
-            constrained=_constrained(batch, on),
+            mismatch_kl_sum=float(_k3(gap)[counted].clamp_min(0).sum()),
+            approx_kl_sum=float(shift[counted].clamp_min(0).sum()),
+            tis_capped=int((capped & counted).sum()),
+            tis_masked=int((masked & counted).sum()),
+            carrying=int(carrying.sum()),
+            constrained=_constrained(batch, counted),
             unreplayed=batch.unreplayed_tokens,
         )
     return loss, parts

@@ -4,7 +4,9 @@
 Gradients are accumulated over micro-batches under a token budget and clipped to a global
 norm. A step whose loss or gradient is not finite is refused whole: with one update before
 anything is applied, with several by restoring the weights and optimiser state it started
-with, so a step is applied whole or not at all.
+with, so a step is applied whole or not at all. An update none of whose tokens has a gradient
+(every one masked, or without an advantage) is not applied: the optimiser does not step, since
+Adam's momentum and weight decay would move the weights on a zero gradient.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
 from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights, turn_advantages
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.settings import GrpoConfig
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
@@ -30,10 +33,10 @@ from osmosis_ai.train.algorithm.logprobs import (  # noqa: E402
     policy_logprobs_and_entropy,
     reference_logprobs,
 )
-from osmosis_ai.train.algorithm.loss import GrpoConfig, LossParts, grpo_loss  # noqa: E402
+from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches  # noqa: E402
 
-__all__ = ["NonFiniteStepError", "StepMetrics", "train_step"]
+__all__ = ["NonFiniteStepError", "StepMetrics", "carries_loss", "train_step"]
 
 
 class NonFiniteStepError(OsmosisError, ArithmeticError):
@@ -48,18 +51,22 @@ class StepMetrics:
     loss: float
     """The loss of the step's update (the mean over its updates, when it made several)."""
     grad_norm: float
-    """Global gradient norm before clipping (the largest of the step's updates)."""
+    """Global gradient norm before clipping (the largest of the step's applied updates; 0
+    when none was)."""
     sequences: int
     micro_batches: int
     """Forward and backward passes, over all of the step's updates."""
     tokens: int
     """Tokens of the step's sequences (padding excluded), each counted once."""
     policy_tokens: int
-    """Policy tokens of the step's sequences, each counted once."""
+    """Policy tokens the loss counts, each once: those of a rollout ``overlong = "mask"``
+    left out are not (every figure below is over these)."""
     clip_fraction: float
     """Share of the policy tokens the clip cut, over all of the step's updates."""
     clip_low_fraction: float
     clip_high_fraction: float
+    dual_clip_fraction: float
+    """Share of the policy tokens whose loss the dual clip bounded, over all updates."""
     mean_ratio: float
     """Mean ``π_learner / π_behaviour`` per policy token at the start of the step."""
     max_ratio: float
@@ -72,13 +79,18 @@ class StepMetrics:
     step: how far the engine that generated is from the learner (≈ 0 for the torch engine)."""
     tis_capped_fraction: float
     """Share of policy tokens whose importance weight was capped (0 without ``tis_cap``)."""
+    tis_masked_fraction: float
+    """Share of policy tokens the importance weight masked (a mask ``tis_mode``)."""
     constrained_fraction: float = 0.0
     """Share of policy tokens generated under a grammar, scored under its replayed mask."""
     unreplayed_tokens: int = 0
     """Tokens generated under a grammar that the replay did not accept (scored unmasked: the
     engine enforced another grammar than the one recorded)."""
     updates: int = 1
-    """Optimiser steps the step made (``epochs × mini_batches``)."""
+    """Optimiser steps the step made (``epochs × mini_batches``, less those skipped)."""
+    skipped_updates: int = 0
+    """Updates not applied: none of their tokens had a gradient (the optimiser did not step;
+    with every update skipped, neither did the learning-rate schedule)."""
     clip_fraction_by_update: tuple[float, ...] = ()
     """The clip fraction of each update, in order: 0 in the first (the policy has not moved
     yet), above 0 in later ones once it moved past the band."""
@@ -99,6 +111,8 @@ class _Applied:
     grad_norm: float
     parts: list[LossParts]
     entropy_sum: float
+    applied: bool = True
+    """False: no token had a gradient, and the optimiser did not step."""
 
 
 def train_step(
@@ -139,7 +153,7 @@ def train_step(
     outcome = group_advantages(
         sequences,
         baseline=config.advantage,
-        scale=config.advantage_scale,
+        scale=config.scale,
         eps=config.advantage_eps,
     )
     advantages: list[float | tuple[float, ...]] = list(outcome)
@@ -150,6 +164,7 @@ def train_step(
                 outcome,
                 discount=config.turn_discount,
                 weight=config.turn_weight,
+                scale=config.scale,
                 eps=config.advantage_eps,
             )
         )
@@ -178,7 +193,7 @@ def train_step(
         if saved is not None and applied:
             _restore(model, optimizer, saved)
         raise
-    if scheduler is not None:
+    if scheduler is not None and any(update.applied for update in applied):
         scheduler.step()
     return _metrics(step, sequences, applied, first_epoch=len(groups))
 
@@ -197,7 +212,8 @@ def _apply(
     reference_model: torch.nn.Module | None,
     grammars: TokenMasks | None,
 ) -> _Applied:
-    """One optimiser step over ``sequences`` (micro-batched, gradients accumulated).
+    """One optimiser step over ``sequences`` (micro-batched, gradients accumulated), or
+    none when no token has a gradient.
 
     Raises:
         NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
@@ -231,10 +247,14 @@ def _apply(
                 f"step {step}: the loss is {value}; no update was applied "
                 "(check the behaviour logprobs and lower the learning rate)"
             )
-        torch.autograd.backward(loss)
+        if counted.carrying:  # else its gradient is 0 exactly
+            torch.autograd.backward(loss)
         total += value
-        entropy_sum += float(entropy.sum())
+        entropy_sum += float(entropy[batch.weights > 0].sum())
         parts.append(counted)
+    if not any(part.carrying for part in parts):
+        optimizer.zero_grad(set_to_none=True)
+        return _Applied(total, 0.0, parts, entropy_sum, applied=False)
     max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
     if not math.isfinite(grad_norm):
@@ -248,14 +268,22 @@ def _apply(
     return _Applied(total, grad_norm, parts, entropy_sum)
 
 
-def _weights(sequences: list[TrainingSequence], config: GrpoConfig) -> list[float]:
-    """`token_weights`, over the sequences that train: under ``overlong = "mask"`` a
-    truncated rollout's tokens weigh 0 and are not counted."""
-    if config.overlong != "mask":
-        return token_weights(sequences, config.normalisation, config.max_tokens)
-    kept = [s for s in sequences if not s.truncated]
-    weights = iter(token_weights(kept, config.normalisation, config.max_tokens))
-    return [0.0 if s.truncated else next(weights) for s in sequences]
+def _weights(sequences: Sequence[TrainingSequence], config: GrpoConfig) -> list[float]:
+    """`token_weights` as ``config`` says: under ``overlong = "mask"`` a truncated rollout's
+    tokens weigh 0 and are not counted."""
+    return token_weights(
+        sequences,
+        config.normalisation,
+        config.max_tokens,
+        leave_out_truncated=config.overlong == "mask",
+    )
+
+
+def carries_loss(sequences: Sequence[TrainingSequence], config: GrpoConfig) -> bool:
+    """Whether any policy token of ``sequences`` has a weight in the step's loss: not when
+    ``overlong = "mask"`` leaves out every one of their rollouts (a runner then applies no
+    update and says why)."""
+    return any(_weights(sequences, config))
 
 
 def _mini_batches(sequences: Sequence[TrainingSequence], count: int, step: int) -> list[list[int]]:
@@ -344,7 +372,7 @@ def _metrics(
     return StepMetrics(
         step=step,
         loss=sum(update.loss for update in applied) / len(applied),
-        grad_norm=max(update.grad_norm for update in applied),
+        grad_norm=max((update.grad_norm for update in applied if update.applied), default=0.0),
         sequences=len(sequences),
         micro_batches=sum(len(update.parts) for update in applied),
         tokens=sum(len(s) for s in sequences),
@@ -352,14 +380,17 @@ def _metrics(
         clip_fraction=share(low + high, scored),
         clip_low_fraction=share(low, scored),
         clip_high_fraction=share(high, scored),
+        dual_clip_fraction=share(sum(p.dual_clipped for p in every), scored),
         mean_ratio=share(sum(p.ratio_sum for p in first), policy),
         max_ratio=max((p.ratio_max for p in first), default=0.0),
         kl=share(sum(p.kl_sum for p in every), scored),
         engine_mismatch_kl=share(sum(p.mismatch_kl_sum for p in first), policy),
         tis_capped_fraction=share(sum(p.tis_capped for p in first), policy),
+        tis_masked_fraction=share(sum(p.tis_masked for p in first), policy),
         constrained_fraction=share(sum(p.constrained for p in first), policy),
         unreplayed_tokens=sum(p.unreplayed for p in first),
-        updates=len(applied),
+        updates=sum(update.applied for update in applied),
+        skipped_updates=sum(not update.applied for update in applied),
         clip_fraction_by_update=tuple(
             share(
                 sum(p.clipped_low + p.clipped_high for p in update.parts),

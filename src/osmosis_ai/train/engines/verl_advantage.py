@@ -6,9 +6,12 @@ rollout a row whose response mask is all 0 and whose reward is 0.0 (``verl.verl_
 verl's own ``grpo`` then counts that 0.0 in its group's mean and standard deviation: one
 crashed tool call moves the advantage of every other rollout of the prompt. These estimators
 take each group's statistics over the rows that train (a response mask with a 1) and give
-the others 0, with ``osmosis train``'s own arithmetic (`relative_advantages`): the sample
-standard deviation plus 1e-4, 0 for a group whose rewards are all equal or that has one
-trained row. ``algorithm.norm_adv_by_std_in_grpo=false`` drops the division (Dr. GRPO).
+the others 0, with ``osmosis train``'s own arithmetic (`relative_advantages`), 0 for a group
+whose rewards are all equal or that has one trained row. ``osmosis_grpo`` divides by the
+sample standard deviation plus 1e-4 (``algorithm.norm_adv_by_std_in_grpo=false`` drops the
+division: Dr. GRPO); ``osmosis_rloo`` is the reference RLOO, ``r`` minus the mean of the
+group's other trained rows, never divided (with the division it would be GRPO times a
+constant, as verl's own ``rloo`` is not).
 
 Installing ``osmosis-ai[verl]`` registers them in every process that imports verl (the
 ``verl.plugins`` entry point), the trainer's driver included: pick one with
@@ -76,7 +79,9 @@ def _estimator(name: str, baseline: Baseline) -> Any:
             raise ValueError(
                 "the osmosis advantage estimators group rows by verl's 'uid'; the batch has none"
             )
-        scale = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
+        scale = baseline == "grpo" and (
+            config.get("norm_adv_by_std_in_grpo", True) if config is not None else True
+        )
         advantages = trained_row_advantages(
             token_level_rewards, response_mask, index, baseline=baseline, scale_by_std=scale
         )

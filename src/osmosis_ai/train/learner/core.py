@@ -36,7 +36,7 @@ from osmosis_ai.gateway.policies._hf_dir import (
 )
 from osmosis_ai.gateway.policies._torch_device import update_in_bf16
 from osmosis_ai.gateway.policies.engines.grammar import GrammarCompiler
-from osmosis_ai.train.config import TrainConfig, TrainingConfig
+from osmosis_ai.train.config import TrainConfig, TrainingConfig, grpo_config
 
 __all__ = ["Learner", "checkpoint_steps", "lora_config"]
 
@@ -112,7 +112,6 @@ class Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
         training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
         from osmosis_ai.train.algorithm.logprobs import check_head
-        from osmosis_ai.train.algorithm.loss import GrpoConfig
         from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
 
         training = config.training
@@ -134,27 +133,8 @@ class Learner:
         scheduler = warmup_schedule(
             optimizer, warmup_steps=max(1, training.steps // 10), total_steps=training.steps
         )
-        grpo = GrpoConfig(
-            loss=training.loss,
-            clip_low=training.clip_low,
-            clip_high=training.clip_high,
-            advantage=training.advantage,
-            advantage_scale=training.advantage_scale,
-            normalisation=training.normalisation,
-            max_tokens=training.max_tokens,
-            overlong=training.overlong,
-            overlong_buffer=training.overlong_buffer,
-            credit=training.credit,
-            turn_discount=training.turn_discount,
-            turn_weight=training.turn_weight,
-            epochs=training.epochs,
-            mini_batches=training.mini_batches,
-            kl_beta=training.kl_beta,
-            micro_batch_tokens=training.token_budget,
-            bf16=update_in_bf16(device, training.precision, key="training.precision"),
-            tis_cap=training.tis_cap,
-            # Greedy rollouts record logprobs of the unscaled distribution.
-            temperature=training.temperature or 1.0,
+        grpo = grpo_config(
+            training, bf16=update_in_bf16(device, training.precision, key="training.precision")
         )
         base = model.get_base_model() if training.lora_rank else model
         grammars = GrammarCompiler.of_model(base, tokenizer)

@@ -64,6 +64,8 @@ async def train_steps(
             metrics = await _guarded(run, step, outcome, stepping)
             # The rollouts it trained on, journaled: a resumed run trains none of them again.
             line = {"event": "step", "step": step, "rollouts": metrics.pop("rollout_ids")}
+            if metrics["no_update"]:  # journaled as done, its weights those of the step before
+                line["no_update"] = metrics["no_update"]
             # Wall time since this session's first step began (steps overlap when async).
             metrics["elapsed_sec"] = round(time.monotonic() - began, 3)
             await asyncio.to_thread(append, metrics_path, metrics)

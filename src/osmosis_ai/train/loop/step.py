@@ -35,7 +35,14 @@ from osmosis_ai.train.loop.outcome import TrainingStopped
 from osmosis_ai.train.loop.rollouts import Run, rollout_reward, rollout_status
 from osmosis_ai.train.loop.rows import group_id, jobs
 
-__all__ = ["FlatStepsHint", "out_of_memory", "probing", "run_step", "step_seconds"]
+__all__ = [
+    "FlatStepsHint",
+    "out_of_memory",
+    "probing",
+    "run_step",
+    "step_seconds",
+    "zero_gradient_then_shaped",
+]
 
 _STEP_TIMES = ("generation_sec", "sequences_sec", "update_sec")
 
@@ -77,9 +84,7 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
     sampled = _Sampled(taken.rollouts, 0, 0)
     rows = sorted({int(r.group_id.removeprefix("row-")) for r in taken.rollouts})
     for attempt in range(1, training.resample_zero_gradient + 1):
-        zero = zero_gradient_groups(
-            _sequences(sampled.done, training)[0], turn_credit=training.credit == "turn"
-        )
+        zero = _sequences(sampled.done, training)[2]
         if not zero:
             break
         again = [r for r in rows if group_id(r) in zero]
@@ -93,13 +98,42 @@ async def _sample(run: Run, step: int, taken: TakenGroups) -> _Sampled:
 
 def _sequences(
     done: list[RolloutRecords], training: TrainingConfig
-) -> tuple[list[TrainingSequence], SequenceStats]:
-    """The rollouts' training sequences, their rewards shaped by ``overlong = "penalty"``
-    (before the zero-gradient check: two replies of one reward but other lengths differ)."""
+) -> tuple[list[TrainingSequence], SequenceStats, set[str]]:
+    """The rollouts' training sequences (`zero_gradient_then_shaped`), their counts, and the
+    groups among them that carry no gradient."""
     sequences, stats = build_sequences(done, drift="fork")
+    shaped, zero = zero_gradient_then_shaped(sequences, training)
+    return shaped, stats, zero
+
+
+def zero_gradient_then_shaped(
+    sequences: list[TrainingSequence], training: TrainingConfig
+) -> tuple[list[TrainingSequence], set[str]]:
+    """``sequences`` with their rewards shaped by ``overlong = "penalty"``, and the groups
+    that carry no gradient, found on the grader's rewards before the shaping (DAPO filters
+    groups on accuracy, then shapes): shaped first, a group of equally right answers of other
+    lengths would be kept, and the std scaling would turn their gaps of a few hundredths into
+    advantages of ±1.5."""
+    turn_discount = training.turn_discount if training.credit == "turn" else None
+    zero = zero_gradient_groups(sequences, turn_discount)
     if training.overlong == "penalty":
         sequences = overlong_shaped(sequences, training.max_tokens, training.overlong_buffer)
-    return sequences, stats
+    return sequences, zero
+
+
+#: Why a step that ran its update applied none (`StepMetrics.updates` 0).
+_NO_GRADIENT = "no token had a gradient (each was masked by tis_mode or had no advantage)"
+
+
+def _nothing_to_train(trained: list[TrainingSequence], learner: Learner) -> str | None:
+    """Why the step has no update to run (``None``: it has one), said in its metrics line."""
+    from osmosis_ai.train.algorithm.update import carries_loss
+
+    if not trained:
+        return "every group's rewards were equal"
+    if not carries_loss(trained, learner.grpo):
+        return 'every trained rollout stopped at max_tokens and overlong = "mask" leaves it out'
+    return None
 
 
 async def probing(run: Run, probe: Awaitable[float]) -> float:
@@ -149,8 +183,7 @@ async def run_step(
     sampled = await _sample(run, step, taken)
     done = sampled.done
     generated = time.monotonic()
-    sequences, stats = _sequences(done, training)
-    zero = zero_gradient_groups(sequences, turn_credit=training.credit == "turn")
+    sequences, stats, zero = _sequences(done, training)
     if step <= training.record_sequences:
         await asyncio.to_thread(
             write_step_sequences, run.run_dir, step, sequences, zero_gradient=zero,
@@ -164,7 +197,8 @@ async def run_step(
     metrics = None
     sync_sec = 0.0
     probe_gap = None
-    if not trained:  # the weights stay: version ``step`` is the previous one's
+    no_update = _nothing_to_train(trained, learner)
+    if no_update is not None:  # the weights stay: version ``step`` is the previous one's
         run.generator.engine.version = step
     else:
         # No model call runs while the optimizer changes the weights the engine serves.
@@ -192,6 +226,8 @@ async def run_step(
             finally:
                 learner.model.train(False)
                 await learner.run(_return_freed_memory, learner.device)
+            if not metrics.updates:
+                no_update = _NO_GRADIENT
             if metrics.unreplayed_tokens:
                 run.log.warning(
                     "step %d: %d tokens generated under a grammar did not replay under it "
@@ -210,7 +246,7 @@ async def run_step(
         # After the version changed: the probe's call must be generated with the new weights.
         probe_gap = await probing(run, probe.check(step))
     ended = time.monotonic()
-    if not trained:
+    if metrics is None:
         generating = engine.busy_sec - busy
     stale_mean, stale_max = staleness_stats(step, versions)
     wall = ended - started
@@ -236,11 +272,14 @@ async def run_step(
             else None
         ),
         "updates": metrics.updates if metrics else 0,
+        "no_update": no_update,
         "approx_kl": metrics.approx_kl if metrics else None,
         "entropy": metrics.entropy if metrics else None,
         "mean_ratio": metrics.mean_ratio if metrics else None,
         "engine_mismatch_kl": metrics.engine_mismatch_kl if metrics else None,
+        "dual_clip_fraction": metrics.dual_clip_fraction if metrics else None,
         "tis_capped_fraction": metrics.tis_capped_fraction if metrics else None,
+        "tis_masked_fraction": metrics.tis_masked_fraction if metrics else None,
         "constrained_fraction": metrics.constrained_fraction if metrics else None,
         "grad_norm": metrics.grad_norm if metrics else None,
         "tokens_generated": tokens,
