@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow
         'loss = "gspo"\nnormalisation = "sequence"',
         'loss = "cispo"\nadvantage = "rloo"',
         'normalisation = "constant"\nadvantage_scale = "none"',
+        'tis_cap = 5.0\ntis_mode = "sequence_mask"\ntis_floor = 0.5\ndual_clip = 4.0',
     ],
-    ids=["gspo", "cispo-rloo", "dr-grpo"],
+    ids=["gspo", "cispo-rloo", "dr-grpo", "ppo-masked"],
 )
 async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
     tmp_path: Path, tiny_model_dir: Path, settings: str
@@ -38,6 +39,10 @@ async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
     assert line["clip_fraction_by_update"]["1"] == 0  # on-policy at the step's start
     assert line["approx_kl"] > 0 and line["entropy"] > 0
     assert line["engine_mismatch_kl"] < 1e-6, line
+    # Every guard reports per step. On-policy, the importance weights are 1: nothing is
+    # masked or capped (a later update's ratio may pass the dual clip's 4).
+    assert line["tis_masked_fraction"] == line["tis_capped_fraction"] == 0, line
+    assert 0 <= line["dual_clip_fraction"] <= 1, line
     [start] = [e for e in lines(run_dir / "events.jsonl") if e["event"] == "start"]
     for setting in settings.split("\n"):
         key, value = (part.strip().strip('"') for part in setting.split("="))
