@@ -123,8 +123,9 @@ def test_toml_values_read_back_as_written(value: Any) -> None:
 # --- the checks each declaration asks for, through the loaders (and --set) ------------------------
 
 
-def _load(tmp_path: Path, section: Section, setting: str) -> object:
-    """Load the scaffold's config of ``section`` with ``section.setting`` set by ``--set``."""
+def _load(tmp_path: Path, section: Section, setting: str, *beside: str) -> object:
+    """Load the scaffold's config of ``section`` with ``section.setting`` set by ``--set``,
+    and the ``beside`` flags (settings it needs) before it."""
     if not (tmp_path / "rollouts" / "r").is_dir():
         scaffold_rollout(tmp_path, "r")
     override = f"{section.name}.{setting}"
@@ -132,7 +133,9 @@ def _load(tmp_path: Path, section: Section, setting: str) -> object:
         return load_eval_config(tmp_path / "configs" / "eval" / "r.toml", [override])
     # A LoRA rank, so that the LoRA options may be set; the vLLM engine, so that [vllm] may.
     base = ["training.lora_rank=4", *(["training.engine=vllm"] if section is VLLM else [])]
-    return load_train_config(tmp_path / "configs" / "training" / "r.toml", [*base, override])
+    return load_train_config(
+        tmp_path / "configs" / "training" / "r.toml", [*base, *beside, override]
+    )
 
 
 def _error(tmp_path: Path, section: Section, setting: str) -> str:
@@ -164,6 +167,17 @@ _REFUSED = {
 }
 
 
+#: Keys that the update's own rules (`GrpoConfig`) check beyond their kind and bound: a value
+#: they take, and the flags they need beside them (the rules are tested in tests/train).
+_RULED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "training.token_budget": ("2", ()),
+    "training.dual_clip": ("3.5", ()),
+    "training.tis_cap": ("1.5", ()),
+    "training.tis_floor": ("0.5", ("training.tis_cap=2", 'training.tis_mode="token_mask"')),
+    "training.tis_mode": ("", ("training.tis_cap=2",)),
+}
+
+
 @pytest.mark.parametrize(("section", "key"), _keys("integer") + _keys("number"))
 def test_a_numeric_key_takes_the_values_its_kind_and_bound_allow(
     tmp_path: Path, section: Section, key: Key
@@ -171,11 +185,12 @@ def test_a_numeric_key_takes_the_values_its_kind_and_bound_allow(
     name = f"{section.name}.{key.name}"
     for value, expected in _REFUSED[key.kind]:
         assert _error(tmp_path, section, f"{key.name}={value}") == f"{name} must be {expected}"
-    assert _load(tmp_path, section, f"{key.name}={1 if key.kind == 'integer' else 0.5}")
+    taken, beside = _RULED.get(name, ("1" if key.kind == "integer" else "0.5", ()))
+    assert _load(tmp_path, section, f"{key.name}={taken}", *beside)
     if key.bound == "any":
         assert _load(tmp_path, section, f"{key.name}=-1")
     elif key.bound == "non-negative":
-        assert _load(tmp_path, section, f"{key.name}=0")
+        assert _load(tmp_path, section, f"{key.name}=0", *beside)
         assert _error(tmp_path, section, f"{key.name}=-1") == f"{name} must not be negative, got -1"
     else:
         assert _error(tmp_path, section, f"{key.name}=0") == f"{name} must be positive, got 0"
@@ -186,8 +201,9 @@ def test_a_choice_key_names_its_choices(tmp_path: Path, section: Section, key: K
     message = _error(tmp_path, section, f"{key.name}=bogus")
     choices = ", ".join(key.choices)
     assert message == f"{section.name}.{key.name} must be one of {choices}, got 'bogus'"
+    beside = _RULED.get(f"{section.name}.{key.name}", ("", ()))[1]
     for choice in key.choices:
-        assert _load(tmp_path, section, f"{key.name}={choice}")
+        assert _load(tmp_path, section, f"{key.name}={choice}", *beside)
 
 
 @pytest.mark.parametrize("section", [EVALUATION, TRAINING, VLLM], ids=lambda s: s.name)

@@ -8,6 +8,7 @@ import osmosis_ai.train.grpo as grpo
 
 NAMES = {
     "CLIP_DEFAULTS",
+    "DUAL_CLIP_DEFAULT",
     "Baseline",
     "GrpoConfig",
     "Loss",

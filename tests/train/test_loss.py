@@ -297,7 +297,11 @@ def test_the_dual_clip_bounds_a_negative_advantage_whose_ratio_rose_far(
 def test_a_dual_clip_inside_the_band_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"dual_clip must be 0 \(off\) or above 1 \+ clip_high"):
         GrpoConfig(dual_clip=1.2)
-    assert GrpoConfig(loss="cispo").dual_clip == 3.0  # CISPO's weight is capped: not checked
+    assert GrpoConfig(loss="cispo").dual == 0.0  # CISPO's weight is capped already
+    # A band that reaches past 3 leaves the default off; a bound set inside it is refused.
+    assert (GrpoConfig().dual, GrpoConfig(clip_high=50.0).dual) == (3.0, 0.0)
+    with pytest.raises(ConfigError, match=r"above 1 \+ clip_high \(51\), not 3.0"):
+        GrpoConfig(clip_high=50.0, dual_clip=3.0)
 
 
 def _three_stale_tokens() -> tuple[torch.Tensor, object]:

@@ -124,7 +124,7 @@ def test_the_algorithm_settings_reach_the_update_and_bad_ones_are_one_line(
     assert (grpo.loss, grpo.clip, grpo.normalisation) == ("cispo", (1.0, 3.0), "constant")
     assert (grpo.epochs, grpo.mini_batches, grpo.max_tokens) == (2, 3, 8)
     assert (grpo.overlong, grpo.overlong_buffer) == ("penalty", 4)
-    assert (grpo.dual_clip, grpo.tis, grpo.scale) == (3.0, ("token_truncate", 0.0), "std")
+    assert (grpo.dual, grpo.tis, grpo.scale) == (0.0, ("token_truncate", 0.0), "std")  # cispo
     guarded = load_train_config(
         _workspace(
             tmp_path / "guarded",
@@ -134,7 +134,7 @@ def test_the_algorithm_settings_reach_the_update_and_bad_ones_are_one_line(
         )
     )
     grpo = Learner.build(guarded, tiny_model_dir, tiny_model_dir, torch.device("cpu")).grpo
-    assert (grpo.dual_clip, grpo.tis, grpo.tis_floor) == (0.0, ("sequence_mask", 5.0), 0.5)
+    assert (grpo.dual, grpo.tis, grpo.tis_floor) == (0.0, ("sequence_mask", 5.0), 0.5)
     assert grpo.scale == "none"  # RLOO's own
     for training, message in (
         ('loss = "grpo"', r"training\.loss .*ppo_clip.*gspo.*cispo"),

@@ -429,9 +429,10 @@ TRAINING = Section(
         Key(
             "dual_clip",
             "number",
-            default=3.0,
             bound="non-negative",
             commented=True,
+            scaffold=3.0,
+            docs_default="3 (0 where `1 + clip_high` ≥ 3)",
             comment="a token with advantage A < 0 loses at most -A x this (0: off)",
             docs="dual clip (`ppo_clip`, `gspo`): the loss of a token with a negative "
             "advantage `A` is at most `-A × dual_clip` however far its ratio rose, so a stale "

@@ -66,8 +66,9 @@ class TrainingConfig:
     clip_low: float | None = None
     """``None``: the loss's default (``algorithm.loss.CLIP_DEFAULTS``)."""
     clip_high: float | None = None
-    dual_clip: float = 3.0
-    """A negative advantage's token loses at most this × |A| (0: off)."""
+    dual_clip: float | None = None
+    """A negative advantage's token loses at most this × |A| (0: off; ``None``: 3, or off
+    where ``1 + clip_high`` reaches it)."""
     normalisation: Literal["token", "sequence", "constant"] = "token"
     epochs: int = 1
     """Passes over a step's rollouts, each in ``mini_batches`` optimiser steps."""

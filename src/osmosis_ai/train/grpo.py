@@ -32,6 +32,7 @@ from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_wei
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
 from osmosis_ai.train.algorithm.settings import (
     CLIP_DEFAULTS,
+    DUAL_CLIP_DEFAULT,
     TIS_DEFAULTS,
     TIS_MODES,
     GrpoConfig,
@@ -48,6 +49,7 @@ from osmosis_ai.train.algorithm.update import (
 __all__ = [
     "Baseline",
     "CLIP_DEFAULTS",
+    "DUAL_CLIP_DEFAULT",
     "GrpoConfig",
     "Loss",
     "LossParts",

@@ -49,7 +49,7 @@ class LossParts:
     clipped_high: int
     """Tokens whose ratio rose over ``1 + clip_high`` with a positive advantage (CISPO: any)."""
     dual_clipped: int
-    """Tokens with a negative advantage whose ratio rose over ``dual_clip``."""
+    """Tokens with a negative advantage whose ratio rose over the dual clip's bound."""
     ratio_sum: float
     """Sum of ``π_learner / π_behaviour`` at the start of the step."""
     ratio_max: float
@@ -123,7 +123,7 @@ def grpo_loss(
     config.clip``:
 
     - ``ppo_clip``: ``ℓ = max(-A·ρ, -A·clip(ρ, 1 - low, 1 + high))``, and for ``A < 0`` at
-      most ``-A·dual_clip`` (the dual clip; 0 turns it off);
+      most ``-A·c``, ``c = config.dual`` (the dual clip; 0 turns it off);
     - ``gspo``: the same with the sequence's ratio ``s = exp(mean of logπ - logπ_anchor over
       the row's policy tokens)`` for ``ρ``; at each token its gradient is ``s·∇logπ`` of that
       token, so with ``normalisation="sequence"`` the step's gradient is GSPO's;
@@ -166,9 +166,9 @@ def grpo_loss(
         per_token = torch.maximum(-advantages * ratio, -advantages * clamped)
         # The pessimistic max cuts the gradient only on the side the advantage pushes to.
         below, above = below & (advantages < 0), above & (advantages > 0)
-        if config.dual_clip > 0:
+        if config.dual > 0:
             # A negative advantage's unclipped branch grows with ρ: bound it at -A·c.
-            bound = -advantages * config.dual_clip
+            bound = -advantages * config.dual
             dual = on & (advantages < 0) & (per_token > bound)
             per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
     weight, capped, masked = importance_weights(gap, on, mode, cap, config.tis_floor)

@@ -16,6 +16,7 @@ from osmosis_ai.train.algorithm.advantages import Scale, baseline_scale
 
 __all__ = [
     "CLIP_DEFAULTS",
+    "DUAL_CLIP_DEFAULT",
     "TIS_DEFAULTS",
     "TIS_MODES",
     "GrpoConfig",
@@ -45,6 +46,9 @@ CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
     "gspo": (3e-4, 4e-4),
     "cispo": (1.0, 3.0),
 }
+
+#: The dual clip's bound when the config sets none (verl's ``clip_ratio_c``).
+DUAL_CLIP_DEFAULT = 3.0
 
 #: ``(tis_mode, tis_cap)`` of each loss when the config sets none (a cap of 0 is off). GSPO
 #: takes its ratio from the learner at the start of the step, so the weight to the policy that
@@ -84,10 +88,10 @@ class GrpoConfig:
     loss's default (`CLIP_DEFAULTS`)."""
     clip_high: float | None = None
     """... and above at ``1 + clip_high`` (DAPO's clip-higher when above ``clip_low``)."""
-    dual_clip: float = 3.0
+    dual_clip: float | None = None
     """Dual clip (Ye et al. 2020; verl's ``clip_ratio_c``): a token with a negative advantage
-    loses at most ``dual_clip × |A|`` however far its ratio rose (0: off). ``ppo_clip`` and
-    ``gspo``; CISPO's weight is capped already."""
+    loses at most ``dual_clip × |A|`` however far its ratio rose (0: off; ``None``: see
+    `dual`). ``ppo_clip`` and ``gspo``; CISPO's weight is capped already."""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """The baseline a reward is compared with: the mean of its group (GRPO), or the mean of
     the group's other rollouts (RLOO, leave-one-out)."""
@@ -156,6 +160,17 @@ class GrpoConfig:
         )
 
     @property
+    def dual(self) -> float:
+        """The dual clip's bound (0: off): ``dual_clip`` as set, else `DUAL_CLIP_DEFAULT`
+        where the band's top ``1 + clip_high`` is below it (a band that reaches past it asks
+        for no cut there); never for CISPO, whose weight is capped already."""
+        if self.loss == "cispo":
+            return 0.0
+        if self.dual_clip is not None:
+            return self.dual_clip
+        return DUAL_CLIP_DEFAULT if 1 + self.clip[1] < DUAL_CLIP_DEFAULT else 0.0
+
+    @property
     def scale(self) -> Scale:
         """``advantage_scale`` as set, or the baseline's own (`baseline_scale`: ``std`` for
         GRPO, ``none`` for RLOO)."""
@@ -188,7 +203,7 @@ class GrpoConfig:
         bounded = {
             "clip_low": low,
             "clip_high": high,
-            "dual_clip": self.dual_clip,
+            "dual_clip": self.dual,
             "kl_beta": self.kl_beta,
             "tis_cap": cap,
             "tis_floor": self.tis_floor,
@@ -241,7 +256,7 @@ class GrpoConfig:
                 f"clip_low must be {bound}: the ratio's floor is 1 - clip_low; not {low!r}",
             )
         # Inside the band the dual clip would cut the gradient the clip leaves.
-        if self.loss != "cispo" and self.dual_clip and self.dual_clip <= 1 + high:
+        if self.dual and self.dual <= 1 + high:
             raise SettingError(
                 "dual_clip",
                 f"dual_clip must be 0 (off) or above 1 + clip_high ({1 + high:g}), "
