@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from osmosis_ai.errors import SettingError
 from osmosis_ai.train.algorithm.advantages import Scale, baseline_scale
@@ -30,12 +30,7 @@ Loss = Literal["ppo_clip", "gspo", "cispo"]
 #: generated is applied: per token or per sequence, truncated at the cap or masked outside
 #: ``[tis_floor, tis_cap]``.
 TisMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
-TIS_MODES: tuple[TisMode, ...] = (
-    "token_truncate",
-    "token_mask",
-    "sequence_truncate",
-    "sequence_mask",
-)
+TIS_MODES: tuple[TisMode, ...] = get_args(TisMode)
 
 #: ``(clip_low, clip_high)`` of each loss when the config sets none. GSPO's ratio is a
 #: per-token geometric mean, so its band is three orders narrower (the paper's 3e-4, 4e-4);
@@ -199,13 +194,12 @@ class GrpoConfig:
 
     def _check_numbers(self) -> None:
         low, high = self.clip
-        mode, cap = self.tis
         bounded = {
             "clip_low": low,
             "clip_high": high,
             "dual_clip": self.dual,
             "kl_beta": self.kl_beta,
-            "tis_cap": cap,
+            "tis_cap": self.tis[1],
             "tis_floor": self.tis_floor,
             "turn_weight": self.turn_weight,
         }
