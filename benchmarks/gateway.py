@@ -185,15 +185,16 @@ def _busy_processes(count: int) -> Iterator[None]:
 
 
 def _threads_beside_busy_work() -> list[Figure]:
-    """tokens/s on 1 thread and on every core, idle and beside one busy process more than
-    there are cores: llama.cpp's threads spin while they wait for each other."""
+    """tokens/s on 1 thread, the default (one fewer than the cores) and every core: idle,
+    beside one busy process, and beside one more than there are cores. llama.cpp's threads
+    spin while they wait for each other."""
     cores = len(os.sched_getaffinity(0))
     figures = []
-    for busy in (0, cores + 1):
-        for threads in sorted({1, cores}):
+    for busy in (0, 1, cores + 1):
+        for threads in sorted({1, max(1, cores - 1), cores}):
             with _busy_processes(busy):
                 speed = asyncio.run(_embedded(threads))[1]
-            where = f"beside {busy} busy processes" if busy else "idle"
+            where = f"beside {busy} busy process(es)" if busy else "idle"
             figures.append(Figure(f"{threads} thread(s), {where}", speed, "tok/s", digits=1))
     return figures
 

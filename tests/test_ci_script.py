@@ -45,6 +45,7 @@ def test_the_readme_demo_runs_in_its_own_environment_and_strictly() -> None:
     (demo,) = [phase for phase in PHASES if phase.name == "readme-demo"]
     assert demo.after == () and "VENV=.venv-readme" in demo.target
     assert "DEMO_FLAGS=--strict" in demo.target
+    assert demo.as_a_user and all(not phase.as_a_user for phase in PHASES if phase is not demo)
 
 
 def test_a_suite_phase_writes_its_junit_report_and_slowest_tests() -> None:
@@ -54,9 +55,16 @@ def test_a_suite_phase_writes_its_junit_report_and_slowest_tests() -> None:
     assert command[-1].startswith("PYTEST_ARGS=--durations=30 --junitxml=")
 
 
-@pytest.mark.parametrize(("exported", "seen"), [(None, "1"), ("3", "3")])
-def test_a_phase_runs_one_compute_thread_unless_the_environment_says_otherwise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exported: str | None, seen: str
+@pytest.mark.parametrize(
+    ("exported", "as_a_user", "seen"),
+    [(None, False, "1"), ("3", False, "3"), (None, True, ""), ("3", True, "")],
+)
+def test_a_phase_runs_one_compute_thread_unless_the_environment_says_otherwise_or_as_a_user(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    exported: str | None,
+    as_a_user: bool,
+    seen: str,
 ) -> None:
     makefile = tmp_path / "Makefile"
     makefile.write_text("show:\n\t@echo threads=$$OMP_NUM_THREADS\n")
@@ -64,7 +72,7 @@ def test_a_phase_runs_one_compute_thread_unless_the_environment_says_otherwise(
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", exported)
-    phase = Phase(f"threads-{tmp_path.name}", ["-f", str(makefile), "show"])
+    phase = Phase(f"threads-{tmp_path.name}", ["-f", str(makefile), "show"], as_a_user=as_a_user)
     log = LOGS / f"{phase.name}.log"
     try:
         result = Run([phase]).run_phase(phase)

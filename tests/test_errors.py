@@ -49,12 +49,28 @@ def _validation_error(model: type[AgentWorkflowOutput] | type[RolloutSample]) ->
     ],
 )
 def test_categorize_is_a_lookup_not_a_guess(exc: BaseException, category: str) -> None:
-    assert categorize(exc) == category
+    assert categorize(exc, phase="workflow") == category
+
+
+@pytest.mark.parametrize(
+    ("exc", "category"),
+    [
+        (KeyError("answer"), RolloutErrorCategory.GRADER_ERROR),
+        (TimeoutError("judge"), RolloutErrorCategory.TIMEOUT),
+        (errors.GradingError("no reward"), RolloutErrorCategory.VALIDATION_ERROR),
+    ],
+)
+def test_user_code_that_raises_in_the_grader_is_a_grader_error(
+    exc: BaseException, category: str
+) -> None:
+    assert categorize(exc, phase="grader") == category
 
 
 def test_validation_errors_of_contract_models_are_validation_errors() -> None:
-    assert categorize(_validation_error(AgentWorkflowOutput)) == "validation_error"
-    assert categorize(_validation_error(RolloutSample)) == "validation_error"
+    assert (
+        categorize(_validation_error(AgentWorkflowOutput), phase="workflow") == "validation_error"
+    )
+    assert categorize(_validation_error(RolloutSample), phase="grader") == "validation_error"
 
 
 def test_validation_error_of_a_user_model_is_an_agent_error() -> None:
@@ -65,7 +81,7 @@ def test_validation_error_of_a_user_model_is_an_agent_error() -> None:
 
     with pytest.raises(ValidationError) as info:
         ToolArgs.model_validate({"x": "nope"})
-    assert categorize(info.value) == "agent_error"
+    assert categorize(info.value, phase="workflow") == "agent_error"
 
 
 def test_describe_is_one_line_and_capped() -> None:

@@ -170,6 +170,7 @@ _REFUSED = {
 #: Keys that the update's own rules (`GrpoConfig`) check beyond their kind and bound: a value
 #: they take, and the flags they need beside them (the rules are tested in tests/train).
 _RULED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "training.group_size": ("2", ()),
     "training.token_budget": ("2", ()),
     "training.dual_clip": ("3.5", ()),
     "training.tis_cap": ("1.5", ()),
@@ -214,3 +215,33 @@ def test_an_undeclared_key_is_refused_naming_the_declared_ones(
     assert message == (
         f"unknown key '{section.name}.bogus'; [{section.name}] accepts " + ", ".join(section.names)
     )
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("lr", "learning_rate"),  # the initials of its words
+        ("learning_rte", "learning_rate"),  # a near spelling
+        ("num_generations", "group_size"),  # TRL's name
+        ("kl_coef", "kl_beta"),  # verl's
+    ],
+)
+def test_a_near_miss_key_is_answered_with_the_key_meant(
+    tmp_path: Path, written: str, meant: str
+) -> None:
+    message = _error(tmp_path, TRAINING, f"{written}=1")
+    assert message.startswith(
+        f"unknown key 'training.{written}'; did you mean 'training.{meant}'? [training] accepts "
+    )
+
+
+def test_a_near_miss_section_is_answered_with_the_section_meant(tmp_path: Path) -> None:
+    scaffold_rollout(tmp_path, "r")
+    with pytest.raises(ConfigError) as info:
+        load_train_config(tmp_path / "configs" / "training" / "r.toml", ["traning.steps=3"])
+    assert "unknown section [traning]; did you mean [training]? " in str(info.value)
+
+
+def test_a_group_of_one_is_refused_it_can_never_have_a_gradient(tmp_path: Path) -> None:
+    message = _error(tmp_path, TRAINING, "group_size=1")
+    assert message.startswith("training.group_size must be at least 2, got 1: ")

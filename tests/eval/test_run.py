@@ -46,6 +46,8 @@ async def test_run_writes_every_output_and_the_results_table(workspace: Workspac
     assert code == 0, out
     assert "pass rate" in out and "100.0%" in out
     (run_dir,) = workspace.run_dirs()
+    # The header's paths whole, on one line each, however long (a user copies them).
+    assert f"Output        {run_dir}\n" in out and f"({workspace.dataset})\n" in out
     for name in ("manifest.json", "events.jsonl", "logs.txt", "index.jsonl", "summary.jsonl",
                  "progress.json", "metrics.json"):  # fmt: skip
         assert (run_dir / name).is_file(), name
@@ -81,8 +83,32 @@ async def test_grader_crash_and_removed_sample(workspace: Workspace) -> None:
     (run_dir,) = workspace.run_dirs()
     index = _index(run_dir)
     assert [r["status"] for r in index] == ["success", "failed", "skipped"]
-    assert index[1]["error_type"] == "agent_error" and "reward" not in index[2]
-    assert "error_type=agent_error" in out
+    assert index[1]["error_type"] == "grader_error" and "reward" not in index[2]
+    assert "error_type=grader_error: grader raised RuntimeError: grader crashed" in out
+
+
+async def test_identical_failures_are_one_line_with_their_count(workspace: Workspace) -> None:
+    workspace.write_rows(rows(3, metadata={"do": "crash_grader"}))
+    code, out = await workspace.run()
+    assert code == 3, out
+    [line] = [line for line in out.splitlines() if "error_type=" in line]
+    assert line.startswith(
+        "  3 rollouts (first row 0 run 0): error_type=grader_error: grader raised RuntimeError"
+    )
+
+
+async def test_a_workflow_that_never_calls_the_model_is_warned_about(workspace: Workspace) -> None:
+    workspace.write_rows([*rows(1), *rows(2, metadata={"do": "no_call"})])
+    code, out = await workspace.run()
+    assert code == 0, out
+    warning = out[out.index("warning: ") :]
+    assert " ".join(warning.split()).startswith(
+        "warning: 2 of 3 rollouts made no model call through the gateway, so their rewards say "
+        "nothing about the model: the workflow must call "
+        "get_rollout_context().chat_completions_url"
+    )
+    code, out = await workspace.run("--json", "--fresh")
+    assert json.loads(out[out.index("{") :])["warnings"][0].startswith("2 of 3 rollouts")
 
 
 async def test_changed_inputs_are_refused_by_name_and_fresh_archives(workspace: Workspace) -> None:

@@ -232,6 +232,7 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
     )  # fmt: skip
     out = (await communicate_within(process, 120))[0].decode()
     assert process.returncode == 0, out  # --strict: any failed rollout exits 3, saying why
+    assert "Loading weights" not in out and "it/s]" not in out, out  # no library's bars
     (eval_dir,) = (root / ".osmosis" / "evals").glob("tiny-*")
     assert len(list((eval_dir / "trajectories").glob("*.json"))) == 6, out
 

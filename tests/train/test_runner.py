@@ -558,6 +558,8 @@ def test_step_line_says_how_many_groups_were_resampled() -> None:
     assert "no update" not in line
     idle = _step_line({**metrics, "no_update": "every group's rewards were equal"})
     assert idle.endswith("s update; no update: every group's rewards were equal")
+    left_out = _step_line({**metrics, "excluded": {"no_calls": 3, "failed": 1}})
+    assert "zero-gradient groups 1, left out 4 (failed 1, no_calls 3), time" in left_out
 
 
 def test_a_missing_training_config_is_named_as_one(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import typer
 from osmosis_ai.cli._asyncio import run
 from osmosis_ai.cli._logging import configure_logging
 from osmosis_ai.cli._options import OsmosisTyper, set_option, upstream_timeout_option
-from osmosis_ai.cli._output import error_exit, plain_console
+from osmosis_ai.cli._output import error_exit, plain_console, silence_tqdm
 from osmosis_ai.cli._view import keep_viewing, open_viewer
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["eval_app"]
 
 eval_app = OsmosisTyper(help="Evaluate rollouts locally.", no_args_is_help=True)
+
+#: Distinct failures printed under the results (all of them are in the run's index).
+_FAILURE_LINES = 20
 
 
 def _render_results(outcome: Any, console: Any) -> None:
@@ -57,15 +60,11 @@ def _render_results(outcome: Any, console: Any) -> None:
         table.add_row(f"pass@{point['k']}", f"{point['value']:.3f}")
     table.add_row("tokens", f"{summary.get('tokens_used', 0):,}")
     console.print(table)
-    for row in outcome.failed_rows[:20]:
-        where = f" -> {row['rollout_dir']}" if row["rollout_dir"] else ""
-        why = f": {row['error_message']}" if row["error_message"] else ""
-        console.print(
-            f"  row {row['row_index']} run {row['run_index']}: error_type={row['error_type']}"
-            f"{why}{where}",
-            markup=False,
-        )
-    console.print(f"results in {outcome.run_dir}")
+    from osmosis_ai.eval.metrics import failure_lines
+
+    for line in failure_lines(outcome.failed_rows)[:_FAILURE_LINES]:
+        console.print(line, markup=False)
+    console.print(f"results in {outcome.run_dir}", soft_wrap=True)
 
 
 class _ConsoleHooks:
@@ -92,13 +91,14 @@ class _ConsoleHooks:
     def plan(self, plan: Mapping[str, str]) -> None:
         if self.as_json:
             return
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(show_header=False, box=None)
+        width = max(map(len, plan), default=0)
         for key, value in plan.items():
-            table.add_row(Text(key, style="bold"), value)
-        self.console.print(table)
+            # Whole, however narrow the terminal: a path here is one a user copies.
+            self.console.print(
+                Text.assemble((f"{key:<{width}}", "bold"), "  ", value), soft_wrap=True
+            )
 
     def message(self, text: str) -> None:
         if not self.as_json:
@@ -149,6 +149,7 @@ def _report(outcome: EvalOutcome, console: Console, *, as_json: bool) -> None:
             "halted": outcome.halted,
             "metrics": outcome.metrics,
             "failed_rows": outcome.failed_rows,
+            "warnings": outcome.warnings,
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         sys.stdout.flush()
@@ -156,6 +157,8 @@ def _report(outcome: EvalOutcome, console: Console, *, as_json: bool) -> None:
     from rich.text import Text
 
     _render_results(outcome, console)
+    for warning in outcome.warnings:
+        console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
     if outcome.halted:
         # Resuming helps only once items have run; before that the message says what
         # to fix (an entry point that serves nothing is not fixed by re-running).
@@ -239,6 +242,7 @@ def run_command(
     Exit status: 0 done; 1 stopped early (run again to resume); 2 a usage or config error;
     3 every rollout failed (errors, not low rewards), or any did under --strict; 130 Ctrl-C.
     """
+    silence_tqdm()  # before transformers imports it (--model torch:...): no library bars
     from osmosis_ai.eval.runner import EvalOptions
 
     console = _prepare_terminal(name, verbose=verbose, as_json=as_json)

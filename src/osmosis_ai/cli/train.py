@@ -16,6 +16,7 @@ from osmosis_ai.cli._view import watch_training
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
+    from rich.table import Table
 
     from osmosis_ai.train.loop.runner import EvalPoint, TrainOutcome
 
@@ -38,7 +39,7 @@ def _step_line(metrics: Mapping[str, Any]) -> str:
         f"step {metrics['step']}: reward {number('reward_mean')} (std {number('reward_std')}), "
         f"pass {number('pass_rate', 2)}, loss {number('loss', 4)}, "
         f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}"
-        f"{_resampled(metrics)}, "
+        f"{_resampled(metrics)}{_excluded(metrics)}, "
         f"time {number('generation_sec', 1)}s rollouts + {number('update_sec', 1)}s update"
         f"{_no_update(metrics)}"
     )
@@ -47,6 +48,13 @@ def _step_line(metrics: Mapping[str, Any]) -> str:
 def _no_update(metrics: Mapping[str, Any]) -> str:
     reason = metrics.get("no_update")
     return f"; no update: {reason}" if reason else ""
+
+
+def _excluded(metrics: Mapping[str, Any]) -> str:
+    from osmosis_ai.train.loop.step import excluded_text
+
+    excluded = metrics.get("excluded") or {}
+    return f", left out {sum(excluded.values())} ({excluded_text(excluded)})" if excluded else ""
 
 
 def _resampled(metrics: Mapping[str, Any]) -> str:
@@ -108,11 +116,19 @@ def _pass_at_k(point: EvalPoint) -> str:
 
 
 def _render_results(outcome: TrainOutcome, console: Console) -> None:
-    """Before/after held-out table: the first and the last evaluation."""
+    """The held-out table (the first and the last evaluation), then the run's verdict when
+    its steps trained little or nothing (last, where the eye lands)."""
+    from rich.text import Text
+
+    if outcome.evals:
+        console.print(_results_table(outcome))
+    if outcome.verdict:
+        console.print(Text.assemble(("warning:", "yellow"), f" {outcome.verdict}"))
+
+
+def _results_table(outcome: TrainOutcome) -> Table:
     from rich.table import Table
 
-    if not outcome.evals:
-        return
     table = Table(title=f"held-out results ({outcome.run_dir})")
     rows = [("before", outcome.evals[0])]
     if len(outcome.evals) > 1:
@@ -129,7 +145,7 @@ def _render_results(outcome: TrainOutcome, console: Console) -> None:
             f"{point.mean_reward:.3f}",
             *("-" if value is None else f"{value:.2f}" for value in at_k),
         )
-    console.print(table)
+    return table
 
 
 @train_app.command("run")

@@ -77,6 +77,9 @@ class Key:
     """The docs' "Default" when it is not `default` written as TOML ("2 × `lora_rank`")."""
     field: str = ""
     """The dataclass field, when it is not `name`."""
+    aliases: tuple[str, ...] = ()
+    """Other trainers' names for it (TRL's, verl's): a config that uses one is told this
+    key's name."""
 
     @property
     def attribute(self) -> str:
@@ -100,10 +103,15 @@ class Section:
     def required(self) -> tuple[str, ...]:
         return tuple(key.name for key in self.keys if key.required)
 
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Each key's `Key.aliases`, to the key's name."""
+        return {alias: key.name for key in self.keys for alias in key.aliases}
+
 
 def check_keys(src: ConfigSource, table: TOMLTable, section: Section) -> None:
     """Refuse a key ``section`` does not declare, and a missing required one."""
-    src.reject_unknown(table, section.name, section.names)
+    src.reject_unknown(table, section.name, section.names, section.aliases)
     for name in section.required:
         if name not in table:
             raise src.error(
@@ -369,6 +377,7 @@ TRAINING = Section(
         Key(
             "steps",
             "integer",
+            aliases=("max_steps", "num_steps", "total_training_steps"),
             default=10,
             scaffold=4,
             comment="optimiser steps; each runs rollouts, grades them, updates once",
@@ -377,6 +386,7 @@ TRAINING = Section(
         Key(
             "prompts_per_step",
             "integer",
+            aliases=("batch_size", "train_batch_size", "per_device_train_batch_size"),
             default=4,
             scaffold=2,
             comment="dataset rows per step",
@@ -385,6 +395,7 @@ TRAINING = Section(
         Key(
             "group_size",
             "integer",
+            aliases=("num_generations", "n_samples_per_prompt", "rollout_n", "n_samples"),
             default=4,
             comment="rollouts per row; each is scored against its row's others",
             joins_row=True,
@@ -392,6 +403,7 @@ TRAINING = Section(
         Key(
             "learning_rate",
             "number",
+            aliases=("lr",),
             default=1e-5,
             comment="AdamW, after a linear warm-up over a tenth of the steps",
             docs="AdamW, with a linear warm-up over a tenth of the steps",
@@ -451,6 +463,7 @@ TRAINING = Section(
         Key(
             "epochs",
             "integer",
+            aliases=("ppo_epochs", "num_iterations", "num_train_epochs"),
             default=1,
             comment="passes over a step's rollouts",
             docs="passes over a step's rollouts, each in `mini_batches` optimiser steps "
@@ -537,6 +550,7 @@ TRAINING = Section(
         Key(
             "kl_beta",
             "number",
+            aliases=("beta", "kl_coef", "kl_loss_coef", "init_kl_coef"),
             default=0.0,
             bound="non-negative",
             comment="KL penalty to the initial model (> 0 loads a second copy)",
@@ -621,6 +635,12 @@ TRAINING = Section(
         Key(
             "max_tokens",
             "integer",
+            aliases=(
+                "max_completion_length",
+                "max_new_tokens",
+                "response_length",
+                "max_response_length",
+            ),
             default=256,
             scaffold=64,
             comment="token limit of every model call",

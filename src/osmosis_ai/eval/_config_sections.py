@@ -7,11 +7,12 @@ and dataset keys, ``[env]`` and ``[secrets]``, validated here with line-numbered
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import os
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -27,6 +28,7 @@ __all__ = [
     "TOMLTable",
     "apply_overrides",
     "dataset_path",
+    "did_you_mean",
     "env_table",
     "kind_of",
     "provenance",
@@ -144,6 +146,25 @@ def read_config(
     return data, ConfigSource(path, key_lines(text), flags)
 
 
+def did_you_mean(
+    name: str, allowed: Sequence[str], aliases: Mapping[str, str] | None = None
+) -> str | None:
+    """The one of ``allowed`` that ``name`` most likely meant, or ``None``: an alias's key, a
+    near spelling (``learning_rte``), or the initials of its words (``lr``)."""
+    folded = name.strip().lower().replace("-", "_")
+    if aliases and folded in aliases:
+        return aliases[folded]
+    close = difflib.get_close_matches(folded, allowed, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    initials = [key for key in allowed if "_" in key and folded == _initials(key)]
+    return initials[0] if len(initials) == 1 else None
+
+
+def _initials(key: str) -> str:
+    return "".join(word[0] for word in key.split("_") if word)
+
+
 class ConfigSource:
     """The file being validated, where each key appears in it, and the ``--set`` flags that
     override some."""
@@ -197,9 +218,11 @@ class ConfigSource:
         for name in data:
             if name not in names:
                 what = f"section [{name}]" if isinstance(data[name], dict) else f"key {name!r}"
+                guess = did_you_mean(name, names)
+                hint = f"did you mean [{guess}]? " if guess else ""
                 raise self.error(
                     (name,),
-                    f"unknown {what}; {kind} has only the sections "
+                    f"unknown {what}; {hint}{kind} has only the sections "
                     + ", ".join(f"[{s}]" for s in names),
                 )
         return {name: self.table(data, name) for name in names}
@@ -210,12 +233,23 @@ class ConfigSource:
             raise self.error((name,), f"[{name}] must be a table, got {kind_of(value)}")
         return value
 
-    def reject_unknown(self, table: TOMLTable, section: str, allowed: tuple[str, ...]) -> None:
+    def reject_unknown(
+        self,
+        table: TOMLTable,
+        section: str,
+        allowed: tuple[str, ...],
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
+        """Refuse a key not in ``allowed``, naming the one meant when a near miss or one of
+        ``aliases`` (other trainers' names for a key) says which."""
         for key in table:
             if key not in allowed:
+                guess = did_you_mean(key, allowed, aliases)
+                hint = f"did you mean '{section}.{guess}'? " if guess else ""
                 raise self.error(
                     (section, key),
-                    f"unknown key '{section}.{key}'; [{section}] accepts " + ", ".join(allowed),
+                    f"unknown key '{section}.{key}'; {hint}[{section}] accepts "
+                    + ", ".join(allowed),
                 )
 
     def string(self, table: TOMLTable, section: str, key: str) -> str:

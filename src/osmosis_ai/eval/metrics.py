@@ -7,6 +7,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
+from typing import Any
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.journal import JournalRecord, JournalStatus, WorkItem
@@ -15,6 +16,7 @@ from osmosis_ai.rollout.sample import JSONObject
 __all__ = [
     "IndexRow",
     "failure_line",
+    "failure_lines",
     "index_rows",
     "pass_at_k",
     "pass_at_k_points",
@@ -182,6 +184,24 @@ def failure_line(failures: Iterable[tuple[str | None, str | None]], total: int) 
     line = f"{len(failed)} of {total} rollouts failed ({by_category})"
     first = next((message for _, message in failed if message and message.strip()), None)
     return f"{line}; first: {first.strip().splitlines()[0]}" if first else line
+
+
+def failure_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per distinct failure (category and message), in run order: one row's says
+    where it is, repeated ones how many rows share it and where the first is."""
+    same: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        same.setdefault((row["error_type"], row["error_message"]), []).append(row)
+    lines = []
+    for (category, message), group in same.items():
+        first = group[0]
+        where = f" -> {first['rollout_dir']}" if first["rollout_dir"] else ""
+        why = f": {message}" if message else ""
+        who = f"row {first['row_index']} run {first['run_index']}"
+        if len(group) > 1:
+            who = f"{len(group)} rollouts (first {who})"
+        lines.append(f"  {who}: error_type={category}{why}{where}")
+    return lines
 
 
 def _passed(row: IndexRow, pass_threshold: float) -> bool:

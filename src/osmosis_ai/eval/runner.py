@@ -48,6 +48,13 @@ _MAX_ERROR_MESSAGE_CHARS = 2000
 Item = tuple[int, int]  # (row_index, run_index)
 
 
+#: How a workflow reaches the model whose rollouts are evaluated or trained.
+CALL_THE_GATEWAY = (
+    "the workflow must call get_rollout_context().chat_completions_url with its api_key (or "
+    "use an agent integration); see docs/concepts.md#rolloutcontext-and-sample-sources"
+)
+
+
 @dataclass
 class EvalOutcome:
     """How a run ended."""
@@ -62,6 +69,19 @@ class EvalOutcome:
     """Why dispatching stopped early (remaining items stay pending), if it did."""
     metrics: dict[str, Any] = field(default_factory=dict)
     failed_rows: list[dict[str, Any]] = field(default_factory=list)
+    without_calls: int = 0
+    """Rollouts of this invocation that ran to the end without a model call through the
+    gateway: an agent that talks to another endpoint (or none) is not evaluating the model."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the run did that is probably not what was meant (printed after the results)."""
+        if not self.without_calls:
+            return []
+        return [
+            f"{self.without_calls} of {self.dispatched} rollouts made no model call through "
+            f"the gateway, so their rewards say nothing about the model: {CALL_THE_GATEWAY}"
+        ]
 
 
 def _storage_halt(run_dir: Path, reason: str) -> str:
@@ -260,6 +280,8 @@ class EvalRun:
         calls = records.calls(attempt.rollout_id)
         records.release(attempt.rollout_id)
         tokens = sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls)
+        if result.status is RolloutStatus.SUCCESS and not calls:
+            self.outcome.without_calls += 1
         if result.status is not RolloutStatus.SUCCESS:
             error = (result.err_category.value if result.err_category else None) or "rollout_failed"
             return attempt.record(

@@ -26,7 +26,13 @@ from osmosis_ai.rollout.ids import ensure_single_path_segment
 
 __all__ = ["scaffold_rollout", "validate_entrypoint"]
 
-_MAIN = '''"""{name}: one chat call per row; the grader checks the answer contains the label."""
+_MAIN = '''"""{name}: one chat call per row; the grader checks the answer contains the label.
+
+The workflow calls the rollout's OpenAI-compatible endpoint with plain HTTP: nothing to
+install beyond osmosis-ai, and the request is exactly what the gateway records and the
+trainer trains on. An agent written with Strands or the OpenAI Agents SDK runs here
+unchanged through its wrapper classes instead (docs/integrations.md).
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pydantic
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.rollout.status import RolloutErrorCategory
 
-__all__ = ["categorize", "describe"]
+__all__ = ["categorize", "describe", "user_code_error"]
 
 # Validation errors of these models mean the workflow or grader produced an invalid sample
 # (a NaN metric, an unknown field), not that user code crashed.
@@ -16,13 +16,14 @@ _CONTRACT_MODELS = frozenset({"AgentWorkflowOutput", "RolloutSample"})
 _MAX_MESSAGE = 2000
 
 
-def categorize(exc: BaseException) -> RolloutErrorCategory:
-    """The wire category of an exception that ended a phase.
+def categorize(exc: BaseException, *, phase: str) -> RolloutErrorCategory:
+    """The wire category of an exception that ended ``phase`` (``"grader"`` or another).
 
     Our own errors declare their category. A ``TimeoutError`` is a timeout wherever it comes
     from. A validation error of a contract model is a ``validation_error``. Anything else
-    raised by user code is an ``agent_error``: a ``ValueError`` inside an agent is a bug in
-    the agent, not a validation failure of the sample.
+    raised by user code is an ``agent_error``, or a ``grader_error`` in the grader: a
+    ``ValueError`` inside an agent is a bug in the agent, not a validation failure of the
+    sample, and the category names whose code to look at.
     """
     if isinstance(exc, OsmosisError):
         return RolloutErrorCategory(exc.category)
@@ -30,6 +31,13 @@ def categorize(exc: BaseException) -> RolloutErrorCategory:
         return RolloutErrorCategory.TIMEOUT
     if isinstance(exc, pydantic.ValidationError) and exc.title in _CONTRACT_MODELS:
         return RolloutErrorCategory.VALIDATION_ERROR
+    return user_code_error(phase)
+
+
+def user_code_error(phase: str) -> RolloutErrorCategory:
+    """The category of user code that raised or crashed in ``phase``."""
+    if phase == "grader":
+        return RolloutErrorCategory.GRADER_ERROR
     return RolloutErrorCategory.AGENT_ERROR
 
 

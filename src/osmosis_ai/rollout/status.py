@@ -33,6 +33,9 @@ class RolloutErrorCategory(StrEnum):
     VALIDATION_ERROR = "validation_error"
     HTTP_ERROR = "http_error"
     AGENT_ERROR = "agent_error"
+    GRADER_ERROR = "grader_error"
+    """The grader raised or crashed (an osmosis_ai extension of the reference's vocabulary:
+    there a grader's exception is an ``agent_error``)."""
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
 

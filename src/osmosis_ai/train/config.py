@@ -299,6 +299,13 @@ def _model(src: ConfigSource, table: TOMLTable, workspace: Path) -> str:
 def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
     parsers = {"device": _device, "lora_target_modules": _target_modules, "report_to": _report_to}
     training = parse_section(src, table, TRAINING, TrainingConfig, parsers)
+    if training.group_size < 2:
+        raise src.error(
+            ("training", "group_size"),
+            f"training.group_size must be at least 2, got {training.group_size}: each rollout's "
+            "advantage is its reward against the other rollouts of its row, so a group of one "
+            "never has a gradient; use 2 or more (4 is the default)",
+        )
     if not training.lora_rank:
         for key in _LORA_OPTIONS:
             if key in table:

@@ -346,7 +346,7 @@ async def test_grader_exception_fails_with_category_and_keeps_the_sample() -> No
 
     result = (await LocalBackend(workflow=Answer, grader=Crashing).execute(request())).result
     assert result.status is RolloutStatus.FAILURE
-    assert result.err_category is RolloutErrorCategory.AGENT_ERROR
+    assert result.err_category is RolloutErrorCategory.GRADER_ERROR
     assert result.err_message is not None and result.err_message.startswith(
         "grader raised KeyError"
     )

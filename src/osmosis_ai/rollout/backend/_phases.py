@@ -250,7 +250,7 @@ def _failure(
 ) -> Result:
     # The secrets of the server (or run) this backend serves, and the rollout's key.
     redactor = rollout_ctx.redactor
-    category = categorize(exc)
+    category = categorize(exc, phase=phase)
     # Our own failures already read as sentences; user exceptions get phase and type.
     own = isinstance(exc, _PhaseDeadline | GradingError | RolloutFailure)
     message = redactor.text(str(exc) if own else describe(exc, phase=phase))

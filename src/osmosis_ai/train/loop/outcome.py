@@ -71,6 +71,9 @@ class TrainOutcome:
     run_dir: Path
     steps_done: int = 0
     evals: list[EvalPoint] = field(default_factory=list)
+    verdict: str | None = None
+    """Said at the end when few or none of the run's steps updated the weights
+    (`training_verdict`)."""
 
 
 class TrainHooks(Protocol):

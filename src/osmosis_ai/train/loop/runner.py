@@ -88,6 +88,7 @@ from osmosis_ai.train.loop.outcome import (
 from osmosis_ai.train.loop.rollouts import Run, held_out_pass_at_k
 from osmosis_ai.train.loop.rows import Rows, dataset_rows, split_rows, step_rows
 from osmosis_ai.train.loop.step import FlatStepsHint, out_of_memory, step_seconds
+from osmosis_ai.train.loop.verdict import finished_run, training_verdict
 from osmosis_ai.train.model import resolve_model
 
 __all__ = [
@@ -138,6 +139,13 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     hooks = hooks or QuietHooks()
     parse_backend_spec(options.backend, label="--backend")
     config = await asyncio.to_thread(load_train_config, options.config_path, options.overrides)
+    name = check_run_name(options.name or options.config_path.stem)
+    output_root = config.workspace / ".osmosis" / "train"
+    if not options.fresh:  # a finished run says so from its files, loading nothing
+        finished = await asyncio.to_thread(_finished, output_root / name, config)
+        if finished is not None:
+            hooks.message(f"run {name}: {finished[0]}")
+            return finished[1]
     # Before anything loads or starts: a device that is not there is the config's error, a
     # missing dependency one line with its install command.
     device = await asyncio.to_thread(
@@ -147,8 +155,6 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         update_in_bf16, device, config.training.precision, key="training.precision"
     )
     await asyncio.to_thread(_check_dependencies, config)
-    name = check_run_name(options.name or options.config_path.stem)
-    output_root = config.workspace / ".osmosis" / "train"
     with contextlib.ExitStack() as held:
         lock = run_lock(output_root, name, command="osmosis train run", output_option=None)
         await asyncio.to_thread(held.enter_context, lock)
@@ -164,6 +170,18 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log, options.request_logs)
         return await _train(config, run_dir, device, stack, hooks)
+
+
+def _finished(run_dir: Path, config: TrainConfig) -> tuple[str, TrainOutcome] | None:
+    """What to say, and the outcome, when the run at ``run_dir`` has nothing left to do."""
+    metrics = read_lines(run_dir / "metrics.jsonl")
+    events = read_lines(run_dir / "events.jsonl")
+    finished = finished_run(events, metrics, config.training)
+    if finished is None:
+        return None
+    message, evals = finished
+    verdict = training_verdict(metrics, config.training)
+    return message, TrainOutcome(run_dir, evals[-1].step, evals, verdict)
 
 
 def _check_dependencies(config: TrainConfig) -> None:
@@ -245,6 +263,10 @@ async def _train(
             outcome = TrainOutcome(run_dir, steps_done=start, evals=journaled_evals(events, start))
             rows = Rows(items, train_rows, held_out)
             await _serve(config, learner, base, inputs, hooks, outcome, rows, trackers)
+            metrics = await asyncio.to_thread(read_lines, run_dir / "metrics.jsonl")
+            outcome.verdict = training_verdict(metrics, training)
+            if outcome.verdict:
+                inputs.log.warning("%s", outcome.verdict)
             return outcome
         finally:
             await asyncio.to_thread(learner.close)

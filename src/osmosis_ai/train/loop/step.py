@@ -16,10 +16,12 @@ from typing import Any
 
 from osmosis_ai.errors import PolicyError
 from osmosis_ai.eval.metrics import passes
+from osmosis_ai.eval.runner import CALL_THE_GATEWAY
 from osmosis_ai.gateway.policies._torch_device import is_out_of_memory
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
 from osmosis_ai.train.algorithm.advantages import overlong_shaped, zero_gradient_groups
 from osmosis_ai.train.algorithm.sequences import (
+    Exclusion,
     RolloutRecords,
     SequenceStats,
     TrainingSequence,
@@ -36,7 +38,9 @@ from osmosis_ai.train.loop.rollouts import Run, rollout_reward, rollout_status
 from osmosis_ai.train.loop.rows import group_id, jobs
 
 __all__ = [
+    "EQUAL_REWARDS",
     "FlatStepsHint",
+    "excluded_text",
     "out_of_memory",
     "probing",
     "run_step",
@@ -121,16 +125,29 @@ def zero_gradient_then_shaped(
     return sequences, zero
 
 
+#: Why a step had nothing to update when every group was filtered out.
+EQUAL_REWARDS = "every group's rewards were equal"
+
+
+def excluded_text(excluded: Mapping[str, int]) -> str:
+    """``failed 2, no_calls 1``: rollouts left out of training, by cause (`Exclusion`)."""
+    return ", ".join(f"{cause} {count}" for cause, count in sorted(excluded.items()))
+
+
 #: Why a step that ran its update applied none (`StepMetrics.updates` 0).
 _NO_GRADIENT = "no token had a gradient (each was masked by tis_mode or had no advantage)"
 
 
-def _nothing_to_train(trained: list[TrainingSequence], learner: Learner) -> str | None:
+def _nothing_to_train(
+    trained: list[TrainingSequence], stats: SequenceStats, learner: Learner
+) -> str | None:
     """Why the step has no update to run (``None``: it has one), said in its metrics line."""
     from osmosis_ai.train.algorithm.update import carries_loss
 
+    if not stats.sequences:
+        return f"every rollout was left out ({excluded_text(stats.excluded)})"
     if not trained:
-        return "every group's rewards were equal"
+        return EQUAL_REWARDS
     if not carries_loss(trained, learner.grpo):
         return 'every trained rollout stopped at max_tokens and overlong = "mask" leaves it out'
     return None
@@ -184,6 +201,11 @@ async def run_step(
     done = sampled.done
     generated = time.monotonic()
     sequences, stats, zero = _sequences(done, training)
+    if stats.rollouts and stats.excluded[Exclusion.NO_CALLS] == stats.rollouts:
+        raise TrainingStopped(
+            f"every rollout of step {step} made no model call through the gateway, so there "
+            f"is nothing to train: {CALL_THE_GATEWAY}"
+        )
     if step <= training.record_sequences:
         await asyncio.to_thread(
             write_step_sequences, run.run_dir, step, sequences, zero_gradient=zero,
@@ -197,7 +219,7 @@ async def run_step(
     metrics = None
     sync_sec = 0.0
     probe_gap = None
-    no_update = _nothing_to_train(trained, learner)
+    no_update = _nothing_to_train(trained, stats, learner)
     if no_update is not None:  # the weights stay: version ``step`` is the previous one's
         run.generator.engine.version = step
     else:

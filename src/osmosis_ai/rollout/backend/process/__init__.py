@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 
 from osmosis_ai.errors import ConfigError, RolloutFailure
 from osmosis_ai.rollout._artifacts import create_artifacts_dir
+from osmosis_ai.rollout._failures import user_code_error
 from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
@@ -339,7 +340,7 @@ class ProcessBackend(ExecutionBackend):
             message += f"; it ran out of memory under its {self.memory_limit_mb} MiB cap"
         details: dict[str, Any] = {"exit_code": ended.code, "signal": ended.signal}
         details["output_tail"] = redactor.text(tail)
-        return _failure(phase, message, RolloutErrorCategory.AGENT_ERROR, details)
+        return _failure(phase, message, user_code_error(name), details)
 
 
 @dataclass

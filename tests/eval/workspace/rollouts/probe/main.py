@@ -40,6 +40,8 @@ class Probe(AgentWorkflow):
             await asyncio.to_thread(_fill_once, ctx.metadata or {})
         if what == "print_secret":
             print(f"the secret is {os.environ['PROBE_SECRET']}", flush=True)
+        if what == "no_call":  # an agent that never reaches the model it is evaluated on
+            return [*ctx.prompt, {"role": "assistant", "content": "I did not ask the model"}]
         rollout = get_rollout_context()
         assert rollout is not None
         if what == "leak":

@@ -43,6 +43,8 @@ class Reply(AgentWorkflow):
         await asyncio.sleep(float((ctx.metadata or {}).get("sleep", 0)))
         if (ctx.metadata or {}).get("raise"):
             raise RuntimeError("the tool crashed")
+        if (ctx.metadata or {}).get("no_call"):  # an agent that never reaches the policy
+            return [*ctx.prompt, {"role": "assistant", "content": "done"}]
         rollout = get_rollout_context()
         assert rollout is not None
         body: dict[str, Any] = {"model": "policy", "messages": ctx.prompt}
