@@ -69,8 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # One compute thread a process (torch, and the embedded model, which follows it): the
     # suite's workers, their CLI children and CI's other phases share the cores, and two
     # threads that wait for each other by spinning then stall when either is descheduled
-    # (beside three busy processes the embedded model made 8.7 tokens/s on two threads, 22 on
-    # one: docs/gateway.md). Export OMP_NUM_THREADS to run a test with more.
+    # (beside three busy processes the embedded model made 8.4 tokens/s on two threads, 31 on
+    # one: docs/gateway.md). A user's default is one fewer thread than cores: on a bigger
+    # machine than CI's, one a process is still the right count for a suite on every core.
+    # Export OMP_NUM_THREADS to run a test with more.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # A shell without job control starts background commands with SIGINT ignored, and
     # children inherit that: the CLI would then never see the Ctrl-C the tests send it. A

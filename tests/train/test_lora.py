@@ -216,14 +216,16 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [1, 2, 3]
     latest = (run_dir / "checkpoints" / "latest").resolve()
     assert latest.name == "step-0003"
-    # Another rank than the checkpoint's is refused, not silently trained.
+    # Extending the run with another rank than the checkpoint's is refused, not silently
+    # trained (the finished run itself has nothing to do: it would load nothing).
+    further = ("training.steps=4",)
     config.write_text(config.read_text().replace("lora_rank = 4", "lora_rank = 8"))
     with pytest.raises(ConfigError, match="is a LoRA checkpoint of rank 4, but training"):
-        await _train_here(config)
+        await _train_here(config, further)
     # So is another alpha (the default is twice the rank: 8).
     config.write_text(config.read_text().replace("lora_rank = 8", "lora_rank = 4\nlora_alpha = 16"))
     with pytest.raises(ConfigError, match=r"trained with training.lora_alpha = 8(\.0)?, but the"):
-        await _train_here(config)
+        await _train_here(config, further)
 
     # Evaluate the checkpoint: the base model with the adapter.
     process = await asyncio.create_subprocess_exec(
