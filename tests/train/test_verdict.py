@@ -71,6 +71,8 @@ def test_a_run_is_finished_once_its_steps_took_max_minutes() -> None:
     metrics = [{"step": 1, "generation_sec": 50.0}, {"step": 2, "update_sec": 20.0}]
     finished = finished_run(_journal(2, [0, 2]), metrics, training)
     assert finished is not None and "its 2 steps took max_minutes (1)" in finished[0]
+    # A killed run's step after its checkpoint runs again: its time does not count.
+    assert finished_run(_journal(1, [0, 1]), metrics, training) is None
 
 
 @pytest.mark.slow

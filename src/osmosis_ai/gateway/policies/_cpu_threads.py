@@ -2,8 +2,8 @@
 
 llama.cpp's threads (and torch's OpenMP team) wait for each other at every operation by
 spinning, so a run with as many threads as cores stalls whenever one of them is descheduled:
-beside one busy process on 2 cores, the calculator demo took 3.1 times as long on 2 threads
-and 1.02 times on 1 (docs/gateway.md). A run also needs a core for its own Python work (the
+beside one busy process on 2 cores, ``make demo`` took 2.6 times as long as idle on 2 threads
+and 1.09 times on 1 (docs/gateway.md). A run also needs a core for its own Python work (the
 gateway, the workflow, the grader), so by default it leaves one core free.
 """
 

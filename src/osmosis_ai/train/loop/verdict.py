@@ -54,9 +54,11 @@ def finished_run(
     evals = journaled_evals(events, step)
     if not evals or evals[-1].step != step:
         return None  # the last evaluation did not finish: the run goes on to run it
+    # Lines of steps after the checkpoint (a killed run's) run again: they do not count.
+    applied = [line for line in metrics if int(line["step"]) <= step]
     if step >= training.steps:
         done = f"it trained all {training.steps} steps; to train further raise training.steps"
-    elif training.max_minutes and sum(map(step_seconds, metrics)) >= training.max_minutes * 60:
+    elif training.max_minutes and sum(map(step_seconds, applied)) >= training.max_minutes * 60:
         done = (
             f"its {step} steps took max_minutes ({training.max_minutes:g}); to train further "
             "raise training.max_minutes"
