@@ -138,6 +138,7 @@ suite-engines:
 bench: install-dev
 	$(BIN)/python benchmarks/core.py
 	$(BIN)/python benchmarks/gateway.py
+	$(BIN)/python benchmarks/busy_machine.py
 	$(BIN)/python benchmarks/server.py
 	$(BIN)/python benchmarks/eval.py
 	$(BIN)/python benchmarks/integrations.py
