@@ -1,11 +1,28 @@
-"""A process's CPU time and resident memory, read from ``/proc`` (Linux)."""
+"""A process's CPU time and resident memory, read from ``/proc`` (Linux), and processes that
+keep the cores busy while a figure is measured beside them."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "kernel_cpu_seconds", "rss_mb"]
+__all__ = ["busy_processes", "cpu_seconds", "kernel_cpu_seconds", "rss_mb"]
+
+
+@contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` processes that spin on the CPU for as long as the block runs."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
 
 
 def _cpu_ticks(pid: int) -> tuple[int, int]:

@@ -15,30 +15,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _proc import busy_processes
 from _report import Figure, print_table
 
 CALCULATOR = Path(__file__).resolve().parents[1] / "examples" / "calculator"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
 #: A whole demo's limit: the slowest measured (every core, beside a busy process) took 75 s.
 LIMIT_SEC = 900
-
-
-@contextmanager
-def _busy(count: int) -> Iterator[None]:
-    """``count`` processes that spin on the CPU while the block runs."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for process in spinning:
-            process.kill()
-            process.wait()
 
 
 def _demo_seconds(threads: str | None, output: Path) -> float:
@@ -72,7 +59,7 @@ def main() -> None:
         output = Path(scratch)
         for label, threads in (("default threads", None), (f"{cores} threads", str(cores))):
             idle = _demo_seconds(threads, output)
-            with _busy(1):
+            with busy_processes(1):
                 busy = _demo_seconds(threads, output)
             target = 2.0 if threads is None else None
             figures += [

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _load import LoadResult, run_load
-from _proc import cpu_seconds
+from _proc import busy_processes, cpu_seconds
 from _report import Figure, print_table
 from osmosis_ai.gateway import EmbeddedPolicy, OpenAICompatiblePolicy
 from osmosis_ai.gateway.request import parse_chat_request
@@ -172,18 +172,6 @@ async def _embedded(n_threads: int | None = None) -> tuple[float, float]:
         await policy.aclose()
 
 
-@contextmanager
-def _busy_processes(count: int) -> Iterator[None]:
-    """``count`` processes that spin on the CPU for as long as the block runs."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for process in spinning:
-            process.kill()
-            process.wait()
-
-
 def _threads_beside_busy_work() -> list[Figure]:
     """tokens/s on 1 thread, the default (one fewer than the cores) and every core: idle,
     beside one busy process, and beside one more than there are cores. llama.cpp's threads
@@ -192,7 +180,7 @@ def _threads_beside_busy_work() -> list[Figure]:
     figures = []
     for busy in (0, 1, cores + 1):
         for threads in sorted({1, max(1, cores - 1), cores}):
-            with _busy_processes(busy):
+            with busy_processes(busy):
                 speed = asyncio.run(_embedded(threads))[1]
             where = f"beside {busy} busy process(es)" if busy else "idle"
             figures.append(Figure(f"{threads} thread(s), {where}", speed, "tok/s", digits=1))
