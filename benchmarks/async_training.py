@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train import VLLM_PYTHON, VLLM_TABLE, train_example
+from train import VLLM_PYTHON, train_example, vllm_settings
 
 SLOW_TOOLS = Path(__file__).resolve().parent / "async_task" / "slow_tools.py"
 #: name: (median seconds of a wait, σ of its log)
@@ -94,26 +94,24 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 def _run(args: argparse.Namespace, profile: str, staleness: int, seed: int, tmp: Path) -> Result:
     median, sigma = (args.median_sec, args.sigma) if profile == "custom" else PROFILES[profile]
     settings = {
-        "steps": str(args.steps),
-        "max_minutes": "0",
-        "prompts_per_step": "4",
-        "group_size": "4",
-        "eval_rows": str(args.eval_rows),
-        "eval_every": str(args.eval_every),
-        "checkpoint_every": str(args.steps),
-        "seed": str(seed),
-        "max_staleness": str(staleness),
-        "engine": f'"{args.engine}"',
+        "training.steps": str(args.steps),
+        "training.max_minutes": "0",
+        "training.prompts_per_step": "4",
+        "training.group_size": "4",
+        "training.seed": str(seed),
+        "training.max_staleness": str(staleness),
+        "eval.rows": str(args.eval_rows),
+        "eval.every": str(args.eval_every),
+        "checkpoints.every": str(args.steps),
+        "env.BENCH_TOOL_MEDIAN_SEC": f'"{median}"',
+        "env.BENCH_TOOL_SIGMA": f'"{sigma}"',
+        "env.BENCH_SEED": f'"{seed}"',
     }
-    tables = (
-        f'[env]\nBENCH_TOOL_MEDIAN_SEC = "{median}"\nBENCH_TOOL_SIGMA = "{sigma}"\n'
-        f'BENCH_SEED = "{seed}"\n'
-    )
     if args.engine == "vllm":
-        tables += VLLM_TABLE.format(python=VLLM_PYTHON)
+        settings.update(vllm_settings(VLLM_PYTHON))
     workspace = tmp / f"{profile}-s{staleness}-seed{seed}"
     print(f"\n== {profile} (median {median:g} s, σ {sigma:g}), S = {staleness}, seed {seed}")
-    run_dir, _, _ = train_example(workspace, settings, tables, _use_slow_tools)
+    run_dir, _, _ = train_example(workspace, settings, _use_slow_tools)
     metrics = _lines(run_dir / "metrics.jsonl")
     events = _lines(run_dir / "events.jsonl")
     shutil.rmtree(workspace, ignore_errors=True)

@@ -53,7 +53,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from _report import Figure, print_table
 from osmosis_ai.gateway import EmbeddedPolicy, Gateway
-from osmosis_ai.gateway.policies._llama import embedded_model_path
+from osmosis_ai.gateway.policies.llama import embedded_model_path
 from osmosis_ai.rollout import (
     AgentWorkflow,
     AgentWorkflowContext,

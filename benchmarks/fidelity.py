@@ -33,7 +33,7 @@ EXAMPLES = {
     "openai_agents_calculator": ("openai_agents_calculator", "data/arithmetic.jsonl"),
 }
 VLLM_TABLE = (
-    '\n[vllm]\npython = "{python}"\ndtype = "bfloat16"\nmax_model_len = 4096\n'
+    '[engine.vllm]\npython = "{python}"\ndtype = "bfloat16"\nmax_model_len = 4096\n'
     'args = ["--enforce-eager"]\nenv = {{ VLLM_CPU_KVCACHE_SPACE = "2" }}\n'
 )
 RUN_LIMIT_SEC = 1_200
@@ -44,8 +44,7 @@ def _config(example: str, dataset: str, engine: str, rows: int, group_size: int)
         f'[experiment]\nrollout = "{example}"\nentrypoint = "main.py"\nmodel = "embedded"\n'
         f'dataset = "{dataset}"\n'
         f"[training]\nsteps = 1\nprompts_per_step = {rows}\ngroup_size = {group_size}\n"
-        "eval_rows = 1\ntemperature = 0.8\nmax_tokens = 96\nseed = 0\n"
-        f'engine = "{engine}"\n'
+        "seed = 0\n[sampling]\ntemperature = 0.8\nmax_tokens = 96\n[eval]\nrows = 1\n"
     )
     return text + (VLLM_TABLE.format(python=VLLM_PYTHON) if engine == "vllm" else "")
 

@@ -153,7 +153,7 @@ def _embedded_tokenizer(directory: Path) -> Path:
     """The embedded model's tokenizer (read from its GGUF file), saved into ``directory``."""
     from transformers import AutoTokenizer
 
-    from osmosis_ai.gateway.policies._llama import embedded_model_path
+    from osmosis_ai.gateway.policies.llama import embedded_model_path
 
     gguf = embedded_model_path()  # names the package to install when it is missing
     tokenizer = AutoTokenizer.from_pretrained(
@@ -179,7 +179,7 @@ def _override(item: str) -> tuple[str, Any]:
 def _model_dir(args: argparse.Namespace, tokenizer_dir: Path, scratch: Path) -> Path:
     if args.model is not None:
         return Path(args.model)
-    from osmosis_ai.gateway.policies._hf_dir import quiet_transformers
+    from osmosis_ai.gateway.policies.hf_dir import quiet_transformers
     from osmosis_ai.testing.model_shapes import write_random_model
 
     overrides = dict(args.set)
@@ -210,30 +210,34 @@ def _workspace(root: Path, args: argparse.Namespace, model_dir: Path) -> Path:
                 model = "{model_dir}"
                 dataset = "data/rows.jsonl"
                 [training]
-                device = "{args.device}"
                 steps = {args.steps}
                 prompts_per_step = {args.prompts}
                 group_size = {args.group_size}
+                max_staleness = {args.max_staleness}
+                [sampling]
                 max_tokens = {args.max_tokens}
                 temperature = 1.0
-                eval_rows = {args.prompts}
-                checkpoint_every = {args.steps}
+                [learner]
+                device = "{args.device}"
                 learning_rate = {1e-4 if mode == "lora" else 1e-5}
                 token_budget = 8192
-                engine = "{args.engine}"
-                max_staleness = {args.max_staleness}
-                {f"lora_rank = {args.lora_rank}" if mode == "lora" else ""}
+                [eval]
+                rows = {args.prompts}
+                [checkpoints]
+                every = {args.steps}
             """)
+            + (f"[learner.lora]\nrank = {args.lora_rank}\n" if mode == "lora" else "")
             + (_vllm_table(args) if args.engine == "vllm" else "")
         )
     return root
 
 
 def _vllm_table(args: argparse.Namespace) -> str:
-    """The ``[vllm]`` section: the server of ``--engine vllm`` (on the CPU the trainer sizes
-    its KV cache)."""
+    """The ``[engine.vllm]`` section: the server of ``--engine vllm`` (on the CPU the trainer
+    sizes its KV cache)."""
     return (
-        f"[vllm]\npython = {json.dumps(args.vllm_python)}\ndtype = {json.dumps(args.vllm_dtype)}\n"
+        f"[engine.vllm]\npython = {json.dumps(args.vllm_python)}\n"
+        f"dtype = {json.dumps(args.vllm_dtype)}\n"
         f"args = {json.dumps(args.vllm_arg)}\n"
     )
 
@@ -357,8 +361,8 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
     import torch
     import transformers
 
-    from osmosis_ai.gateway.policies._hf_dir import load_model_dir, quiet_transformers
-    from osmosis_ai.gateway.policies._torch_device import resolve_device
+    from osmosis_ai.gateway.policies.hf_dir import load_model_dir, quiet_transformers
+    from osmosis_ai.gateway.policies.torch_device import resolve_device
     from osmosis_ai.train.loop.runner import TrainingStopped, TrainOptions, run_training
 
     device = resolve_device(args.device, key="--device")

@@ -1,20 +1,19 @@
 """The training recipes side by side, on the embedded model and the torch engine (``make
-bench-recipes``; docs/train.md, "Recipes, measured").
+bench-recipes``; docs/train/measurements.md, "Recipes").
 
 1. The calculator task (``examples/calculator`` as shipped: exact-answer grading, 8 rollouts a
    row, 40 held-out rows; ``--grader close`` grades with partial credit, `CloseAnswer`), the
-   same seeds, steps and rows for every recipe: PPO's clip
-   (``ppo_clip``), Dr. GRPO (``normalisation = "constant"``, ``advantage_scale = "none"``),
-   GSPO (``loss = "gspo"``, ``normalisation = "sequence"``), CISPO (``loss = "cispo"``),
-   RLOO (``advantage = "rloo"``) and ``ppo_clip`` with 2 epochs × 2 mini-batches. Per recipe
-   and seed: the held-out mean reward before and after (greedy), the held-out pass rate
+   same seeds, steps and rows for the ``[algorithm]`` defaults, each named recipe of
+   `osmosis_ai.train.recipes.RECIPES` (``recipe = "grpo"``, ``"dr_grpo"``, ``"dapo"``,
+   ``"gspo"``, ``"cispo"``, ``"rloo"``) and the defaults with 2 epochs × 2 mini-batches. Per
+   recipe and seed: the held-out mean reward before and after (greedy), the held-out pass rate
    after, the median seconds per step and the largest later-update clip fraction; per
-   recipe, its difference from the first (``ppo_clip``) and whether that difference is larger
+   recipe, its difference from the first (the defaults) and whether that difference is larger
    than the spread between seeds.
 2. A multi-turn task with intermediate tool results (``recipes_task/chain.py``: three
-   dependent calculator calls, each correct one rewarded as a turn): ``credit = "turn"``
-   against ``"outcome"``, held-out success (exact final number) and mean reward after the
-   steps.
+   dependent calculator calls, each correct one rewarded as a turn): credit per turn (an
+   ``[algorithm.turn_credit]`` table) against outcome credit, held-out success (exact final
+   number) and mean reward after the steps.
 
     python benchmarks/recipes.py                        # both tables, seeds 0 1 2
     python benchmarks/recipes.py --table recipes --recipes gspo cispo --seeds 0
@@ -40,21 +39,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from osmosis_ai.train.recipes import RECIPES
 from recipes_task.chain_rows import chain_rows
 from train import train_example
 
 HERE = Path(__file__).resolve().parent
-#: recipe -> its ``[training]`` keys (TOML values) over the common settings.
-RECIPES: dict[str, dict[str, str]] = {
-    "ppo_clip": {},
-    "dr_grpo": {"normalisation": '"constant"', "advantage_scale": '"none"'},
-    "gspo": {"loss": '"gspo"', "normalisation": '"sequence"'},
-    "cispo": {"loss": '"cispo"'},
-    "rloo": {"advantage": '"rloo"'},
-    "ppo_clip 2x2": {"epochs": "2", "mini_batches": "2"},
+#: setting -> its ``--set`` keys (TOML values) over the common settings: the defaults, every
+#: named recipe, and the defaults with several updates a step.
+SETTINGS: dict[str, dict[str, str]] = {
+    "defaults": {},
+    **{name: {"algorithm.recipe": f'"{name}"'} for name in RECIPES},
+    "defaults 2x2": {"algorithm.epochs": "2", "algorithm.mini_batches": "2"},
 }
-CREDITS = ("outcome", "turn")
-#: Rollouts a row in the credit table (its figures in docs/train.md were measured with 4).
+#: credit -> its keys: outcome (no table) or per turn (an ``[algorithm.turn_credit]`` table).
+CREDITS: dict[str, dict[str, str]] = {
+    "outcome": {},
+    "turn": {"algorithm.turn_credit.discount": "0.5"},
+}
+#: Rollouts a row in the credit table (its figures in docs/train/measurements.md were measured
+#: with 4).
 CREDIT_GROUP_SIZE = 4
 
 
@@ -93,9 +96,7 @@ def _chain(workspace: Path) -> None:
         rows = chain_rows(count, seed)
         (data / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = workspace / "configs" / "training" / "calculator.toml"
-    lines = [x for x in config.read_text().splitlines() if not x.startswith("eval_rows")]
-    text = "\n".join(lines) + "\n"
-    text = text.replace('entrypoint = "main.py"', 'entrypoint = "chain.py"')
+    text = config.read_text().replace('entrypoint = "main.py"', 'entrypoint = "chain.py"')
     config.write_text(text.replace("data/arithmetic_train.jsonl", "data/chain_train.jsonl"))
 
 
@@ -113,23 +114,23 @@ def _run(
     tmp: Path,
 ) -> Run:
     settings = {
-        "steps": str(args.steps),
-        "max_minutes": "0",
-        "prompts_per_step": "4",
-        "group_size": str(args.group_size if table == "recipes" else CREDIT_GROUP_SIZE),
-        "eval_every": str(args.steps),
-        "checkpoint_every": str(args.steps),
-        "seed": str(seed),
+        "training.steps": str(args.steps),
+        "training.max_minutes": "0",
+        "training.prompts_per_step": "4",
+        "training.group_size": str(args.group_size if table == "recipes" else CREDIT_GROUP_SIZE),
+        "training.seed": str(seed),
+        "eval.every": str(args.steps),
+        "checkpoints.every": str(args.steps),
         **keys,
     }
-    if table == "credit":
-        settings["eval_dataset"] = '"data/chain_eval.jsonl"'
-        settings["max_tokens"] = "64"
+    if table == "credit":  # replaces the file's [eval] rows (the run says so)
+        settings["eval.dataset"] = '"data/chain_eval.jsonl"'
+        settings["sampling.max_tokens"] = "64"
     else:
-        settings["eval_rows"] = str(args.eval_rows)
+        settings["eval.rows"] = str(args.eval_rows)
     workspace = tmp / f"{table}-{setting.replace(' ', '-')}-seed{seed}"
     print(f"\n== {table}: {setting}, seed {seed}", flush=True)
-    run_dir, _, _ = train_example(workspace, settings, "", prepare)
+    run_dir, _, _ = train_example(workspace, settings, prepare)
     metrics = _lines(run_dir / "metrics.jsonl")
     evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
     shutil.rmtree(workspace, ignore_errors=True)
@@ -216,7 +217,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", choices=["recipes", "credit"], nargs="+",
                         default=["recipes", "credit"])  # fmt: skip
-    parser.add_argument("--recipes", choices=list(RECIPES), nargs="+", default=list(RECIPES))
+    parser.add_argument("--recipes", choices=list(SETTINGS), nargs="+", default=list(SETTINGS))
     parser.add_argument("--credits", choices=CREDITS, nargs="+", default=list(CREDITS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=4)
@@ -230,14 +231,14 @@ def main() -> None:
         if "recipes" in args.table:
             for seed in args.seeds:
                 for recipe in args.recipes:
-                    keys = RECIPES[recipe]
+                    keys = SETTINGS[recipe]
                     prepare = _calculator(args.grader)
                     runs.append(_run(args, "recipes", recipe, seed, keys, prepare, Path(tmp)))
                     _print(runs, args)
         if "credit" in args.table:
             for seed in args.seeds:
                 for credit in args.credits:
-                    keys = {"credit": f'"{credit}"'}
+                    keys = CREDITS[credit]
                     runs.append(_run(args, "credit", credit, seed, keys, _chain, Path(tmp)))
                     _print(runs, args)
 

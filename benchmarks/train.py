@@ -1,5 +1,5 @@
 """Training figures: learning on the calculator example, the machinery's share of a step,
-`TorchPolicy` throughput and exactness, and peak memory (the targets of docs/train.md).
+`TorchPolicy` throughput and exactness, and peak memory (the targets of docs/train/measurements.md).
 
 Run with ``python benchmarks/train.py`` on an otherwise idle machine (about 25 minutes;
 ``--minutes`` sets the training budget; ``--lora-rank 16 --learning-rate 5e-4`` trains a LoRA
@@ -47,18 +47,14 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "calculator"
 CONFIG = Path("configs") / "training" / "calculator.toml"
 OSMOSIS = str(Path(sys.executable).with_name("osmosis"))
-#: ``make install-vllm``'s environment, and the server settings of this 2-core CPU.
+#: ``make install-vllm``'s environment.
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-VLLM_TABLE = (
-    '[vllm]\npython = "{python}"\ndtype = "bfloat16"\nmax_model_len = 4096\n'
-    'args = ["--enforce-eager"]\nenv = {{ VLLM_CPU_KVCACHE_SPACE = "2" }}\n'
-)
 CONCURRENT = 8
 REPLAYED_STEPS = 3
 
 
 def _load(model_dir: Path) -> tuple[Any, Any]:
-    from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+    from osmosis_ai.gateway.policies.hf_dir import load_model_dir
 
     return load_model_dir(model_dir, feature="benchmarks/train.py")
 
@@ -125,26 +121,37 @@ async def _policy_figures(model_dir: Path) -> list[Figure]:
     ]
 
 
+def vllm_settings(python: Path | str) -> dict[str, str]:
+    """The ``[engine.vllm]`` settings of the benchmarks' servers on this 2-core CPU."""
+    return {
+        "engine.vllm.python": f'"{python}"',
+        "engine.vllm.dtype": '"bfloat16"',
+        "engine.vllm.max_model_len": "4096",
+        "engine.vllm.args": '["--enforce-eager"]',
+        "engine.vllm.env": '{ VLLM_CPU_KVCACHE_SPACE = "2" }',
+    }
+
+
+def overrides(settings: dict[str, str]) -> list[str]:
+    """``settings`` (``section.key`` to a TOML value) as the values of ``--set`` flags."""
+    return [f"{key}={value}" for key, value in settings.items()]
+
+
 def train_example(
     workspace: Path,
     settings: dict[str, str],
-    tables: str = "",
     prepare: Callable[[Path], None] | None = None,
 ) -> tuple[Path, float, float]:
-    """``osmosis train run`` on a copy of the calculator example with the config's
-    ``[training]`` keys replaced by ``settings`` (TOML values) and ``tables`` appended,
+    """``osmosis train run`` on a copy of the calculator example with ``settings``
+    (``section.key`` to a TOML value) given as ``--set`` flags over its config,
     ``prepare(workspace)`` called on the copy first; returns the run dir, wall time, peak RSS."""
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     if prepare is not None:
         prepare(workspace)
-    config = workspace / CONFIG
-    lines = [x for x in config.read_text().splitlines() if x.split("=")[0].strip() not in settings]
-    at = lines.index("[training]") + 1
-    lines[at:at] = [f"{key} = {value}" for key, value in settings.items()]
-    config.write_text("\n".join(lines) + "\n" + tables)
+    flags = [arg for override in overrides(settings) for arg in ("--set", override)]
     started = time.perf_counter()
     process = subprocess.Popen(
-        [OSMOSIS, "train", "run", str(CONFIG), "--name", "bench"],
+        [OSMOSIS, "train", "run", str(CONFIG), "--name", "bench", *flags],
         cwd=workspace,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -318,7 +325,7 @@ def _pure_update(model: Any, sequences: list[Any], budget: int) -> float:
     return time.perf_counter() - started
 
 
-def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
+def _overhead(run_dir: Path, model_dir: Path, config: Any) -> list[Figure]:
     from osmosis_ai.train.loop.runner import step_seconds
 
     metrics = _lines(run_dir / "metrics.jsonl")
@@ -326,15 +333,16 @@ def _overhead(run_dir: Path, model_dir: Path, training: Any) -> list[Figure]:
     chosen = trained[:: max(1, len(trained) // REPLAYED_STEPS)][:REPLAYED_STEPS]
     model, tokenizer = _load(model_dir)
     learned = model
-    if training.lora_rank:  # the same adapter layers as the run's, in both replays
+    lora = config.learner.lora
+    if lora is not None:  # the same adapter layers as the run's, in both replays
         from peft import get_peft_model
 
-        from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+        from osmosis_ai.gateway.policies.hf_dir import quiet_peft
         from osmosis_ai.train.learner.core import lora_config
 
         with quiet_peft():
-            learned = get_peft_model(model, lora_config(training))
-    budget = training.token_budget
+            learned = get_peft_model(model, lora_config(lora))
+    budget = config.learner.token_budget
     step_sec = pure_sec = 0.0
     for m in chosen:
         rollouts = _step_rollouts(run_dir, m["step"])
@@ -373,14 +381,15 @@ def main() -> None:
     )
     parser.add_argument("--tis-cap", type=float, help="truncated importance sampling cap")
     args = parser.parse_args()
-    settings = {"max_minutes": f"{args.minutes}", "engine": f'"{args.engine}"'}
+    settings = {"training.max_minutes": f"{args.minutes}"}
+    if args.engine == "vllm":
+        settings.update(vllm_settings(args.vllm_python))
     if args.lora_rank:
-        settings["lora_rank"] = str(args.lora_rank)
+        settings["learner.lora.rank"] = str(args.lora_rank)
     if args.learning_rate:
-        settings["learning_rate"] = f"{args.learning_rate}"
+        settings["learner.learning_rate"] = f"{args.learning_rate}"
     if args.tis_cap:
-        settings["tis_cap"] = f"{args.tis_cap}"
-    tables = VLLM_TABLE.format(python=args.vllm_python) if args.engine == "vllm" else ""
+        settings["algorithm.tis_cap"] = f"{args.tis_cap}"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from osmosis_ai.train.config import load_train_config
     from osmosis_ai.train.loop.runner import step_seconds
@@ -397,11 +406,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="osmosis-bench-train-") as tmp:
         changed = ", ".join(f"{key} = {value}" for key, value in settings.items())
         print(f"\nTraining examples/calculator ({CONFIG}, {changed}):")
-        run_dir, wall, peak = train_example(Path(tmp) / "calculator", settings, tables)
+        run_dir, wall, peak = train_example(Path(tmp) / "calculator", settings)
         metrics = _lines(run_dir / "metrics.jsonl")
         evals = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "eval"]
         _print_curve(metrics, evals)
-        training = load_train_config(Path(tmp) / "calculator" / CONFIG).training
+        config = load_train_config(Path(tmp) / "calculator" / CONFIG, overrides(settings))
         steps_min = sum(map(step_seconds, metrics)) / 60
         before, after = evals[0]["pass_rate"], evals[-1]["pass_rate"]
         print_table(
@@ -420,7 +429,7 @@ def main() -> None:
         print_table(f"Generation and weight sync ({args.engine} engine)", _engine_figures(metrics))
         if args.engine == "torch":  # the replay generates with the torch engine's decoder
             print("\nThe same steps without the machinery:")
-            print_table("Machinery overhead", _overhead(run_dir, model_dir, training))
+            print_table("Machinery overhead", _overhead(run_dir, model_dir, config))
 
 
 if __name__ == "__main__":

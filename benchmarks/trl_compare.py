@@ -35,13 +35,12 @@ import tempfile
 import textwrap
 import threading
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
-from osmosis_ai.train.config import TrainingConfig
+from osmosis_ai.gateway.policies.torch_device import cpu_has_native_bf16
+from osmosis_ai.train.config import TrainConfig, load_train_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -65,15 +64,14 @@ SEC_FIXED_LIMIT = 900.0
 EVAL_LIMIT_SEC = 900.0
 
 
-def _training_table() -> dict[str, Any]:
-    with (TASK / CONFIG).open("rb") as file:
-        table: dict[str, Any] = tomllib.load(file)["training"]
-    return table
+def _config() -> TrainConfig:
+    """The osmosis side's config, as it resolves (defaults included)."""
+    return load_train_config(TASK / CONFIG)
 
 
 def _token_budget() -> int:
-    """The update's micro-batch size osmosis trains with: the config's, else the default."""
-    return int(_training_table().get("token_budget", TrainingConfig.token_budget))
+    """The update's micro-batch size osmosis trains with."""
+    return _config().learner.token_budget
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -268,8 +266,7 @@ def run_osmosis(workdir: Path, steps: int, seed: int) -> tuple[Side, Path]:
     final checkpoint exported as a HuggingFace directory."""
     workspace = workdir / "osmosis-workspace"
     shutil.copytree(TASK, workspace, ignore=shutil.ignore_patterns(".osmosis", "__pycache__"))
-    sets = [f"training.{key}={value}" for key, value in
-            (("steps", steps), ("seed", seed), ("checkpoint_every", steps))]  # fmt: skip
+    sets = [f"training.steps={steps}", f"training.seed={seed}", f"checkpoints.every={steps}"]
     argv = [OSMOSIS, "train", "run", str(CONFIG), "--name", RUN_NAME, "--fresh"]
     for value in sets:
         argv += ["--set", value]
@@ -367,7 +364,7 @@ def evaluate(python: Path, model_dir: Path, workdir: Path, label: str) -> dict[s
     """The shared held-out evaluation of ``model_dir`` (greedy, in the TRL environment)."""
     argv = [str(python), str(SIDE_SCRIPT), "eval", "--model", str(model_dir)]
     argv += ["--rows", str(TASK / "data" / "heldout.jsonl")]
-    argv += ["--max-tokens", str(_training_table()["max_tokens"])]
+    argv += ["--max-tokens", str(_config().sampling.max_tokens)]
     log = workdir / f"eval-{label}.log"
     with log.open("w") as errors:
         done = subprocess.run(
@@ -385,19 +382,20 @@ def evaluate(python: Path, model_dir: Path, workdir: Path, label: str) -> dict[s
 def trl_settings(steps: int, seed: int) -> dict[str, Any]:
     """What ``_trl_side.py train`` configures ``GRPOConfig`` from: the osmosis config's
     values (the one place they are written), the steps and the seed."""
-    training = _training_table()
+    config = _config()
+    clip_low, clip_high = config.algorithm.clip
     return {
         "steps": steps,
         "seed": seed,
-        "prompts_per_step": training["prompts_per_step"],
-        "group_size": training["group_size"],
-        "learning_rate": training["learning_rate"],
+        "prompts_per_step": config.training.prompts_per_step,
+        "group_size": config.training.group_size,
+        "learning_rate": config.learner.learning_rate,
         "warmup_steps": max(1, steps // 10),
-        "max_tokens": training["max_tokens"],
-        "temperature": training["temperature"],
-        "clip_low": training["clip_low"],
-        "clip_high": training["clip_high"],
-        "kl_beta": training["kl_beta"],
+        "max_tokens": config.sampling.max_tokens,
+        "temperature": config.sampling.temperature,
+        "clip_low": clip_low,
+        "clip_high": clip_high,
+        "kl_beta": config.algorithm.kl_beta,
         "max_grad_norm": 1.0,
         # What osmosis's precision "auto" picks on this CPU: bf16 autocast only where the CPU
         # computes bf16 natively (emulated, an update takes minutes instead of seconds).
@@ -405,18 +403,18 @@ def trl_settings(steps: int, seed: int) -> dict[str, Any]:
     }
 
 
-def _check_config(training: dict[str, Any]) -> None:
+def _check_config(config: TrainConfig) -> None:
     """The settings block below names these values: refuse a config that drifted from it."""
     expected = {
-        "normalisation": "token",
-        "advantage_scale": "std",
-        "precision": "auto",
-        "eval_every": 0,
-        "resample_zero_gradient": 0,
+        "[algorithm] normalisation": (config.algorithm.normalisation, "token"),
+        "[algorithm] advantage_scale": (config.algorithm.scale, "std"),
+        "[algorithm] resample_zero_gradient": (config.algorithm.resample_zero_gradient, 0),
+        "[learner] precision": (config.learner.precision, "auto"),
+        "[eval] every": (config.eval.every, 0),
     }
-    for key, value in expected.items():
-        if training.get(key) != value:
-            raise SystemExit(f"{TASK / CONFIG}: [training] {key} must be {value!r} to match TRL")
+    for key, (value, wanted) in expected.items():
+        if value != wanted:
+            raise SystemExit(f"{TASK / CONFIG}: {key} must be {wanted!r} to match TRL")
 
 
 def print_settings(
@@ -570,7 +568,7 @@ def main() -> None:
         parser.error("--steps must be at least 1")
     if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
         parser.error(f"--workdir {args.workdir} is not empty")
-    _check_config(_training_table())
+    _check_config(_config())
     python = trl_python()
     from osmosis_ai.train.model import resolve_model
 

@@ -97,13 +97,21 @@ dataset = "data/train.jsonl"
 steps = 14
 prompts_per_step = 4
 group_size = 8
-learning_rate = 5e-5
-eval_dataset = "data/heldout.jsonl"
-eval_every = 7
-checkpoint_every = 14
+seed = 0
+
+[sampling]
 temperature = 1.0
 max_tokens = 24
-seed = 0
+
+[learner]
+learning_rate = 5e-5
+
+[eval]
+dataset = "data/heldout.jsonl"
+every = 7
+
+[checkpoints]
+every = 14
 """
 
 
@@ -174,7 +182,7 @@ def _run(task: str, resample: int, tmp: Path) -> Result:
     make, overrides = TASKS[task]
     workspace = tmp / f"{task}-{resample}"
     config = make(workspace)
-    sets = [*overrides, f"training.resample_zero_gradient={resample}"]
+    sets = [*overrides, f"algorithm.resample_zero_gradient={resample}"]
     command = [OSMOSIS, "train", "run", str(config), "--name", "bench"]
     for value in sets:
         command += ["--set", value]

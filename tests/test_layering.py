@@ -2,9 +2,11 @@
 
 ``cli → (train → eval) → (client, gateway) → rollout core``: nothing in ``rollout/`` imports
 the controller side, nothing but the CLI itself imports ``cli/`` (the console entry point
-names ``osmosis_ai.cli:main`` without importing it), and the contract module
-``rollout/types.py`` does not import a backend. Imports are read with ``ast``, so imports
-inside functions (the lazy ones) count too.
+names ``osmosis_ai.cli:main`` without importing it), the contract module ``rollout/types.py``
+does not import a backend, and no module reaches into another package's private parts (a
+``_name`` module, or a ``_name`` of a module, is its package's own: what is shared has a
+public name). Imports are read with ``ast``, so imports inside functions (the lazy ones)
+count too.
 """
 
 from __future__ import annotations
@@ -98,6 +100,57 @@ def violations(root: Path, rule: Rule) -> list[str]:
                 where = path.relative_to(root).as_posix()
                 found.append(f"{where}:{line}: {module} imports {imported} ({rule.why})")
     return found
+
+
+def private_imports(root: Path) -> list[str]:
+    """``path:line: importer imports module`` for each import of a ``_name`` (module or
+    name) whose owner, the package or module it belongs to, is not the importer's package
+    or one above it."""
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(root, path)
+        is_package = path.name == "__init__.py"
+        package = module if is_package else module.rpartition(".")[0]
+        for line, imported in imported_modules(path.read_text(encoding="utf-8"), module,
+                                               is_package=is_package):  # fmt: skip
+            parts = imported.split(".")
+            private = next(
+                (i for i, part in enumerate(parts) if part.startswith("_")
+                 and not part.startswith("__")), None
+            )  # fmt: skip
+            if private is None:
+                continue
+            owner = ".".join(parts[:private])
+            if not _within(package, owner):
+                where = path.relative_to(root).as_posix()
+                found.append(f"{where}:{line}: {module} imports {'.'.join(parts[: private + 1])}")
+    return sorted(set(found))
+
+
+def test_no_module_imports_another_package_s_private_parts() -> None:
+    assert private_imports(SRC) == []
+
+
+def test_the_private_import_checker_finds_reaches_across_packages(tmp_path: Path) -> None:
+    files = {
+        "osmosis_ai/__init__.py": "",
+        "osmosis_ai/a/__init__.py": "",
+        "osmosis_ai/a/_inner.py": "x = 1\n",
+        "osmosis_ai/a/mine.py": "from osmosis_ai.a._inner import x\nfrom ._inner import x\n",
+        "osmosis_ai/a/sub/__init__.py": "",
+        "osmosis_ai/a/sub/deep.py": "from osmosis_ai.a._inner import x\n",  # below its owner
+        "osmosis_ai/b/__init__.py": "",
+        "osmosis_ai/b/other.py": "from osmosis_ai.a._inner import x\n",
+        "osmosis_ai/b/name.py": "def f():\n    from osmosis_ai.a.mine import _hidden\n",
+        "osmosis_ai/b/dunder.py": "from osmosis_ai.a import __version__\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert private_imports(tmp_path) == [
+        "osmosis_ai/b/name.py:2: osmosis_ai.b.name imports osmosis_ai.a.mine._hidden",
+        "osmosis_ai/b/other.py:1: osmosis_ai.b.other imports osmosis_ai.a._inner",
+    ]
 
 
 def test_rollout_side_imports_no_controller_module() -> None:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from osmosis_ai._secret_registry import add_secrets, registered_redactor, remove_secrets
-from osmosis_ai.redact import Redactor, _normalize_secrets
+from osmosis_ai.redact import Redactor, normalize_secrets
 from osmosis_ai.rollout.context import get_rollout_context
 
 __all__ = ["active_redactor", "registered_secrets"]
@@ -62,7 +62,7 @@ def registered_secrets(secrets: Iterable[str]) -> Iterator[None]:
     Raises:
         TypeError: ``secrets`` is a single ``str`` or contains a non-string.
     """
-    values = _normalize_secrets(secrets)
+    values = normalize_secrets(secrets)
     add_secrets(values)
     _install_redacting_factory()
     try:

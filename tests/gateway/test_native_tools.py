@@ -15,9 +15,9 @@ import pytest_asyncio
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway import CallRecord, Gateway, TorchPolicy
-from osmosis_ai.gateway.policies._hf_dir import load_model_dir
-from osmosis_ai.gateway.policies._tool_formats import HERMES
 from osmosis_ai.gateway.policies.chat_front import ChatFront
+from osmosis_ai.gateway.policies.hf_dir import load_model_dir
+from osmosis_ai.gateway.policies.tool_formats import HERMES
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train import RolloutRecords, build_sequences
 from tests.gateway.conftest import serving

@@ -26,7 +26,6 @@ from osmosis_ai.gateway import (
     build_policy,
     parse_policy_spec,
 )
-from osmosis_ai.gateway.policies._hf_dir import import_llguidance
 from osmosis_ai.gateway.policies.chat_front import bounded_strings
 from osmosis_ai.gateway.policies.engines import TorchEngine
 from osmosis_ai.gateway.policies.engines.grammar import (
@@ -36,6 +35,7 @@ from osmosis_ai.gateway.policies.engines.grammar import (
     fill_masks,
     grammar_text,
 )
+from osmosis_ai.gateway.policies.hf_dir import import_llguidance
 from osmosis_ai.gateway.request import ChatRequest, parse_chat_request
 from tests.eval.conftest import OSMOSIS, Workspace, rows, workspace  # noqa: F401 -- fixture
 from tests.gateway.conftest import serving, sse_events

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout.backend._spec import project_root
+from osmosis_ai.rollout.backend.spec import project_root
 from osmosis_ai.rollout.bundle import build_bundle
 from osmosis_ai.rollout.container import ContainerInput
 

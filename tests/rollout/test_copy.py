@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from osmosis_ai.rollout import RolloutSample
-from osmosis_ai.rollout._copy import deep_copy
+from osmosis_ai.rollout.deep_copy import deep_copy
 
 
 def _mutable_parts(value: Any) -> list[Any]:

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from osmosis_ai.rollout._scrub import scrub_files, scrub_json
+from osmosis_ai.rollout.scrub import scrub_files, scrub_json
 
 SECRET = 'sk-"quoted"-7f3a'
 

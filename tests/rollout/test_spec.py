@@ -7,8 +7,8 @@ import pytest
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import LocalBackend, RolloutSpec
-from osmosis_ai.rollout.backend._spec import dump_spec, load_spec
 from osmosis_ai.rollout.backend.process import ProcessBackend
+from osmosis_ai.rollout.backend.spec import dump_spec, load_spec
 from tests.rollout.backend.process_workflows import Behave, Match, Settings
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from osmosis_ai.rollout._storage import atomic_write_bytes
+from osmosis_ai.rollout.storage import atomic_write_bytes
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from osmosis_ai.gateway.policies._llama import embedded_model_path
+from osmosis_ai.gateway.policies.llama import embedded_model_path
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from osmosis_ai.train.model import save_gguf_tokenizer
 

@@ -15,7 +15,7 @@ from osmosis_ai.train.algorithm.advantages import (
     zero_gradient_groups,
 )
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
-from osmosis_ai.train.algorithm.settings import GrpoConfig
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig
 from tests.train.conftest import make_sequence
 
 
@@ -50,9 +50,9 @@ def test_rloo_compares_each_reward_with_the_mean_of_the_others() -> None:
     ]
     reference = [1.0, 1.0, -0.5, -0.5]
     assert group_advantages(sequences, baseline="rloo") == pytest.approx(reference, rel=1e-12)
-    assert GrpoConfig(advantage="rloo").scale == "none"
-    assert GrpoConfig(advantage="rloo", advantage_scale="std").scale == "std"
-    assert GrpoConfig().scale == "std"
+    assert AlgorithmConfig(advantage="rloo").scale == "none"
+    assert AlgorithmConfig(advantage="rloo", advantage_scale="std").scale == "std"
+    assert AlgorithmConfig().scale == "std"
     assert group_advantages(sequences, scale="none") == pytest.approx(
         [2 / 3, 2 / 3, -1 / 3, -1 / 3], rel=1e-12
     )

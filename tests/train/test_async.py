@@ -67,7 +67,9 @@ async def test_the_staleness_bound_holds_on_every_recorded_version(
     than the weights its step updates, and the bound is used: step S + 1's rollouts start
     with the initial weights. (Whether their tokens are stale too depends on whether the
     engine generates them before or after step 1's update: timing, not asserted.)"""
-    training = f"steps = 4\nmax_staleness = {staleness}\neval_every = 2\ncheckpoint_every = 2"
+    training = (
+        f"steps = 4\nmax_staleness = {staleness}\n[eval]\nevery = 2\n[checkpoints]\nevery = 2"
+    )
     config = workspace(tmp_path / "ws", tiny_model_dir, training)
     write_rows(config.parents[2], metadata={"random_reward": True})
     outcome = await train_here(config)
@@ -91,7 +93,10 @@ async def test_the_staleness_bound_holds_on_every_recorded_version(
 async def test_async_lora_with_dynamic_sampling(tmp_path: Path, tiny_model_dir: Path) -> None:
     """LoRA, groups with all-equal rewards run again (with the current weights, inside the
     bound), the probe after every push."""
-    training = "steps = 2\nmax_staleness = 1\nlora_rank = 4\nresample_zero_gradient = 1"
+    training = (
+        "steps = 2\nmax_staleness = 1\n[learner.lora]\nrank = 4\n"
+        "[algorithm]\nresample_zero_gradient = 1"
+    )
     config = workspace(tmp_path / "ws", tiny_model_dir, training)
     write_rows(config.parents[2], metadata={"reward": 0.5})
     run_dir = (await train_here(config)).run_dir
@@ -106,7 +111,7 @@ async def test_kill_9_in_an_async_run_then_resume_trains_each_step_and_rollout_o
 ) -> None:
     """Killed while later steps' rollouts are in flight: the resumed run applies each step
     once, runs the in-flight rollouts again, and no rollout is trained on twice."""
-    training = "steps = 4\nmax_staleness = 2\ncheckpoint_every = 2"
+    training = "steps = 4\nmax_staleness = 2\n[checkpoints]\nevery = 2"
     config = workspace(tmp_path / "ws", tiny_model_dir, training)
     write_rows(config.parents[2], metadata={"random_reward": True, "sleep": 0.5})
     events = _run_dir(config) / "events.jsonl"

@@ -25,13 +25,13 @@ SMALL = (
     "training.steps=2",
     "training.prompts_per_step=2",
     "training.group_size=4",
-    "training.eval_rows=1",
-    "training.max_tokens=64",
+    "eval.rows=1",
+    "sampling.max_tokens=64",
 )
 #: The untrained model solves few rows at temperature 0.8 (none in the first two steps of a
 #: shipped Strands run), so the test samples closer to its greedy answers and runs a group
 #: whose rewards all agree once more: a step then has a group to train on.
-VARIED = ("training.temperature=0.5", "training.resample_zero_gradient=1")
+VARIED = ("sampling.temperature=0.5", "algorithm.resample_zero_gradient=1")
 
 
 def copy_example(example: str, root: Path) -> Path:

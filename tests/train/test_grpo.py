@@ -7,10 +7,18 @@ import importlib
 import osmosis_ai.train.grpo as grpo
 
 NAMES = {
+    "ADVANTAGE_EPS",
+    "Normalisation",
+    "RECIPE_NAMES",
+    "Recipe",
     "CLIP_DEFAULTS",
     "DUAL_CLIP_DEFAULT",
     "Baseline",
-    "GrpoConfig",
+    "AlgorithmConfig",
+    "OverlongConfig",
+    "TurnCreditConfig",
+    "UpdateSettings",
+    "step_advantages",
     "Loss",
     "LossParts",
     "MicroBatch",

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.gateway.policies._torch_device import available_memory_bytes
+from osmosis_ai.gateway.policies.torch_device import available_memory_bytes
 from osmosis_ai.train.generation.kv_cache import cpu_kv_cache, kv_bytes_per_token
 
 MIB, GIB = 1 << 20, 1 << 30

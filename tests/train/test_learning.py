@@ -11,7 +11,7 @@ from transformers import LlamaForCausalLM
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.algorithm.advantages import zero_gradient_groups
 from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
-from osmosis_ai.train.algorithm.settings import GrpoConfig
+from osmosis_ai.train.algorithm.settings import UpdateSettings
 from osmosis_ai.train.algorithm.update import train_step
 from tests.train.conftest import tiny_llama
 
@@ -63,7 +63,7 @@ def test_grpo_steps_raise_the_reward_of_a_tiny_model() -> None:
     generator = torch.Generator().manual_seed(0)
     optimizer = adamw(model, lr=3e-3)
     scheduler = warmup_schedule(optimizer, warmup_steps=3, total_steps=MAX_STEPS)
-    config = GrpoConfig(micro_batch_tokens=64)
+    config = UpdateSettings(token_budget=64)
     rewards: list[float] = []
     for step in range(MAX_STEPS):
         sequences = _rollouts(model, step, generator)

@@ -1,4 +1,4 @@
-"""LoRA training (``lora_rank > 0``): what trains, what stays, and a whole run's checkpoints,
+"""LoRA training (``[learner.lora]``): what trains, what stays, and a whole run's checkpoints,
 resume, evaluation and merged export."""
 
 from __future__ import annotations
@@ -16,13 +16,20 @@ import pytest
 import torch
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+from osmosis_ai.gateway.policies.hf_dir import quiet_peft
 from osmosis_ai.train import TrainingSequence
 from osmosis_ai.train.algorithm.logprobs import policy_logprobs
 from osmosis_ai.train.algorithm.micro_batches import collate
-from osmosis_ai.train.algorithm.settings import GrpoConfig
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig, UpdateSettings
 from osmosis_ai.train.algorithm.update import train_step
-from osmosis_ai.train.config import TrainConfig, TrainingConfig, load_train_config
+from osmosis_ai.train.config import (
+    LearnerConfig,
+    LoraConfig,
+    TrainConfig,
+    TrainExperimentConfig,
+    TrainingConfig,
+    load_train_config,
+)
 from osmosis_ai.train.learner.core import Learner, lora_config
 from osmosis_ai.train.learner.export import export_merged
 from tests.subprocesses import communicate_within
@@ -38,15 +45,20 @@ pytestmark = pytest.mark.slow  # left out of make test-fast
 CPU = torch.device("cpu")
 
 
-def _config(tmp_path: Path, model_dir: Path, **training: Any) -> TrainConfig:
+def _config(
+    tmp_path: Path, model_dir: Path, *, rank: int, learning_rate: float, steps: int = 10,
+    kl_beta: float = 0.0,
+) -> TrainConfig:  # fmt: skip
+    experiment = TrainExperimentConfig(
+        rollout="tiny", entrypoint="main.py", model=str(model_dir), dataset=tmp_path / "r.jsonl"
+    )
     return TrainConfig(
         path=tmp_path / "tiny.toml",
         workspace=tmp_path,
-        rollout="tiny",
-        entrypoint="main.py",
-        model=str(model_dir),
-        dataset=tmp_path / "rows.jsonl",
-        training=TrainingConfig(**training),
+        experiment=experiment,
+        training=TrainingConfig(steps=steps),
+        algorithm=AlgorithmConfig(kl_beta=kl_beta),
+        learner=LearnerConfig(learning_rate=learning_rate, lora=LoraConfig(rank=rank)),
     )
 
 
@@ -76,7 +88,7 @@ def _mean_logprob(model: Any, sequence: TrainingSequence) -> float:
 def test_lora_trains_the_adapter_and_leaves_the_base_weights_alone(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = _config(tmp_path, tiny_model_dir, lora_rank=4, learning_rate=1e-2, steps=2)
+    config = _config(tmp_path, tiny_model_dir, rank=4, learning_rate=1e-2, steps=2)
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, CPU)
     assert learner.lora and learner.reference is None
     named = dict(learner.model.named_parameters())
@@ -90,7 +102,7 @@ def test_lora_trains_the_adapter_and_leaves_the_base_weights_alone(
     assert held == {id(named[name]) for name in trainable}
     before = {name: p.detach().clone() for name, p in named.items()}
     sequences = on_policy(learner.model, _group([1, 2, 3, 4], [5, 6, 7], [8, 9, 10]))
-    train_step(learner.model, learner.optimizer, sequences, learner.grpo, step=1)
+    train_step(learner.model, learner.optimizer, sequences, learner.settings, step=1)
     changed = {name for name, p in named.items() if not torch.equal(p, before[name])}
     # lora_B starts at zero, so lora_A gets no gradient in the first step; B moves.
     assert changed and changed <= trainable and any(".lora_B." in n for n in changed)
@@ -104,11 +116,11 @@ def test_lora_trains_the_adapter_and_leaves_the_base_weights_alone(
 
 
 def test_lora_loss_falls_on_a_tiny_overfit_task(tmp_path: Path, tiny_model_dir: Path) -> None:
-    config = _config(tmp_path, tiny_model_dir, lora_rank=8, learning_rate=5e-3, steps=20)
+    config = _config(tmp_path, tiny_model_dir, rank=8, learning_rate=5e-3, steps=20)
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, CPU)
     # The same group replayed, against the first policy's logprobs (PPO epochs on one batch),
     # with clipping wide enough not to stop the loss.
-    grpo = GrpoConfig(clip_low=0.9, clip_high=50.0)
+    grpo = UpdateSettings(AlgorithmConfig(clip_low=0.9, clip_high=50.0))
     sequences = on_policy(learner.model, _group([1, 2, 3], [11, 12, 13, 14], [21, 22, 23, 24]))
     good_before = _mean_logprob(learner.model, sequences[0])
     losses = [
@@ -124,41 +136,40 @@ def test_lora_loss_falls_on_a_tiny_overfit_task(tmp_path: Path, tiny_model_dir: 
 def test_lora_kl_reference_is_the_base_model_with_the_adapter_off(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = _config(tmp_path, tiny_model_dir, lora_rank=4, learning_rate=1e-2, kl_beta=0.5)
+    config = _config(tmp_path, tiny_model_dir, rank=4, learning_rate=1e-2, kl_beta=0.5)
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, CPU)
     assert learner.reference is learner.model, "no second copy of the model is loaded"
     sequences = on_policy(learner.model, _group([1, 2, 3], [4, 5], [6, 7]))
     first = train_step(
-        learner.model, learner.optimizer, sequences, learner.grpo, step=1,
+        learner.model, learner.optimizer, sequences, learner.settings, step=1,
         reference_model=learner.reference,
     )  # fmt: skip
     second = train_step(
-        learner.model, learner.optimizer, sequences, learner.grpo, step=2,
+        learner.model, learner.optimizer, sequences, learner.settings, step=2,
         reference_model=learner.reference,
     )  # fmt: skip
     assert first.kl == pytest.approx(0.0, abs=1e-9)  # the adapter starts as the identity
     assert second.kl > 1e-9
 
 
-def test_lora_settings_without_a_rank_are_refused_by_name(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
+def test_bad_lora_settings_are_refused_by_name(tmp_path: Path, tiny_model_dir: Path) -> None:
+    lora = "[learner.lora]\n"
     for training, message in (
-        ("lora_alpha = 16", "training.lora_alpha is set but lora_rank is 0"),
-        ("lora_rank = 4\nlora_dropout = 1.0", "training.lora_dropout must be below 1"),
-        ('lora_rank = 4\nlora_target_modules = "q_proj"', "training.lora_target_modules must"),
-        ("lora_rank = 4\nlora_target_modules = []", "training.lora_target_modules must"),
-        ("lora_rank = -1", "training.lora_rank must not be negative"),
+        (lora + "alpha = 16", r"learner.lora.rank is required in \[learner.lora\]"),
+        (lora + "rank = 4\ndropout = 1.0", "learner.lora.dropout must be below 1"),
+        (lora + 'rank = 4\ntarget_modules = "q_proj"', "learner.lora.target_modules must"),
+        (lora + "rank = 4\ntarget_modules = []", "learner.lora.target_modules must"),
+        (lora + "rank = 0", "learner.lora.rank must be positive"),
     ):
         config = _workspace(tmp_path / str(abs(hash(training))), tiny_model_dir, training)
         with pytest.raises(ConfigError, match=message):
             load_train_config(config)
     config = _workspace(
-        tmp_path / "ok", tiny_model_dir, 'lora_rank = 4\nlora_target_modules = ["q_proj"]'
+        tmp_path / "ok", tiny_model_dir, lora + 'rank = 4\ntarget_modules = ["q_proj"]'
     )
-    training_config = load_train_config(config).training
-    assert training_config.lora_target_modules == ("q_proj",)
-    assert training_config.lora_scale_alpha == 8.0  # twice the rank by default
+    loaded = load_train_config(config).learner.lora
+    assert loaded is not None and loaded.target_modules == ("q_proj",)
+    assert loaded.scale_alpha == 8.0  # twice the rank by default
 
 
 def _eval_config(root: Path) -> Path:
@@ -193,8 +204,8 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
     from transformers import AutoModelForCausalLM
 
     root = tmp_path / "ws"
-    training = "steps = 2\ncheckpoint_every = 1\nkeep_checkpoints = 2\nlora_rank = 4\n"
-    config = _workspace(root, tiny_model_dir, training + "kl_beta = 0.1")
+    training = "steps = 2\n[checkpoints]\nevery = 1\nkeep = 2\n[learner.lora]\nrank = 4\n"
+    config = _workspace(root, tiny_model_dir, training + "[algorithm]\nkl_beta = 0.1")
     run_dir = (await _train_here(config)).run_dir
     checkpoint = run_dir / "checkpoints" / "step-0002"
     files = {p.name for p in checkpoint.iterdir()}
@@ -219,12 +230,12 @@ async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model
     # Extending the run with another rank than the checkpoint's is refused, not silently
     # trained (the finished run itself has nothing to do: it would load nothing).
     further = ("training.steps=4",)
-    config.write_text(config.read_text().replace("lora_rank = 4", "lora_rank = 8"))
-    with pytest.raises(ConfigError, match="is a LoRA checkpoint of rank 4, but training"):
+    config.write_text(config.read_text().replace("rank = 4", "rank = 8"))
+    with pytest.raises(ConfigError, match=r"is a LoRA checkpoint of rank 4, but \[learner.lora\]"):
         await _train_here(config, further)
     # So is another alpha (the default is twice the rank: 8).
-    config.write_text(config.read_text().replace("lora_rank = 8", "lora_rank = 4\nlora_alpha = 16"))
-    with pytest.raises(ConfigError, match=r"trained with training.lora_alpha = 8(\.0)?, but the"):
+    config.write_text(config.read_text().replace("rank = 8", "rank = 4\nalpha = 16"))
+    with pytest.raises(ConfigError, match=r"trained with \[learner.lora\] alpha = 8(\.0)?, but"):
         await _train_here(config, further)
 
     # Evaluate the checkpoint: the base model with the adapter.
@@ -312,9 +323,8 @@ def test_a_bf16_base_model_exports_merged_in_bf16(tmp_path: Path, tiny_model_dir
     model.to(torch.bfloat16).save_pretrained(str(base_dir))
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir), local_files_only=True)
     tokenizer.save_pretrained(str(base_dir))
-    training = TrainingConfig(lora_rank=4)
     with quiet_peft():
-        adapter = get_peft_model(model.float(), lora_config(training))
+        adapter = get_peft_model(model.float(), lora_config(LoraConfig(rank=4)))
     adapter.peft_config["default"].base_model_name_or_path = str(base_dir)
     checkpoint = tmp_path / "adapter"
     adapter.save_pretrained(str(checkpoint))

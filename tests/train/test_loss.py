@@ -11,12 +11,12 @@ from osmosis_ai.errors import ConfigError, SettingError
 from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights
 from osmosis_ai.train.algorithm.loss import grpo_loss
 from osmosis_ai.train.algorithm.micro_batches import collate
-from osmosis_ai.train.algorithm.settings import CLIP_DEFAULTS, GrpoConfig
+from osmosis_ai.train.algorithm.settings import CLIP_DEFAULTS, AlgorithmConfig, UpdateSettings
 from tests.train.conftest import make_sequence
 
 
 def _batch_and_expected(
-    config: GrpoConfig, reference: list[list[float]] | None = None
+    config: AlgorithmConfig, reference: list[list[float]] | None = None
 ) -> tuple[torch.Tensor, float, object]:
     """A two-sequence batch, made-up policy logprobs, and the loss computed by hand."""
     sequences = [
@@ -51,7 +51,7 @@ def _batch_and_expected(
 @pytest.mark.parametrize("normalisation", ["token", "sequence"])
 @pytest.mark.parametrize("scale", ["std", "none"])
 def test_loss_matches_the_formula(normalisation: str, scale: str) -> None:
-    config = GrpoConfig(normalisation=normalisation, advantage_scale=scale)  # type: ignore[arg-type]
+    config = AlgorithmConfig(normalisation=normalisation, advantage_scale=scale)  # type: ignore[arg-type]
     policy, expected, batch = _batch_and_expected(config)
     loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
     assert loss.item() == pytest.approx(expected, rel=1e-5)
@@ -59,14 +59,14 @@ def test_loss_matches_the_formula(normalisation: str, scale: str) -> None:
 
 
 def test_kl_term_is_the_k3_estimate_to_the_reference() -> None:
-    config = GrpoConfig(kl_beta=0.3)
+    config = AlgorithmConfig(kl_beta=0.3)
     reference = [[-1.0, -0.1, -0.4, -2.0], [-0.2, -1.5, 0.0, 0.0]]
     policy, expected, batch = _batch_and_expected(config, reference)
     loss, parts = grpo_loss(policy, batch, config, torch.tensor(reference))  # type: ignore[arg-type]
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert parts.kl_sum > 0
     same, _ = grpo_loss(policy, batch, config, policy.detach())  # type: ignore[arg-type]
-    without, _ = grpo_loss(policy, batch, GrpoConfig())  # type: ignore[arg-type]
+    without, _ = grpo_loss(policy, batch, AlgorithmConfig())  # type: ignore[arg-type]
     assert same.item() == pytest.approx(without.item(), rel=1e-6)
     with pytest.raises(ConfigError, match="reference"):
         grpo_loss(policy, batch, config)  # type: ignore[arg-type]
@@ -85,7 +85,7 @@ def test_kl_term_is_the_k3_estimate_to_the_reference() -> None:
 def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
     advantage_sign: float, policy_logprob: float, clipped_side: str | None
 ) -> None:
-    config = GrpoConfig(clip_low=0.2, clip_high=0.28)
+    config = AlgorithmConfig(clip_low=0.2, clip_high=0.28)
     sequences = [make_sequence("a", "g", 1.0, (1, 2), (0, 1), (0.0, 0.0))]
     batch = collate(sequences, [advantage_sign], [1.0])
     policy = torch.tensor([[policy_logprob]], requires_grad=True)
@@ -112,21 +112,27 @@ def test_clip_bounds_stop_the_gradient_only_where_ppo_says(
         ("loss", "ppo"),
         ("epochs", 0),
         ("mini_batches", 0),
-        ("max_tokens", 0),
         ("kl_beta", math.inf),
         ("advantage_scale", "mad"),
         ("advantage", "ppo"),
         ("normalisation", "batch"),
-        ("micro_batch_tokens", 1),
-        ("max_grad_norm", 0.0),
-        ("temperature", 0.0),
         ("dual_clip", -1.0),
         ("tis_floor", -0.5),
     ],
 )
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(SettingError, match=field) as caught:
-        GrpoConfig(**{field: value})  # type: ignore[arg-type]
+        AlgorithmConfig(**{field: value})  # type: ignore[arg-type]
+    assert caught.value.setting == field
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_tokens", 0), ("token_budget", 1), ("max_grad_norm", 0.0), ("temperature", 0.0)],
+)
+def test_bad_update_setting_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(SettingError, match=field) as caught:
+        UpdateSettings(**{field: value})  # type: ignore[arg-type]
     assert caught.value.setting == field
 
 
@@ -144,7 +150,7 @@ def test_stale_tokens_are_clipped_against_the_behaviour_policy() -> None:
     the engine recorded, so a stale token whose ratio left the clip range gets no gradient,
     and the step reports the largest ratio."""
     policy, batch = _stale_batch()
-    loss, parts = grpo_loss(policy, batch, GrpoConfig(clip_low=0.2, clip_high=0.28))  # type: ignore[arg-type]
+    loss, parts = grpo_loss(policy, batch, AlgorithmConfig(clip_low=0.2, clip_high=0.28))  # type: ignore[arg-type]
     # Token 1: ρ = e^0.5 > 1.28 with A > 0, clipped: -A·1.28. Token 2: -A·e^-0.1.
     assert loss.item() == pytest.approx(-1.28 - math.exp(-0.1), rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
@@ -159,7 +165,7 @@ def test_the_decoupled_objective_weights_by_the_capped_behaviour_ratio() -> None
     """With ``tis_cap`` the ratio is to the learner's own logprobs at the start of the step
     (1, so nothing is clipped) and each token's loss is weighted by min(π/μ, cap)."""
     policy, batch = _stale_batch()
-    config = GrpoConfig(tis_cap=1.5)
+    config = AlgorithmConfig(tis_cap=1.5)
     loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
     assert loss.item() == pytest.approx(-(1.5 + math.exp(-0.1)), rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
@@ -170,14 +176,14 @@ def test_the_decoupled_objective_weights_by_the_capped_behaviour_ratio() -> None
 
 
 def test_each_loss_has_its_own_default_clip_band_and_a_set_one_wins() -> None:
-    assert GrpoConfig().clip == CLIP_DEFAULTS["ppo_clip"] == (0.2, 0.28)
-    assert GrpoConfig(loss="gspo").clip == (3e-4, 4e-4)
-    assert GrpoConfig(loss="cispo").clip == (1.0, 3.0)  # no floor; the weight is at most 4
-    assert GrpoConfig(loss="gspo", clip_high=0.01).clip == (3e-4, 0.01)
+    assert AlgorithmConfig().clip == CLIP_DEFAULTS["ppo_clip"] == (0.2, 0.28)
+    assert AlgorithmConfig(loss="gspo").clip == (3e-4, 4e-4)
+    assert AlgorithmConfig(loss="cispo").clip == (1.0, 3.0)  # no floor; the weight is at most 4
+    assert AlgorithmConfig(loss="gspo", clip_high=0.01).clip == (3e-4, 0.01)
     with pytest.raises(ConfigError, match="clip_low must be below 1"):
-        GrpoConfig(loss="gspo", clip_low=1.0)
+        AlgorithmConfig(loss="gspo", clip_low=1.0)
     with pytest.raises(ConfigError, match="clip_low must be at most 1"):
-        GrpoConfig(loss="cispo", clip_low=1.5)
+        AlgorithmConfig(loss="cispo", clip_low=1.5)
 
 
 def _two_sequences(*, later: bool = False) -> tuple[torch.Tensor, object, list[float]]:
@@ -201,7 +207,7 @@ def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient(
     is clipped, so its tokens get no gradient; b's (A < 0, s < 0.99) too. With a wide band
     each token's gradient is -A·s (its own logπ's)."""
     policy, batch, _ = _two_sequences(later=True)
-    narrow = GrpoConfig(loss="gspo", clip_low=0.01, clip_high=0.01)
+    narrow = AlgorithmConfig(loss="gspo", clip_low=0.01, clip_high=0.01)
     loss, parts = grpo_loss(policy, batch, narrow)  # type: ignore[arg-type]
     # a: 2 tokens × -1·1.01; b: 1 token × 0.5·0.99.
     assert loss.item() == pytest.approx(2 * -1.01 + 0.5 * 0.99, rel=1e-6)
@@ -209,7 +215,8 @@ def test_gspo_clips_the_sequences_geometric_mean_ratio_and_spreads_its_gradient(
     assert policy.grad is not None and not policy.grad.any()
     assert (parts.clipped_high, parts.clipped_low) == (2, 1)
     policy, batch, _ = _two_sequences(later=True)
-    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo", clip_low=0.5, clip_high=0.5))  # type: ignore[arg-type]
+    narrow = AlgorithmConfig(loss="gspo", clip_low=0.5, clip_high=0.5)
+    loss, parts = grpo_loss(policy, batch, narrow)  # type: ignore[arg-type]
     s_a, s_b = math.exp(0.05), math.exp(-0.2)
     assert loss.item() == pytest.approx(-2 * s_a + 0.5 * s_b, rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
@@ -225,7 +232,7 @@ def test_gspo_starts_each_step_at_ratio_one_and_weights_by_the_engines_sequence_
     -0.1)) = e^0.05 and w_b = e^-0.2 (under the default cap of 2): each token's gradient is
     -A·w."""
     policy, batch, _ = _two_sequences()
-    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="gspo"))  # type: ignore[arg-type]
+    loss, parts = grpo_loss(policy, batch, AlgorithmConfig(loss="gspo"))  # type: ignore[arg-type]
     w_a, w_b = math.exp(0.05), math.exp(-0.2)
     assert loss.item() == pytest.approx(-2 * w_a + 0.5 * w_b, rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
@@ -250,8 +257,8 @@ def test_gspo_corrects_a_stale_sequence_where_it_once_took_the_on_policy_gradien
     min(e, 2) = 2, so each token's gradient is -2, not the on-policy -1 (which GSPO anchored
     at the step's start gave it, clip fraction 0); tis_cap = 5 lets e through."""
     gradients = {}
-    for gap, config in ((0.0, GrpoConfig(loss="gspo")), (1.0, GrpoConfig(loss="gspo")),
-                        (1.0, GrpoConfig(loss="gspo", tis_cap=5.0))):  # fmt: skip
+    for gap, config in ((0.0, AlgorithmConfig(loss="gspo")), (1.0, AlgorithmConfig(loss="gspo")),
+                        (1.0, AlgorithmConfig(loss="gspo", tis_cap=5.0))):  # fmt: skip
         policy, batch = _stale_by(gap)
         loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
         loss.backward()  # type: ignore[no-untyped-call]
@@ -264,7 +271,7 @@ def test_gspo_corrects_a_stale_sequence_where_it_once_took_the_on_policy_gradien
 
 def test_gspo_without_importance_sampling_is_refused_on_one_line() -> None:
     with pytest.raises(ConfigError, match=r'loss = "gspo" needs tis_cap > 0') as caught:
-        GrpoConfig(loss="gspo", tis_cap=0.0)
+        AlgorithmConfig(loss="gspo", tis_cap=0.0)
     assert "\n" not in str(caught.value)
 
 
@@ -285,7 +292,7 @@ def test_the_dual_clip_bounds_a_negative_advantage_whose_ratio_rose_far(
     sequences = [make_sequence("a", "g", 0.0, (1, 2), (0, 1), (0.0, 0.0))]
     batch = collate(sequences, [-1.0], [1.0])
     policy = torch.tensor([[policy_logprob]], requires_grad=True)
-    loss, parts = grpo_loss(policy, batch, GrpoConfig(dual_clip=dual_clip))
+    loss, parts = grpo_loss(policy, batch, AlgorithmConfig(dual_clip=dual_clip))
     loss.backward()  # type: ignore[no-untyped-call]
     assert policy.grad is not None
     assert float(policy.grad[0, 0]) == pytest.approx(gradient, rel=1e-6)
@@ -296,12 +303,12 @@ def test_the_dual_clip_bounds_a_negative_advantage_whose_ratio_rose_far(
 
 def test_a_dual_clip_inside_the_band_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"dual_clip must be 0 \(off\) or above 1 \+ clip_high"):
-        GrpoConfig(dual_clip=1.2)
-    assert GrpoConfig(loss="cispo").dual == 0.0  # CISPO's weight is capped already
+        AlgorithmConfig(dual_clip=1.2)
+    assert AlgorithmConfig(loss="cispo").dual == 0.0  # CISPO's weight is capped already
     # A band that reaches past 3 leaves the default off; a bound set inside it is refused.
-    assert (GrpoConfig().dual, GrpoConfig(clip_high=50.0).dual) == (3.0, 0.0)
+    assert (AlgorithmConfig().dual, AlgorithmConfig(clip_high=50.0).dual) == (3.0, 0.0)
     with pytest.raises(ConfigError, match=r"above 1 \+ clip_high \(51\), not 3.0"):
-        GrpoConfig(clip_high=50.0, dual_clip=3.0)
+        AlgorithmConfig(clip_high=50.0, dual_clip=3.0)
 
 
 def _three_stale_tokens() -> tuple[torch.Tensor, object]:
@@ -333,7 +340,7 @@ def test_importance_sampling_truncates_or_masks_by_token_or_by_sequence(
     sequence's geometric mean, truncated at the cap, or kept inside [floor, cap] and 0
     outside (IcePop)."""
     policy, batch = _three_stale_tokens()
-    config = GrpoConfig(tis_cap=cap, tis_mode=mode, tis_floor=floor)  # type: ignore[arg-type]
+    config = AlgorithmConfig(tis_cap=cap, tis_mode=mode, tis_floor=floor)  # type: ignore[arg-type]
     loss, parts = grpo_loss(policy, batch, config)  # type: ignore[arg-type]
     assert loss.item() == pytest.approx(sum(weights), rel=1e-6)
     loss.backward()  # type: ignore[no-untyped-call]
@@ -357,7 +364,7 @@ def test_bad_importance_sampling_settings_name_the_field(
     settings: dict[str, object], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        GrpoConfig(**settings)  # type: ignore[arg-type]
+        AlgorithmConfig(**settings)  # type: ignore[arg-type]
 
 
 def test_the_loss_counts_no_token_of_a_rollout_left_out() -> None:
@@ -370,7 +377,7 @@ def test_the_loss_counts_no_token_of_a_rollout_left_out() -> None:
     ]
     batch = collate(sequences, [1.0, 1.0], [0.5, 0.0])
     policy = torch.tensor([[-1.0, -1.0], [-1.0, -1.0]], requires_grad=True)
-    loss, parts = grpo_loss(policy, batch, GrpoConfig())
+    loss, parts = grpo_loss(policy, batch, AlgorithmConfig())
     assert loss.item() == pytest.approx(-1.0, rel=1e-6)
     assert (parts.tokens, parts.clipped_high, parts.carrying) == (2, 0, 2)
     assert parts.ratio_max == pytest.approx(1.0) and parts.mismatch_kl_sum == pytest.approx(0)
@@ -381,7 +388,8 @@ def test_cispo_weights_each_tokens_log_likelihood_by_its_clipped_ratio_without_c
     1 + 0.1, a's first weight is 1.1 (clipped, its gradient kept: -A·1.1), the others' their
     ratio; no floor (clip_low = 1)."""
     policy, batch, _ = _two_sequences()
-    loss, parts = grpo_loss(policy, batch, GrpoConfig(loss="cispo", clip_low=1.0, clip_high=0.1))  # type: ignore[arg-type]
+    capped = AlgorithmConfig(loss="cispo", clip_low=1.0, clip_high=0.1)
+    loss, parts = grpo_loss(policy, batch, capped)  # type: ignore[arg-type]
     weights = [[1.1, math.exp(-0.1)], [math.exp(-0.2), 0.0]]
     expected = -1.0 * (1.1 * -0.8 + math.exp(-0.1) * -2.1) + 0.5 * math.exp(-0.2) * -0.7
     assert loss.item() == pytest.approx(expected, rel=1e-6)

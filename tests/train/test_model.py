@@ -15,7 +15,7 @@ import pytest
 
 from osmosis_ai.errors import ConfigError, MissingExtraError
 from osmosis_ai.gateway import EmbeddedPolicy, Gateway, TorchPolicy
-from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+from osmosis_ai.gateway.policies.hf_dir import load_model_dir
 from osmosis_ai.train.model import EMBEDDED, embedded_model_dir, models_root, resolve_model
 from tests.gateway.test_embedded_policy import CALCULATOR
 

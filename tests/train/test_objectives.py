@@ -28,7 +28,8 @@ async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
     config = workspace(
         tmp_path / "ws",
         tiny_model_dir,
-        f'steps = 1\nepochs = 2\nmini_batches = 2\nprecision = "fp32"\n{settings}',
+        'steps = 1\n[learner]\nprecision = "fp32"\n[algorithm]\nepochs = 2\nmini_batches = 2\n'
+        + settings,
     )
     write_rows(tmp_path / "ws", metadata={"random_reward": True})
     outcome = await train_here(config)
@@ -46,7 +47,7 @@ async def test_two_epochs_of_two_mini_batches_train_with_each_objective(
     [start] = [e for e in lines(run_dir / "events.jsonl") if e["event"] == "start"]
     for setting in settings.split("\n"):
         key, value = (part.strip().strip('"') for part in setting.split("="))
-        assert str(start["training"][key]) == value, (key, start["training"])
+        assert str(start["settings"]["algorithm"][key]) == value, (key, start["settings"])
 
 
 @pytest.mark.parametrize("credit", ["outcome", "turn"])
@@ -56,7 +57,8 @@ async def test_turn_rewards_train_a_group_whose_outcomes_are_all_equal_only_with
     """Every rollout's outcome is 1 and each call gets a random turn reward: under outcome
     credit no group has a gradient (the step applies no update); under turn credit each does,
     and the step trains."""
-    config = workspace(tmp_path / "ws", tiny_model_dir, f'steps = 1\ncredit = "{credit}"')
+    turn_credit = "[algorithm.turn_credit]" if credit == "turn" else ""
+    config = workspace(tmp_path / "ws", tiny_model_dir, f"steps = 1\n{turn_credit}")
     write_rows(tmp_path / "ws", metadata={"reward": 1.0, "random_turn_reward": True})
     await train_here(config)
     [line] = lines(tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "metrics.jsonl")

@@ -19,13 +19,15 @@ from osmosis_ai.train.loop.outcome import TrainingStopped
 from tests.train.training_project import workspace
 
 
+def _lora(rank: int) -> str:
+    return f"[learner.lora]\nrank = {rank}" if rank else ""
+
+
 @pytest_asyncio.fixture(params=[0, 4], ids=["full", "lora"])
 async def learner(
     request: pytest.FixtureRequest, tmp_path: Path, tiny_model_dir: Path
 ) -> AsyncIterator[Learner]:
-    config = load_train_config(
-        workspace(tmp_path / "ws", tiny_model_dir, f"lora_rank = {request.param}")
-    )
+    config = load_train_config(workspace(tmp_path / "ws", tiny_model_dir, _lora(request.param)))
     learner = await Learner.load(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
     try:
         yield learner

@@ -14,7 +14,7 @@ def test_held_out_split_is_seeded_disjoint_and_sized_by_count_or_fraction() -> N
     assert split_rows(10, 3, seed=1) == (train, held)
     assert split_rows(10, 3, seed=2) != (train, held)
     assert len(split_rows(10, 0.25, seed=0)[1]) == 2  # a fraction of the rows, rounded
-    with pytest.raises(ConfigError, match="training.eval_rows"):
+    with pytest.raises(ConfigError, match=r"\[eval\] rows"):
         split_rows(4, 4, seed=0)
 
 

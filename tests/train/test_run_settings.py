@@ -1,4 +1,4 @@
-"""Run settings of `[training]`: held-out sampling (``eval_temperature``), ``max_minutes``
+"""Run settings: held-out sampling (``[eval] temperature``), ``max_minutes``
 and ``precision``."""
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._torch_device import cpu_has_native_bf16
+from osmosis_ai.gateway.policies.torch_device import cpu_has_native_bf16
+from osmosis_ai.train.algorithm.settings import OverlongConfig
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.learner.core import Learner
 from tests.train.training_project import run as _run
 from tests.train.training_project import workspace as _workspace
+
+ALGORITHM = "[algorithm]\n"
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +48,9 @@ async def test_held_out_evaluation_is_greedy_and_training_samples(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     config = _workspace(
-        tmp_path / "ws", tiny_model_dir, "steps = 1\ntemperature = 1.0\neval_temperature = 0"
+        tmp_path / "ws",
+        tiny_model_dir,
+        "steps = 1\n[sampling]\ntemperature = 1.0\n[eval]\ntemperature = 0",
     )
     code, out = await _run(config)
     assert code == 0, out
@@ -59,7 +64,7 @@ async def test_max_minutes_ends_the_run_like_its_last_step(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     config = _workspace(
-        tmp_path / "ws", tiny_model_dir, "steps = 5\ncheckpoint_every = 5\nmax_minutes = 0.0001"
+        tmp_path / "ws", tiny_model_dir, "steps = 5\nmax_minutes = 0.0001\n[checkpoints]\nevery = 5"
     )
     code, out = await _run(config)
     assert code == 0, out
@@ -83,16 +88,16 @@ def test_precision_decides_whether_the_update_runs_under_bf16_autocast(
     import torch
 
     config = load_train_config(
-        _workspace(tmp_path / "ws", tiny_model_dir, f'precision = "{precision}"')
+        _workspace(tmp_path / "ws", tiny_model_dir, f'[learner]\nprecision = "{precision}"')
     )
     native = cpu_has_native_bf16()
     if precision == "bf16" and not native:  # emulated here: refused (test_torch_device.py)
-        with pytest.raises(ConfigError, match='training.precision = "bf16"'):
+        with pytest.raises(ConfigError, match='learner.precision = "bf16"'):
             Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
         return
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
     expected = {"bf16": True, "fp32": False, "auto": native}[precision]
-    assert learner.grpo.bf16 is expected
+    assert learner.settings.bf16 is expected
 
 
 def test_the_advantage_setting_reaches_the_update_and_a_bad_one_is_one_line(
@@ -100,11 +105,13 @@ def test_the_advantage_setting_reaches_the_update_and_a_bad_one_is_one_line(
 ) -> None:
     import torch
 
-    config = load_train_config(_workspace(tmp_path / "ws", tiny_model_dir, 'advantage = "rloo"'))
+    config = load_train_config(
+        _workspace(tmp_path / "ws", tiny_model_dir, ALGORITHM + 'advantage = "rloo"')
+    )
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
-    assert learner.grpo.advantage == "rloo"
-    bad = _workspace(tmp_path / "bad", tiny_model_dir, 'advantage = "ppo"')
-    with pytest.raises(ConfigError, match=r"training\.advantage.*grpo.*rloo") as caught:
+    assert learner.settings.algorithm.advantage == "rloo"
+    bad = _workspace(tmp_path / "bad", tiny_model_dir, ALGORITHM + 'advantage = "ppo"')
+    with pytest.raises(ConfigError, match=r"algorithm\.advantage.*grpo.*rloo") as caught:
         load_train_config(bad)
     assert "\n" not in str(caught.value)
 
@@ -116,51 +123,73 @@ def test_the_algorithm_settings_reach_the_update_and_bad_ones_are_one_line(
 
     settings = (
         'loss = "cispo"\nclip_low = 1.0\nnormalisation = "constant"\nepochs = 2\n'
-        'mini_batches = 3\noverlong = "penalty"\noverlong_buffer = 4'
+        'mini_batches = 3\n[algorithm.overlong]\nmode = "penalty"\nbuffer = 4'
     )
-    config = load_train_config(_workspace(tmp_path / "ws", tiny_model_dir, settings))
+    config = load_train_config(_workspace(tmp_path / "ws", tiny_model_dir, ALGORITHM + settings))
     learner = Learner.build(config, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
-    grpo = learner.grpo
-    assert (grpo.loss, grpo.clip, grpo.normalisation) == ("cispo", (1.0, 3.0), "constant")
-    assert (grpo.epochs, grpo.mini_batches, grpo.max_tokens) == (2, 3, 8)
-    assert (grpo.overlong, grpo.overlong_buffer) == ("penalty", 4)
-    assert (grpo.dual, grpo.tis, grpo.scale) == (0.0, ("token_truncate", 0.0), "std")  # cispo
+    update, algorithm = learner.settings, learner.settings.algorithm
+    assert (algorithm.loss, algorithm.clip, algorithm.normalisation) == (
+        "cispo", (1.0, 3.0), "constant"
+    )  # fmt: skip
+    assert (algorithm.epochs, algorithm.mini_batches, update.max_tokens) == (2, 3, 8)
+    assert algorithm.overlong == OverlongConfig(mode="penalty", buffer=4)
+    assert (algorithm.dual, algorithm.tis, algorithm.scale) == (
+        0.0,
+        ("token_truncate", 0.0),
+        "std",
+    )  # fmt: skip  (cispo's)
     guarded = load_train_config(
         _workspace(
             tmp_path / "guarded",
             tiny_model_dir,
-            'advantage = "rloo"\ndual_clip = 0\ntis_cap = 5\ntis_mode = "sequence_mask"\n'
-            "tis_floor = 0.5",
+            ALGORITHM + 'advantage = "rloo"\ndual_clip = 0\ntis_cap = 5\n'
+            'tis_mode = "sequence_mask"\ntis_floor = 0.5',
         )
     )
-    grpo = Learner.build(guarded, tiny_model_dir, tiny_model_dir, torch.device("cpu")).grpo
-    assert (grpo.dual, grpo.tis, grpo.tis_floor) == (0.0, ("sequence_mask", 5.0), 0.5)
-    assert grpo.scale == "none"  # RLOO's own
+    built = Learner.build(guarded, tiny_model_dir, tiny_model_dir, torch.device("cpu"))
+    algorithm = built.settings.algorithm
+    assert (algorithm.dual, algorithm.tis, algorithm.tis_floor) == (
+        0.0, ("sequence_mask", 5.0), 0.5
+    )  # fmt: skip
+    assert algorithm.scale == "none"  # RLOO's own
     for training, message in (
-        ('loss = "grpo"', r"training\.loss .*ppo_clip.*gspo.*cispo"),
-        ("clip_low = 1.0", r"training\.clip_low must be below 1"),
-        ('loss = "cispo"\nclip_low = 1.5', r"training\.clip_low must be at most 1"),
-        ("epochs = 0", r"training\.epochs"),
-        ('overlong = "drop"', r"training\.overlong .*keep.*mask.*penalty"),
+        (ALGORITHM + 'loss = "grpo"', r"algorithm\.loss .*ppo_clip.*gspo.*cispo"),
+        (ALGORITHM + "clip_low = 1.0", r"algorithm\.clip_low must be below 1"),
+        (ALGORITHM + 'loss = "cispo"\nclip_low = 1.5', r"algorithm\.clip_low must be at most 1"),
+        (ALGORITHM + "epochs = 0", r"algorithm\.epochs"),
+        ('[algorithm.overlong]\nmode = "drop"', r"algorithm\.overlong\.mode .*mask.*penalty"),
         (
-            "overlong_buffer = 9",
-            r"training\.overlong_buffer \(9\) must be between 0 and max_tokens \(8\)",
+            "[algorithm.overlong]\nbuffer = 9",
+            r"line \d+: algorithm\.overlong\.buffer \(9\) must be at most \[sampling\] "
+            r"max_tokens \(8\)",
         ),
         (
-            "dual_clip = 1.1",
-            r"line \d+: training\.dual_clip must be 0 \(off\) or above 1 \+ clip_high",
+            ALGORITHM + "dual_clip = 1.1",
+            r"line \d+: algorithm\.dual_clip must be 0 \(off\) or above 1 \+ clip_high",
         ),
-        ('loss = "gspo"\ntis_cap = 0', r'line \d+: training\.loss = "gspo" needs tis_cap > 0'),
-        ('tis_mode = "token_mask"', r"line \d+: training\.tis_mode is set but tis_cap is 0"),
-        ("tis_cap = 2.0\ntis_floor = 0.5", r"training\.tis_floor is the lower bound of the mask"),
+        (
+            ALGORITHM + 'loss = "gspo"\ntis_cap = 0',
+            r'line \d+: \[algorithm\] loss = "gspo" needs tis_cap > 0',
+        ),
+        (
+            ALGORITHM + 'tis_mode = "token_mask"',
+            r"line \d+: algorithm\.tis_mode is set but tis_cap is 0",
+        ),
+        (
+            ALGORITHM + "tis_cap = 2.0\ntis_floor = 0.5",
+            r"algorithm\.tis_floor is the lower bound of the mask",
+        ),
+        ("[algorithm.turn_credit]\ndiscount = 1.5", r"algorithm\.turn_credit\.discount must be"),
     ):
         bad = _workspace(tmp_path / str(abs(hash(training))), tiny_model_dir, training)
         with pytest.raises(ConfigError, match=message) as caught:
             load_train_config(bad)
         assert "\n" not in str(caught.value)
-    # The update's micro_batch_tokens is the file's token_budget: the error names the key.
+    # The update's token budget is the learner's key: the error names it.
     with pytest.raises(
         ConfigError,
-        match=r"--set training\.token_budget=1: training\.token_budget must be at least 2",
+        match=r"--set learner\.token_budget=1: learner\.token_budget must be at least 2",
     ):
-        load_train_config(bad, overrides=("training.token_budget=1",))
+        load_train_config(
+            _workspace(tmp_path / "budget", tiny_model_dir), overrides=("learner.token_budget=1",)
+        )

@@ -77,7 +77,7 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
 ) -> None:
     secret = "tiny-secret-value-0123456789"
     monkeypatch.setenv("TINY_SECRET", secret)  # the child inherits it
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 5\ncheckpoint_every = 2")
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 5\n[checkpoints]\nevery = 2")
     config.write_text(config.read_text() + '[secrets]\nrequired = ["TINY_SECRET"]\n')
     _write_rows(tmp_path / "ws", metadata={"leak": True})  # key and secret in every output
     code, out = await _run(config, "--set", "training.steps=2")
@@ -100,7 +100,11 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
     # The journal keeps the settings the run used: the file's, with the --set override.
     (start,) = [e for e in events if e["event"] == "start"]
     assert start["overrides"] == ["training.steps=2"] and start["steps"] == 2
-    assert start["training"]["steps"] == 2 and start["training"]["checkpoint_every"] == 2
+    settings = start["settings"]
+    assert settings["training"]["steps"] == 2 and settings["checkpoints"]["every"] == 2
+    # The resolved config: recipe, file and flags, as TOML the run's directory keeps.
+    resolved = (run_dir / "config.toml").read_text()
+    assert "# --set training.steps=2" in resolved and "\nsteps = 2\n" in resolved
     assert [e["step"] for e in events if e["event"] == "eval"] == [0, 2]
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2]
     checkpoint = run_dir / "checkpoints" / "step-0002"
@@ -128,7 +132,9 @@ async def test_the_learner_scores_tokens_as_the_engine_sampled_them(
     masks the learner replays, and for a workflow that sets its own top_p and top_k, whose
     cut the learner applies too."""
     config = _workspace(
-        tmp_path / "ws", tiny_model_dir, 'steps = 1\ntemperature = 0.3\nprecision = "fp32"'
+        tmp_path / "ws",
+        tiny_model_dir,
+        'steps = 1\n[sampling]\ntemperature = 0.3\n[learner]\nprecision = "fp32"',
     )
     if metadata:
         _write_rows(config.parents[2], metadata=metadata)
@@ -144,12 +150,12 @@ async def test_the_learner_scores_tokens_as_the_engine_sampled_them(
 async def test_resume_after_sigkill_applies_no_step_twice(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\ncheckpoint_every = 1")
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\n[checkpoints]\nevery = 1")
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
     process = await _start(config)
     try:
         async with asyncio.timeout(120):
-            while '"checkpoint"' not in _text(events):  # noqa: ASYNC110 -- another process writes it
+            while '"event": "checkpoint"' not in _text(events):  # noqa: ASYNC110 -- another process writes it
                 await asyncio.sleep(0.1)
     finally:
         os.kill(process.pid, signal.SIGKILL)
@@ -168,7 +174,7 @@ async def test_resume_after_sigkill_applies_no_step_twice(
 async def test_rollout_server_dying_mid_step_leaves_the_step_unapplied(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 2\ncheckpoint_every = 1")
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 2\n[checkpoints]\nevery = 1")
     # 2 held-out + 6 step-1 rollouts come first: the 10th is inside step 2.
     _write_rows(tmp_path / "ws", metadata={"die_at": 10, "counter": str(tmp_path / "count")})
     code, out = await _run(config)
@@ -212,9 +218,8 @@ async def test_non_finite_step_stops_the_run_and_keeps_the_checkpoint(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     # A learning rate this large makes the weights infinite after step 1: step 2's loss is not.
-    training = "steps = 3\ncheckpoint_every = 1\nlearning_rate = 1e30"
+    training = "steps = 3\n[checkpoints]\nevery = 1\n[learner]\nlearning_rate = 1e30"
     config = _workspace(tmp_path / "ws", tiny_model_dir, training)
-    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
     code, out = await _run(config)
     assert code == 1, out
     assert "step 2 was not applied, the last checkpoint is step 1" in out
@@ -236,11 +241,12 @@ def test_unknown_training_key_is_named_with_its_line(tmp_path: Path, tiny_model_
 def test_bad_training_values_name_the_key(tmp_path: Path, tiny_model_dir: Path) -> None:
     for bad, key in (
         ("steps = 0", "training.steps"),
-        ('normalisation = "mean"', "training.normalisation"),
-        ("kl_beta = true", "training.kl_beta"),
-        ("temperature = -1", "training.temperature"),
+        ('[algorithm]\nnormalisation = "mean"', "algorithm.normalisation"),
+        ("[algorithm]\nkl_beta = true", "algorithm.kl_beta"),
+        ("[sampling]\ntemperature = -1", "sampling.temperature"),
+        ('[algorithm.overlong]\nmode = "cut"', "algorithm.overlong.mode"),
     ):
-        config = _workspace(tmp_path / bad.split()[0], tiny_model_dir, bad)
+        config = _workspace(tmp_path / key, tiny_model_dir, bad)
         with pytest.raises(ConfigError, match=key):
             load_train_config(config)
 
@@ -257,12 +263,11 @@ async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 1\nprompts_per_step = 6")
-    config.write_text(config.read_text().replace("prompts_per_step = 2\n", ""))
     held = [{"user_prompt": f"held {i}", "ground_truth": str(i)} for i in range(3)]
     held_file = tmp_path / "ws" / "data" / "held.jsonl"
     held_file.write_text("".join(json.dumps(r) + "\n" for r in held))
-    # The file splits off held-out rows (eval_rows = 2); the flag replaces the split.
-    flag = 'training.eval_dataset="data/held.jsonl"'
+    # The file splits off held-out rows ([eval] rows = 2); the flag replaces the split.
+    flag = 'eval.dataset="data/held.jsonl"'
     run_dir = (await _train_here(config, (flag,))).run_dir
     lines = _lines(run_dir / "rollouts.jsonl")
     # The three held-out rows come after the six training rows, which all train in step 1.
@@ -272,26 +277,24 @@ async def test_a_held_out_file_is_evaluated_as_is_and_every_dataset_row_trains(
     )
     (start,) = [e for e in _lines(run_dir / "events.jsonl") if e["event"] == "start"]
     assert start["eval_dataset"] == str(held_file)
-    said = f"--set {flag} replaces the file's training.eval_rows = 2"
+    said = f"--set {flag} replaces the file's eval.rows = 2"
     assert said in (run_dir / "logs.txt").read_text()
     # The other way round, a flag's split replaces the file's held-out file.
-    text = config.read_text().replace("eval_rows = 2\n", 'eval_dataset = "data/held.jsonl"\n')
+    text = config.read_text().replace("rows = 2\n", 'dataset = "data/held.jsonl"\n')
     config.write_text(text)
     assert load_train_config(config).eval_dataset == held_file
-    over = load_train_config(config, ["training.eval_rows=2"])
-    assert over.eval_dataset is None and over.training.eval_rows == 2
-    assert over.notes == (
-        "--set training.eval_rows=2 replaces the file's training.eval_dataset = 'data/held.jsonl'",
-    )
+    over = load_train_config(config, ["eval.rows=2"])
+    assert over.eval_dataset is None and over.eval.split == 2
+    assert over.notes == ("--set eval.rows=2 replaces the file's eval.dataset = 'data/held.jsonl'",)
     # Both in the file, or both in flags: the user must keep one.
-    config.write_text(text.replace("[training]\n", "[training]\neval_rows = 2\n"))
-    with pytest.raises(ConfigError, match=r"line \d+: training.eval_rows splits the dataset"):
+    config.write_text(text.replace("[eval]\n", "[eval]\nrows = 2\n"))
+    with pytest.raises(ConfigError, match=r"line \d+: eval.rows splits the dataset"):
         load_train_config(config)
-    with pytest.raises(ConfigError, match=r"--set training.eval_rows=1: training.eval_rows splits"):
-        load_train_config(config, ["training.eval_rows=1", 'training.eval_dataset="x.jsonl"'])
+    with pytest.raises(ConfigError, match=r"--set eval.rows=1: eval.rows splits"):
+        load_train_config(config, ["eval.rows=1", 'eval.dataset="x.jsonl"'])
     config.write_text(text)
-    with pytest.raises(ConfigError, match=r"training.eval_dataset 'held.txt' must be a local"):
-        load_train_config(config, ['training.eval_dataset="held.txt"'])
+    with pytest.raises(ConfigError, match=r"eval.dataset 'held.txt' must be a local"):
+        load_train_config(config, ['eval.dataset="held.txt"'])
 
 
 async def run_without(
@@ -325,7 +328,8 @@ async def test_a_missing_llguidance_stops_the_run_before_anything_starts(
     [
         ("training.stepz=3", "--set training.stepz=3: unknown key 'training.stepz'"),
         ("training.steps=0", "--set training.steps=0: training.steps must be"),
-        ("training.engine=tpu", "--set training.engine=tpu: training.engine must be one of"),
+        ("algorithm.loss=ppo", "--set algorithm.loss=ppo: algorithm.loss must be one of"),
+        ("algorithm.recipe=grpo2", "--set algorithm.recipe=grpo2: algorithm.recipe must be one of"),
         ("steps=3", "--set steps=3: write --set section.key=value"),
     ],
 )
@@ -341,29 +345,32 @@ async def test_a_bad_override_is_named_by_its_flag_on_one_line(
 def test_overrides_are_checked_like_the_file(tmp_path: Path, tiny_model_dir: Path) -> None:
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 4")
     loaded = load_train_config(
-        config, ["training.steps=7", "training.learning_rate=1e-5", 'training.precision="fp32"']
+        config, ["training.steps=7", "learner.learning_rate=1e-5", 'learner.precision="fp32"']
     )
-    assert loaded.training.steps == 7 and loaded.training.learning_rate == 1e-5
-    assert loaded.training.precision == "fp32"
+    assert loaded.training.steps == 7 and loaded.learner.learning_rate == 1e-5
+    assert loaded.learner.precision == "fp32"
     assert loaded.overrides == (
-        "training.steps=7", "training.learning_rate=1e-5", 'training.precision="fp32"'
+        "training.steps=7", "learner.learning_rate=1e-5", 'learner.precision="fp32"'
     )  # fmt: skip
     # A value that is not TOML is a string: the same check as a string in the file.
-    assert load_train_config(config, ["training.precision=fp32"]).training.precision == "fp32"
-    # A table the file lacks is created; one the file has cannot be replaced by a value.
-    vllm = load_train_config(config, ["training.engine=vllm", "vllm.max_model_len=512"]).vllm
-    assert vllm.max_model_len == 512
+    assert load_train_config(config, ["learner.precision=fp32"]).learner.precision == "fp32"
+    # A table the file lacks is created, a subsection too; one the file has cannot be
+    # replaced by a value.
+    vllm = load_train_config(config, ["engine.vllm.max_model_len=512"]).engine.vllm
+    assert vllm is not None and vllm.max_model_len == 512
+    lora = load_train_config(config, ["learner.lora.rank=4"]).learner.lora
+    assert lora is not None and lora.rank == 4 and lora.scale_alpha == 8
     with pytest.raises(ConfigError, match="--set training=3: write --set section.key=value"):
         load_train_config(config, ["training=3"])
-    with pytest.raises(ConfigError, match=r"--set vllm.env=1: vllm.env must be a table"):
-        load_train_config(config, ["training.engine=vllm", "vllm.env=1"])
+    with pytest.raises(ConfigError, match=r"--set engine.vllm.env=1: engine.vllm.env must be a"):
+        load_train_config(config, ["engine.vllm.env=1"])
 
 
 @pytest.mark.parametrize("resample", [0, 2])
 async def test_dynamic_sampling_reruns_zero_gradient_groups_up_to_the_bound(
     tmp_path: Path, tiny_model_dir: Path, resample: int
 ) -> None:
-    training = f"steps = 1\nresample_zero_gradient = {resample}"
+    training = f"steps = 1\n[algorithm]\nresample_zero_gradient = {resample}"
     config = _workspace(tmp_path / "ws", tiny_model_dir, training)
     # Every group's rewards are equal: none carries a gradient.
     _write_rows(tmp_path / "ws", metadata={"reward": 0.5})
@@ -387,7 +394,7 @@ async def test_a_step_whose_every_rollout_overlong_masks_applies_no_update_and_s
     """Every reply of the random tiny model runs to max_tokens (8), and overlong = "mask"
     leaves each one out: no token carries loss, so the step applies no update (the weights
     stay the base model's) and its metrics line and journal say why."""
-    training = 'steps = 1\noverlong = "mask"'
+    training = 'steps = 1\n[algorithm.overlong]\nmode = "mask"'
     config = _workspace(tmp_path / "ws", tiny_model_dir, training)
     _write_rows(tmp_path / "ws", metadata={"random_reward": True})
     run_dir = (await _train_here(config)).run_dir
@@ -426,7 +433,7 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
     process = await _start(config)
     async with asyncio.timeout(120):
-        while '"eval"' not in _text(events):  # noqa: ASYNC110 -- another process writes it
+        while '"event": "eval"' not in _text(events):  # noqa: ASYNC110 -- another process writes it
             await asyncio.sleep(0.02)
         # The model is loaded and has generated: leave it 300 MB more address space.
         hard = resource.prlimit(process.pid, resource.RLIMIT_AS)[1]
@@ -436,7 +443,7 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
     assert process.returncode == 1, out
     [line] = [x for x in out.splitlines() if "error:" in x]
     assert "out of memory in the update of step 1" in line
-    assert "lower [training] token_budget (now 8192)" in line
+    assert "lower [learner] token_budget (now 8192)" in line
     assert "step 1 was not applied, the last checkpoint is step 0" in line
     run_dir = events.parent
     assert not _text(run_dir / "metrics.jsonl")
@@ -452,14 +459,14 @@ async def test_a_sequence_over_the_token_budget_stops_the_run_naming_the_key(
     config.write_text(config.read_text().replace("token_budget = 2048", "token_budget = 8"))
     with pytest.raises(TrainingStopped) as stopped:
         await _train_here(config)
-    assert "more than [training] token_budget (8); raise token_budget" in str(stopped.value)
+    assert "more than [learner] token_budget (8); raise token_budget" in str(stopped.value)
     assert "step 1 was not applied" in str(stopped.value)
 
 
 async def test_resume_journals_each_step_once_after_a_kill_between_checkpoints(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\ncheckpoint_every = 2")
+    config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 3\n[checkpoints]\nevery = 2")
     events = tmp_path / "ws" / ".osmosis" / "train" / "tiny" / "events.jsonl"
     await kill_once_written(config, events, '"event": "step"')
     killed = _lines(events)
@@ -491,7 +498,7 @@ async def test_resume_saves_over_a_checkpoint_written_but_not_journaled(
 async def test_kl_is_against_the_initial_policy_and_fresh_starts_over(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    training = "steps = 2\ncheckpoint_every = 1\nkl_beta = 0.1"
+    training = "steps = 2\n[checkpoints]\nevery = 1\n[algorithm]\nkl_beta = 0.1"
     config = _workspace(tmp_path / "ws", tiny_model_dir, training)
     run_dir = (await _train_here(config)).run_dir
     first, second = _lines(run_dir / "metrics.jsonl")

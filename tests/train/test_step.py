@@ -6,8 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from osmosis_ai.train.config import TrainingConfig
-from osmosis_ai.train.loop.step import FlatStepsHint, zero_gradient_then_shaped
+from osmosis_ai.train.algorithm.settings import (
+    AlgorithmConfig,
+    OverlongConfig,
+    TurnCreditConfig,
+    UpdateSettings,
+)
+from osmosis_ai.train.loop.batch import zero_gradient_then_shaped
+from osmosis_ai.train.loop.step import FlatStepsHint
 from tests.train.conftest import make_sequence
 
 
@@ -17,11 +23,12 @@ def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
     assert [hint.after(m) for m in (flat, flat, mixed, flat, flat)] == [None] * 5
     said = hint.after(flat)
     assert said is not None and "3 steps in a row" in said
-    assert "set resample_zero_gradient = 2" in said
+    assert "set [algorithm] resample_zero_gradient = 2" in said
     assert [hint.after(flat) for _ in range(5)] == [None] * 5  # once per run
     already = FlatStepsHint(groups=4, resample=2)
     assert [already.after(flat) for _ in range(2)] == [None, None]
-    assert "raise resample_zero_gradient (now 2) or group_size" in (already.after(flat) or "")
+    expected = "raise [algorithm] resample_zero_gradient (now 2) or [training] group_size"
+    assert expected in (already.after(flat) or "")
 
 
 def test_groups_are_filtered_on_the_graders_reward_then_shaped() -> None:
@@ -38,11 +45,11 @@ def test_groups_are_filtered_on_the_graders_reward_then_shaped() -> None:
         replace(make_sequence("m0", "mixed", 1.0), longest_completion=95),
         replace(make_sequence("m1", "mixed", 0.0), longest_completion=10),
     ]
-    training = TrainingConfig(overlong="penalty", max_tokens=100, overlong_buffer=20)
-    shaped, zero = zero_gradient_then_shaped(right + mixed, training)
+    penalty = AlgorithmConfig(overlong=OverlongConfig(mode="penalty", buffer=20))
+    shaped, zero = zero_gradient_then_shaped(right + mixed, UpdateSettings(penalty, max_tokens=100))
     assert zero == {"right"}
     assert [s.reward for s in shaped] == pytest.approx([1.0, 0.75, 0.25, 0.0])
-    assert zero_gradient_then_shaped(right + mixed, TrainingConfig())[1] == {"right"}
+    assert zero_gradient_then_shaped(right + mixed, UpdateSettings())[1] == {"right"}
 
 
 def test_under_turn_credit_a_group_with_unequal_turns_has_a_gradient() -> None:
@@ -50,5 +57,6 @@ def test_under_turn_credit_a_group_with_unequal_turns_has_a_gradient() -> None:
         replace(make_sequence("a", "g", 1.0), turn_starts=((2, 0),), turn_rewards=((0, 1.0),)),
         replace(make_sequence("b", "g", 1.0), turn_starts=((2, 0),)),
     ]
-    assert zero_gradient_then_shaped(turned, TrainingConfig())[1] == {"g"}
-    assert zero_gradient_then_shaped(turned, TrainingConfig(credit="turn"))[1] == set()
+    assert zero_gradient_then_shaped(turned, UpdateSettings())[1] == {"g"}
+    turn = UpdateSettings(AlgorithmConfig(turn_credit=TurnCreditConfig()))
+    assert zero_gradient_then_shaped(turned, turn)[1] == set()

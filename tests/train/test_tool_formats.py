@@ -31,8 +31,9 @@ async def test_the_calculator_trains_with_native_tool_calls(
     config.write_text(
         '[experiment]\nrollout = "calculator"\nentrypoint = "main.py"\n'
         f'model = "{model}"\ndataset = "data/arithmetic_train.jsonl"\n'
-        "[training]\nsteps = 2\nprompts_per_step = 2\ngroup_size = 2\neval_rows = 1\n"
-        'max_tokens = 48\ntemperature = 0.8\nlearning_rate = 5e-5\ntool_format = "native"\n'
+        "[training]\nsteps = 2\nprompts_per_step = 2\ngroup_size = 2\n[eval]\nrows = 1\n"
+        '[sampling]\nmax_tokens = 48\ntemperature = 0.8\ntool_format = "native"\n'
+        "[learner]\nlearning_rate = 5e-5\n"
     )
     code, out = await _run(config, limit_sec=600)
     assert code == 0, out

@@ -1,4 +1,4 @@
-"""`[training] report_to`: the real tracker packages, fully offline, read back from their files.
+"""`[tracking] report_to`: the real tracker packages, fully offline, read back from their files.
 
 The run is a real `osmosis train run` subprocess on the tiny model: two steps, then a resume
 to a third, which must continue the same tracker runs.
@@ -72,10 +72,10 @@ def test_held_out_pass_at_k_averages_the_unbiased_estimate_over_rows() -> None:
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ('report_to = ["neptune"]', "training.report_to: unknown tracker 'neptune'"),
-        ('report_to = "wandb"', "training.report_to must be an array of tracker names"),
-        ("eval_samples = 0", "training.eval_samples must be positive"),
-        ("eval_samples = 4", "training.eval_samples > 1 needs training.eval_temperature > 0"),
+        ('[tracking]\nreport_to = ["neptune"]', "tracking.report_to: unknown tracker 'neptune'"),
+        ('[tracking]\nreport_to = "wandb"', "tracking.report_to must be an array of tracker"),
+        ("[eval]\nsamples = 0", "eval.samples must be positive"),
+        ("[eval]\nsamples = 4", r"eval.samples > 1 needs temperature > 0"),
     ],
 )
 def test_bad_tracker_and_sample_settings_name_the_key(
@@ -164,8 +164,8 @@ async def test_every_tracker_gets_steps_evals_and_settings_and_a_resume_continue
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the workspace's SQLite store
-    setting = 'report_to = ["tensorboard", "wandb", "mlflow", "trackio"]\neval_every = 1\n'
-    config = _workspace(tmp_path / "ws", tiny_model_dir, f"steps = 2\n{setting}")
+    setting = '[tracking]\nreport_to = ["tensorboard", "wandb", "mlflow", "trackio"]\n'
+    config = _workspace(tmp_path / "ws", tiny_model_dir, f"steps = 2\n[eval]\nevery = 1\n{setting}")
     code, out = await _run(config, limit_sec=240)
     assert code == 0, out
     code, out_resumed = await _run(config, "--set", "training.steps=3", limit_sec=240)
@@ -207,8 +207,8 @@ async def test_every_tracker_gets_steps_evals_and_settings_and_a_resume_continue
         "'evals': sorted((m.step, m.value) for m in h)}))",
     )
     assert mlflow["runs"] == 1 and mlflow["name"] == "tiny" and mlflow["status"] == "FINISHED"
-    assert mlflow["params"]["training.learning_rate"] == "0.001"
-    assert mlflow["params"]["training.report_to"] == json.dumps(
+    assert mlflow["params"]["learner.learning_rate"] == "0.001"
+    assert mlflow["params"]["tracking.report_to"] == json.dumps(
         ["tensorboard", "wandb", "mlflow", "trackio"]
     )
     assert [step for step, _ in mlflow["evals"]] == [0, 1, 2, 3]
@@ -236,7 +236,7 @@ async def test_every_tracker_gets_steps_evals_and_settings_and_a_resume_continue
 async def test_a_missing_tracker_stops_the_run_before_anything_starts(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    setting = 'steps = 1\nreport_to = ["wandb"]'
+    setting = 'steps = 1\n[tracking]\nreport_to = ["wandb"]'
     out = await run_without("wandb", tmp_path, tiny_model_dir, setting, monkeypatch)
     assert "missing 'wandb'" in out and "pip install 'osmosis-ai[track]'" in out
 
@@ -246,7 +246,9 @@ async def test_a_tracker_that_cannot_start_is_one_line_naming_the_fix(
 ) -> None:
     # An MLflow store that cannot be opened: a URI scheme no store serves.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
-    config = _workspace(tmp_path / "ws", tiny_model_dir, 'steps = 1\nreport_to = ["mlflow"]')
+    config = _workspace(
+        tmp_path / "ws", tiny_model_dir, 'steps = 1\n[tracking]\nreport_to = ["mlflow"]'
+    )
     code, out = await _run(config, limit_sec=120)
     assert code == 2 and out.strip().splitlines()[-1].startswith("error: report_to mlflow"), out
     assert "check MLFLOW_TRACKING_URI" in out and "Traceback" not in out
@@ -255,7 +257,7 @@ async def test_a_tracker_that_cannot_start_is_one_line_naming_the_fix(
 async def test_several_samples_per_held_out_row_report_pass_at_k(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    setting = "steps = 1\neval_samples = 3\neval_temperature = 1.0"
+    setting = "steps = 1\n[eval]\nsamples = 3\ntemperature = 1.0"
     config = _workspace(tmp_path / "ws", tiny_model_dir, setting)
     code, out = await _run(config, limit_sec=180)
     assert code == 0, out

@@ -13,7 +13,7 @@ from transformers import LlamaForCausalLM
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
-from osmosis_ai.train.algorithm.settings import GrpoConfig
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig, OverlongConfig, UpdateSettings
 from osmosis_ai.train.algorithm.update import (
     NonFiniteStepError,
     _mini_batches,
@@ -42,7 +42,7 @@ def test_micro_batching_gives_the_same_update_as_one_batch(normalisation: str) -
     for budget in (64, 6):
         model = tiny_llama()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        config = GrpoConfig(micro_batch_tokens=budget, normalisation=normalisation)  # type: ignore[arg-type]
+        config = UpdateSettings(AlgorithmConfig(normalisation=normalisation), token_budget=budget)  # type: ignore[arg-type]
         metrics = train_step(model, optimizer, _step_sequences(), config, step=1)
         updated.append((metrics, torch.nn.utils.parameters_to_vector(model.parameters())))
     (whole, whole_params), (split, split_params) = updated
@@ -71,7 +71,7 @@ def test_a_non_finite_loss_is_refused_and_nothing_is_applied(model: LlamaForCaus
         [*broken.behaviour_logprobs[:-1], math.nan],
     )
     with pytest.raises(NonFiniteStepError, match=r"step 12: the loss is nan; no update"):
-        train_step(model, optimizer, sequences, GrpoConfig(micro_batch_tokens=8), step=12)
+        train_step(model, optimizer, sequences, UpdateSettings(token_budget=8), step=12)
     _assert_untouched(model, before, optimizer)
 
 
@@ -83,7 +83,7 @@ def test_a_non_finite_gradient_is_refused_and_nothing_is_applied(
     # The loss stays finite; one parameter's gradient becomes infinite on its way back.
     model.model.norm.weight.register_hook(lambda grad: grad * math.inf)
     with pytest.raises(NonFiniteStepError, match=r"step 4: the gradient norm is (inf|nan)"):
-        train_step(model, optimizer, _step_sequences(), GrpoConfig(), step=4)
+        train_step(model, optimizer, _step_sequences(), UpdateSettings(), step=4)
     _assert_untouched(model, before, optimizer)
 
 
@@ -98,7 +98,7 @@ def _assert_untouched(
 
 def test_kl_needs_a_reference_model_and_starts_at_zero(model: LlamaForCausalLM) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    config = GrpoConfig(kl_beta=0.1)
+    config = UpdateSettings(AlgorithmConfig(kl_beta=0.1))
     with pytest.raises(ConfigError, match="reference_model"):
         train_step(model, optimizer, _step_sequences(), config, step=0)
     reference = copy.deepcopy(model)
@@ -115,7 +115,7 @@ def test_kl_needs_a_reference_model_and_starts_at_zero(model: LlamaForCausalLM) 
 def test_an_empty_step_is_refused(model: LlamaForCausalLM) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ConfigError, match="step 3: no training sequences"):
-        train_step(model, optimizer, [], GrpoConfig(), step=3)
+        train_step(model, optimizer, [], UpdateSettings(), step=3)
 
 
 def test_the_update_runs_without_the_models_dropout() -> None:
@@ -125,7 +125,7 @@ def test_the_update_runs_without_the_models_dropout() -> None:
     model.eval()  # as the engine generates
     sequences = on_policy(model, _step_sequences())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    metrics = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
+    metrics = train_step(model, optimizer, sequences, UpdateSettings(), step=1)
     assert metrics.mean_ratio == pytest.approx(1, abs=1e-5)
     assert metrics.max_ratio == pytest.approx(1, abs=1e-5)
     assert metrics.engine_mismatch_kl == pytest.approx(0, abs=1e-6)
@@ -134,7 +134,7 @@ def test_the_update_runs_without_the_models_dropout() -> None:
 def test_a_lora_adapters_own_dropout_stays_on_in_the_update() -> None:
     from peft import LoraConfig, get_peft_model
 
-    from osmosis_ai.gateway.policies._hf_dir import quiet_peft
+    from osmosis_ai.gateway.policies.hf_dir import quiet_peft
 
     with quiet_peft():
         model = get_peft_model(
@@ -142,7 +142,7 @@ def test_a_lora_adapters_own_dropout_stays_on_in_the_update() -> None:
             LoraConfig(r=2, lora_alpha=4, lora_dropout=0.5, target_modules=["q_proj"]),
         )
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    train_step(model, optimizer, _step_sequences(), GrpoConfig(), step=1)
+    train_step(model, optimizer, _step_sequences(), UpdateSettings(), step=1)
     training = {name for name, m in model.named_modules() if m.training}
     assert training and all(".lora_dropout" in name for name in training), training
 
@@ -154,7 +154,7 @@ def test_two_epochs_of_two_mini_batches_are_four_updates_whose_later_ones_clip()
     model = tiny_llama()
     sequences = on_policy(model, _step_sequences())
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-    config = GrpoConfig(epochs=2, mini_batches=2)
+    config = UpdateSettings(AlgorithmConfig(epochs=2, mini_batches=2))
     metrics = train_step(model, optimizer, sequences, config, step=1)
     assert metrics.updates == 4 and len(metrics.clip_fraction_by_update) == 4
     assert metrics.clip_fraction_by_update[0] == 0
@@ -170,7 +170,7 @@ def test_one_update_moves_nothing_before_it_and_clips_nothing_on_policy() -> Non
     model = tiny_llama()
     sequences = on_policy(model, _step_sequences())
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-    metrics = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
+    metrics = train_step(model, optimizer, sequences, UpdateSettings(), step=1)
     assert (metrics.updates, metrics.clip_fraction_by_update) == (1, (0.0,))
     assert metrics.approx_kl == 0 and metrics.entropy > 0
 
@@ -183,7 +183,7 @@ def test_a_later_update_that_is_not_finite_restores_the_step_start(
     state the step started with come back."""
     before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e30)
-    config = GrpoConfig(epochs=2, max_grad_norm=None)
+    config = UpdateSettings(AlgorithmConfig(epochs=2), max_grad_norm=None)
     with pytest.raises(NonFiniteStepError, match="step 5: the (loss|gradient norm) is"):
         train_step(model, optimizer, on_policy(model, _step_sequences()), config, step=5)
     _assert_untouched(model, before, optimizer)
@@ -207,20 +207,25 @@ def test_masked_overlong_rollouts_weigh_nothing_and_are_not_counted() -> None:
     sequences[1] = dataclasses.replace(sequences[1], truncated=True)
     kept = [sequences[0], sequences[2]]
     total = sum(s.policy_tokens for s in kept)
-    masked = _weights(sequences, GrpoConfig(overlong="mask"))
+    masked = _weights(
+        sequences, UpdateSettings(AlgorithmConfig(overlong=OverlongConfig(mode="mask")))
+    )
     assert masked == pytest.approx([1 / total, 0.0, 1 / total])
     every = sum(s.policy_tokens for s in sequences)
-    assert _weights(sequences, GrpoConfig()) == pytest.approx([1 / every] * 3)
+    assert _weights(sequences, UpdateSettings()) == pytest.approx([1 / every] * 3)
 
 
 @pytest.mark.parametrize(
     ("config", "make_unlearnable"),
     [
         # overlong = "mask" and every rollout cut at max_tokens: no token weighs anything.
-        (GrpoConfig(overlong="mask"), lambda s: dataclasses.replace(s, truncated=True)),
+        (
+            UpdateSettings(AlgorithmConfig(overlong=OverlongConfig(mode="mask"))),
+            lambda s: dataclasses.replace(s, truncated=True),
+        ),
         # A narrow mask band and tokens half a nat off: the importance weight masks each one.
         (
-            GrpoConfig(tis_cap=1.01, tis_mode="token_mask", tis_floor=0.99),
+            UpdateSettings(AlgorithmConfig(tis_cap=1.01, tis_mode="token_mask", tis_floor=0.99)),
             lambda s: dataclasses.replace(
                 s,
                 behaviour_logprobs=tuple(
@@ -232,7 +237,7 @@ def test_masked_overlong_rollouts_weigh_nothing_and_are_not_counted() -> None:
     ids=["overlong-mask", "tis-mask"],
 )
 def test_an_update_whose_every_token_is_masked_is_not_applied(
-    config: GrpoConfig, make_unlearnable: Callable[[TrainingSequence], TrainingSequence]
+    config: UpdateSettings, make_unlearnable: Callable[[TrainingSequence], TrainingSequence]
 ) -> None:
     """A first step leaves Adam with momentum; a second whose tokens all carry no loss must
     not step the optimiser, which would move every weight on a zero gradient, nor the
@@ -245,12 +250,13 @@ def test_an_update_whose_every_token_is_masked_is_not_applied(
     assert first.updates == 1
     before = torch.nn.utils.parameters_to_vector(model.parameters()).clone()
     unlearnable = [make_unlearnable(s) for s in on_policy(model, sequences)]
-    assert carries_loss(unlearnable, config) is (config.overlong != "mask")
+    masks_overlong = config.algorithm.overlong is not None
+    assert carries_loss(unlearnable, config) is not masks_overlong
     metrics = train_step(model, optimizer, unlearnable, config, step=2, scheduler=scheduler)
     assert torch.equal(torch.nn.utils.parameters_to_vector(model.parameters()), before)
     assert scheduler.last_epoch == 1
     assert (metrics.updates, metrics.skipped_updates, metrics.grad_norm) == (0, 1, 0.0)
-    if config.overlong == "mask":
+    if masks_overlong:
         assert metrics.policy_tokens == 0
     else:
         assert metrics.tis_masked_fraction == 1.0
@@ -269,8 +275,14 @@ def test_step_figures_count_only_the_tokens_with_loss() -> None:
     sequences[0] = dataclasses.replace(sequences[0], truncated=True, behaviour_logprobs=tuple(far))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     kept = sum(s.policy_tokens for s in sequences if not s.truncated)
-    metrics = train_step(model, optimizer, sequences, GrpoConfig(overlong="mask"), step=1)
+    metrics = train_step(
+        model,
+        optimizer,
+        sequences,
+        UpdateSettings(AlgorithmConfig(overlong=OverlongConfig(mode="mask"))),
+        step=1,
+    )
     assert metrics.policy_tokens == kept
     assert metrics.clip_fraction == 0 and metrics.mean_ratio == pytest.approx(1.0, abs=1e-4)
-    every = train_step(model, optimizer, sequences, GrpoConfig(), step=1)
+    every = train_step(model, optimizer, sequences, UpdateSettings(), step=1)
     assert every.policy_tokens == kept + sequences[0].policy_tokens and every.clip_fraction > 0

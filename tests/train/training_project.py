@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import shutil
 import signal
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from osmosis_ai.config.schema import toml_value
 from osmosis_ai.train.loop.runner import TrainOptions, TrainOutcome, run_training
 from tests.subprocesses import communicate_within
 
@@ -27,20 +30,58 @@ def write_rows(root: Path, prompt: str = "", **metadata: object) -> None:
     (root / "data" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def workspace(root: Path, model_dir: Path, training: str) -> Path:
-    """A project with the tiny rollout, six rows and ``configs/training/tiny.toml``."""
+#: The tiny project's settings, by section; a test's own are merged over them.
+BASE_SETTINGS: dict[str, dict[str, Any]] = {
+    "training": {"prompts_per_step": 2, "group_size": 3},
+    "sampling": {"max_tokens": 8},
+    "learner": {"learning_rate": 0.001, "token_budget": 2048},
+    "eval": {"rows": 2},
+}
+
+
+def config_text(model_dir: Path, settings: str) -> str:
+    """``configs/training/tiny.toml``: `BASE_SETTINGS` with ``settings`` (TOML, whose keys
+    before any table header are ``[training]``'s) merged over them, table by table."""
+    merged = copy.deepcopy(BASE_SETTINGS)
+    extra = tomllib.loads(settings)
+    training = {key: value for key, value in extra.items() if not isinstance(value, dict)}
+    tables = {key: value for key, value in extra.items() if isinstance(value, dict)}
+    _merge(merged, {"training": training, **tables})
+    text = (
+        "[experiment]\n"
+        'rollout = "tiny"\nentrypoint = "main.py"\n'
+        f'model = "{model_dir}"\ndataset = "data/rows.jsonl"\n'
+    )
+    return text + _tables(merged)
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _tables(tables: dict[str, Any], prefix: str = "") -> str:
+    text = ""
+    for name, table in tables.items():
+        keys = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        text += f"[{prefix}{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items())
+        inner = {k: v for k, v in table.items() if isinstance(v, dict)}
+        text += _tables(inner, f"{prefix}{name}.")
+    return text
+
+
+def workspace(root: Path, model_dir: Path, settings: str = "") -> Path:
+    """A project with the tiny rollout, six rows and ``configs/training/tiny.toml``
+    (`config_text` of ``settings``)."""
     shutil.copytree(PROJECT, root)
     (root / "data").mkdir()
     write_rows(root)
     config = root / "configs" / "training" / "tiny.toml"
     config.parent.mkdir(parents=True)
-    config.write_text(
-        "[experiment]\n"
-        'rollout = "tiny"\nentrypoint = "main.py"\n'
-        f'model = "{model_dir}"\ndataset = "data/rows.jsonl"\n'
-        "[training]\nprompts_per_step = 2\ngroup_size = 3\neval_rows = 2\nmax_tokens = 8\n"
-        f"learning_rate = 0.001\ntoken_budget = 2048\n{training}\n"
-    )
+    config.write_text(config_text(model_dir, settings))
     return config
 
 

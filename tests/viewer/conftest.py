@@ -167,7 +167,7 @@ def viewed_training(
 ) -> ViewedTraining:
     """One real ``osmosis train run --view`` of the tiny model (made once per session)."""
     root = tmp_path_factory.mktemp("viewer-train") / "ws"
-    config = training_workspace(root, tiny_model_dir, "steps = 3\neval_every = 2")
+    config = training_workspace(root, tiny_model_dir, "steps = 3\n[eval]\nevery = 2")
     return asyncio.run(_train_with_view(config))
 
 

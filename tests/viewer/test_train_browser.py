@@ -93,9 +93,9 @@ async def test_a_kl_penalty_draws_kl_and_several_samples_draw_pass_at_k(
 ) -> None:
     run_dir = copy_run(train_run_root / "train" / TRAIN_RUN, tmp_path / "train")
     events = read_lines(run_dir / "events.jsonl")
-    for event in events:  # as a run with kl_beta > 0 and eval_samples = 3 journals them
+    for event in events:  # as a run with kl_beta > 0 and [eval] samples = 3 journals them
         if event["event"] == "start":
-            event["training"]["kl_beta"] = 0.05
+            event["settings"]["algorithm"]["kl_beta"] = 0.05
         elif event["event"] == "eval":
             event["pass_at_k"] = {"1": 0.25, "2": 0.5, "3": 0.75}
     _write(run_dir / "events.jsonl", events)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from osmosis_ai.rollout._request_logs import quiet_request_logs
+from osmosis_ai.rollout.request_logs import quiet_request_logs
 
 __all__ = ["configure_logging", "quiet_logging_errors"]
 

@@ -22,7 +22,7 @@ def init_command(
 ) -> None:
     """Scaffold a runnable rollout, its eval and training configs and a 10-row dataset."""
     from osmosis_ai.errors import OsmosisError
-    from osmosis_ai.eval.scaffold import scaffold_rollout
+    from osmosis_ai.scaffold import scaffold_rollout
 
     try:
         written = scaffold_rollout(workspace, name, force=force)
@@ -41,7 +41,7 @@ def validate_command(
     entrypoint: str = typer.Option("main.py", "--entrypoint", help="Entry point file."),
 ) -> None:
     """Start the entry point once as `osmosis eval run` would; report why it does not serve."""
-    from osmosis_ai.eval.scaffold import validate_entrypoint
+    from osmosis_ai.scaffold import validate_entrypoint
 
     ok, problem = validate_entrypoint(rollout_dir, entrypoint)
     if not ok:

@@ -1,4 +1,4 @@
-"""``osmosis train run``: train the policy on a workflow and grader (see docs/train.md)."""
+"""``osmosis train run``: train the policy on a workflow and grader (see docs/train/README.md)."""
 
 from __future__ import annotations
 
@@ -165,6 +165,11 @@ def run_command(
         help="Keep per-request HTTP lines (agent frameworks' clients, access log) in logs.txt.",
     ),
     overrides: list[str] | None = set_option(),
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print the config as it resolves (recipe, file, --set flags), and train nothing.",
+    ),
 ) -> None:
     """Train, resuming the run from its last checkpoint when it exists."""
     silence_tqdm()  # before transformers imports it: no library progress bars in our output
@@ -172,6 +177,9 @@ def run_command(
     from osmosis_ai.train.loop.runner import TrainingStopped, TrainOptions, run_training
 
     console = plain_console()
+    if print_config:
+        _print_config(config, tuple(overrides or ()), console)
+        return
     options = TrainOptions(
         config_path=config,
         overrides=tuple(overrides or ()),
@@ -207,6 +215,18 @@ def run_command(
         raise error_exit(str(exc)) from None
     if not view:
         _render_results(outcome, console)
+
+
+def _print_config(path: Path, overrides: tuple[str, ...], console: Console) -> None:
+    """The resolved config on stdout (what the run writes to its ``config.toml``)."""
+    from osmosis_ai.errors import ConfigError
+    from osmosis_ai.train.config import load_train_config, resolved_toml
+
+    try:
+        config = load_train_config(path, overrides)
+    except ConfigError as exc:
+        raise error_exit(str(exc)) from None
+    console.print(resolved_toml(config), end="", markup=False, highlight=False, soft_wrap=True)
 
 
 @train_app.command("export")

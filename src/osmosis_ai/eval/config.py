@@ -7,19 +7,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from osmosis_ai.errors import ConfigError
-from osmosis_ai.eval._config_schema import EVAL_EXPERIMENT, EVALUATION, check_keys, parse_section
-from osmosis_ai.eval._config_sections import (
-    ConfigSource,
-    TOMLTable,
+from osmosis_ai.config.experiment import (
+    BRANCH,
+    COMMIT_SHA,
+    DATASET,
+    ENTRYPOINT,
+    PASS_THRESHOLD,
+    ROLLOUT,
     env_table,
-    read_config,
     secret_names,
     shared_experiment,
-    workspace_of,
 )
+from osmosis_ai.config.schema import check_keys, declared, parse_section, section_of, setting
+from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
+from osmosis_ai.errors import ConfigError
 
-__all__ = ["EvalConfig", "EvaluationConfig", "ExperimentConfig", "load_eval_config"]
+__all__ = [
+    "EVALUATION",
+    "EVAL_EXPERIMENT",
+    "EvalConfig",
+    "EvaluationConfig",
+    "ExperimentConfig",
+    "load_eval_config",
+]
 
 _SECTIONS = ("experiment", "evaluation", "env", "secrets", "advanced")
 
@@ -28,46 +38,91 @@ _SECTIONS = ("experiment", "evaluation", "env", "secrets", "advanced")
 class ExperimentConfig:
     """The ``[experiment]`` section: what is evaluated, on which model and which data."""
 
-    rollout: str
+    rollout: str = declared(ROLLOUT)
     """Name of the rollout directory, ``<workspace>/rollouts/<rollout>/``."""
 
-    entrypoint: str
+    entrypoint: str = declared(ENTRYPOINT)
     """File inside the rollout directory that starts the rollout server (e.g. ``main.py``)."""
 
-    model_path: str
+    model_path: str = setting(
+        required=True,
+        scaffold="embedded",
+        comment="or openai:<base_url>[:<model>], or a LiteLLM id provider/model",
+        docs='the policy: `"embedded"`, `"openai:<base_url>[:<model>]"`, a LiteLLM id '
+        'such as `"openai/gpt-4o-mini"`, or `"torch:<checkpoint dir>"`; see '
+        "[gateway](gateway.md#policies)",
+    )
     """Gateway policy spec: ``embedded``, ``openai:<base_url>[:<model>]`` or ``provider/model``."""
 
-    dataset: Path
+    dataset: Path = declared(DATASET)
     """The dataset file (CSV, JSONL or Parquet), made absolute against the workspace."""
 
-    branch: str | None = None
+    branch: str | None = declared(BRANCH, None)
     """Optional branch the rollout code comes from; recorded as provenance only."""
 
-    commit_sha: str | None = None
+    commit_sha: str | None = declared(COMMIT_SHA, None)
     """Optional commit (7-40 hex digits) the rollout code comes from; provenance only."""
+
+
+def _limit(src: ConfigSource, table: TOMLTable, section: str) -> int | None:
+    limit = src.integer(table, section, "limit", "any")
+    return limit if limit > 0 else None
 
 
 @dataclass(frozen=True)
 class EvaluationConfig:
     """The ``[evaluation]`` section: how many rows, attempts and how long each may take."""
 
-    limit: int | None = None
+    limit: int | None = setting(
+        None,
+        parse=_limit,
+        scaffold=5,
+        commented=True,
+        comment="only the first N rows (non-positive: all)",
+        docs="evaluate only the first N rows (a non-positive number: all); `--rows` overrides it",
+        docs_default="all",
+    )
     """First rows to evaluate; None (written as a non-positive number, or absent) means all."""
 
-    n: int = 1
+    n: int = setting(
+        1, comment="runs per row (pass@k needs n >= 2)", docs="runs per row (pass@k needs n ≥ 2)"
+    )
     """Attempts per row."""
 
-    batch_size: int | None = None
+    batch_size: int | None = setting(
+        None,
+        scaffold=4,
+        commented=True,
+        comment="rollouts in flight (default: the server's capacity)",
+        docs="rollouts in flight; `--max-in-flight` overrides it",
+        docs_default="the server's capacity, else 4",
+    )
     """Concurrency hint; None leaves the choice to the runner."""
 
-    pass_threshold: float = 1.0
+    pass_threshold: float = declared(PASS_THRESHOLD, 1.0)
     """A rollout passes when its reward is at least this."""
 
-    agent_timeout_sec: float = 450.0
+    agent_timeout_sec: float = setting(
+        450.0,
+        key="agent_workflow_timeout_s",
+        scaffold=300,
+        comment="seconds a rollout's agent workflow may take",
+        docs="seconds the agent workflow of one rollout may take",
+    )
     """Deadline of the agent workflow (``agent_workflow_timeout_s``)."""
 
-    grader_timeout_sec: float = 150.0
+    grader_timeout_sec: float = setting(
+        150.0,
+        key="grader_timeout_s",
+        scaffold=30,
+        comment="seconds its grader may take",
+        docs="seconds the grader of one rollout may take",
+    )
     """Deadline of the grader (``grader_timeout_s``)."""
+
+
+EVAL_EXPERIMENT = section_of(ExperimentConfig, "experiment")
+EVALUATION = section_of(EvaluationConfig, "evaluation")
 
 
 @dataclass(frozen=True)
@@ -129,7 +184,7 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
     if "experiment" not in data:
         raise ConfigError(
             f"{path}: the [experiment] section is missing; it needs "
-            + ", ".join(EVAL_EXPERIMENT.required)
+            + ", ".join(key.name for key in EVAL_EXPERIMENT.keys if key.setting.required)
         )
 
     workspace = workspace_of(path)
@@ -165,9 +220,4 @@ def _model_path(src: ConfigSource, table: TOMLTable) -> str:
 
 
 def _evaluation(src: ConfigSource, table: TOMLTable) -> EvaluationConfig:
-    return parse_section(src, table, EVALUATION, EvaluationConfig, {"limit": _limit})
-
-
-def _limit(src: ConfigSource, table: TOMLTable) -> int | None:
-    limit = src.integer(table, "evaluation", "limit", "any")
-    return limit if limit > 0 else None
+    return parse_section(src, table, EVALUATION)

@@ -16,8 +16,8 @@ from typing import Any, BinaryIO
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, DatasetRowError
-from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
 from osmosis_ai.rollout.dataset import normalize_dataset_row
+from osmosis_ai.rollout.nesting import MAX_JSON_DEPTH, nests_deeper_than
 
 __all__ = [
     "DATASET_FORMATS",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from osmosis_ai._unique import token_hex
-from osmosis_ai.rollout._storage import atomic_write_bytes, fsync_directory
+from osmosis_ai.rollout.storage import atomic_write_bytes, fsync_directory
 
 __all__ = ["RESERVED_ARTIFACT_NAMES", "copy_artifacts", "write_json_atomic", "write_jsonl_atomic"]
 
@@ -29,7 +29,7 @@ def write_json_atomic(path: Path | str, data: Any, *, mode: int = 0o644) -> None
     """Write ``data`` as JSON so readers see the old file or the new one, never a mix.
 
     The text is 2-space indented with a trailing newline, written durably by
-    `osmosis_ai.rollout._storage.atomic_write_bytes` (which refuses a symlinked ``path``).
+    `osmosis_ai.rollout.storage.atomic_write_bytes` (which refuses a symlinked ``path``).
 
     Args:
         path: Destination file; its directory must exist.

@@ -15,7 +15,7 @@ from osmosis_ai.eval.datasets import Dataset, load_dataset
 from osmosis_ai.eval.run_dir import canonical_digest, source_digest
 from osmosis_ai.gateway import Policy, build_policy, displayable_policy_spec
 from osmosis_ai.redact import Redactor, credential_env_values
-from osmosis_ai.rollout._scrub import scrub_files
+from osmosis_ai.rollout.scrub import scrub_files
 from osmosis_ai.rollout.server.app import parse_backend_spec
 
 __all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run", "secret_values"]

@@ -31,10 +31,10 @@ from osmosis_ai.eval.projections import write_projections
 from osmosis_ai.eval.run_dir import PREVIEWS_DIR, open_run_dir, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStack, RolloutStackError, rollout_stack
-from osmosis_ai.rollout._storage import DURABLE_FILES_ENV
 from osmosis_ai.rollout.client import RolloutHandle
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV
 from osmosis_ai.rollout.status import RolloutStatus
+from osmosis_ai.rollout.storage import DURABLE_FILES_ENV
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_ROOT_ENV
 from osmosis_ai.rollout.trajectory.save import describe_storage_error
 from osmosis_ai.rollout.types import RolloutResultResponse

@@ -16,7 +16,7 @@ import aiohttp
 from osmosis_ai._child_process import ChildProcess
 from osmosis_ai._serving import free_port
 from osmosis_ai.errors import OsmosisError
-from osmosis_ai.rollout._request_logs import REQUEST_LOGS_ENV
+from osmosis_ai.rollout.request_logs import REQUEST_LOGS_ENV
 
 __all__ = ["RolloutServerError", "RolloutServerProcess"]
 

@@ -32,8 +32,8 @@ from osmosis_ai.gateway.request import (
     parse_chat_request,
 )
 from osmosis_ai.redact import Redactor
-from osmosis_ai.rollout._json_body import BodyError, asgi_body_chunks, read_json_body
 from osmosis_ai.rollout.ids import is_single_path_segment
+from osmosis_ai.rollout.json_body import BodyError, asgi_body_chunks, read_json_body
 
 __all__ = ["GatewayState", "create_gateway_app"]
 

@@ -25,9 +25,9 @@ from typing import Unpack
 
 from osmosis_ai import __version__
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._storage import atomic_write_bytes
-from osmosis_ai.rollout.backend._spec import dump_spec, load_spec
+from osmosis_ai.rollout.backend.spec import dump_spec, load_spec
 from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
+from osmosis_ai.rollout.storage import atomic_write_bytes
 
 __all__ = ["Bundle", "build_bundle", "run_bundle"]
 

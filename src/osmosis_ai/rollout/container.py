@@ -34,16 +34,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._storage import atomic_write_bytes
-from osmosis_ai.rollout.backend._phases import run_grader_phase as _grade
-from osmosis_ai.rollout.backend._phases import run_workflow_phase
 from osmosis_ai.rollout.backend.base import ExecutionRequest, ExecutionResult
+from osmosis_ai.rollout.backend.phases import run_grader_phase as _grade
+from osmosis_ai.rollout.backend.phases import run_workflow_phase
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import AgentWorkflowOutput, JSONObject, RolloutSample
 from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.storage import atomic_write_bytes
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
@@ -389,8 +389,8 @@ def _agent_sample(paths: ContainerPaths) -> RolloutSample | None:
 def _write_trajectory(path: Path, data: ContainerInput, sample: RolloutSample | None) -> None:
     if sample is None or not sample.trajectory_messages:
         return
-    from osmosis_ai.rollout.trajectory._encode import encode_document
     from osmosis_ai.rollout.trajectory.convert import convert_sample_to_trajectory
+    from osmosis_ai.rollout.trajectory.encode import encode_document
 
     try:
         trajectory = convert_sample_to_trajectory(

@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeGuard
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from osmosis_ai.rollout._copy import deep_copy
+from osmosis_ai.rollout.deep_copy import deep_copy
 
 __all__ = ["AgentWorkflowOutput", "FiniteNumber", "JSONObject", "RolloutSample", "TurnRewards"]
 

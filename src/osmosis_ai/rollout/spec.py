@@ -1,7 +1,7 @@
 """``RolloutSpec``: what a rollout runs (workflow and grader classes with their configs).
 
 Every backend is built from one; each backend's keyword spelling (``workflow=...``,
-``grader=...``) resolves to it. `osmosis_ai.rollout.backend._spec` ships it to another
+``grader=...``) resolves to it. `osmosis_ai.rollout.backend.spec` ships it to another
 process or into a bundle.
 """
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from osmosis_ai.rollout._copy import deep_copy
 from osmosis_ai.rollout.context import SampleSource
+from osmosis_ai.rollout.deep_copy import deep_copy
 from osmosis_ai.rollout.sample import RolloutSample
 
 __all__ = ["HistorySource"]

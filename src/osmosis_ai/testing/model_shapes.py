@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import import_torch_stack
+from osmosis_ai.gateway.policies.hf_dir import import_torch_stack
 
 __all__ = ["SHAPES", "model_config", "write_random_model"]
 

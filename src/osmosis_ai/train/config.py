@@ -1,10 +1,13 @@
-"""The training TOML (``configs/training/<name>.toml``): ``[experiment]``, ``[training]`` and
-``[vllm]``.
+"""The training TOML (``configs/training/<name>.toml``), one dataclass per section.
 
-The keys of each section are declared in `osmosis_ai.eval._config_schema`, which checks their
-types and ranges; ``[experiment]``, ``[env]`` and ``[secrets]`` are read by the validators the
-eval config uses. What involves several keys or the workspace is checked here, with the same
-line-numbered errors.
+``[experiment]`` (what is trained, on which rows), ``[training]`` (how long, how many rows),
+``[sampling]`` (every training call), ``[algorithm]`` (the update: `AlgorithmConfig`, with a
+named recipe), ``[learner]`` (with ``[learner.lora]``), ``[engine]`` (with
+``[engine.vllm]``), ``[eval]`` (the held-out rows), ``[checkpoints]``, ``[tracking]``,
+``[env]`` and ``[secrets]``. Each setting is declared once, as its field (`setting`); the
+parser, the scaffold, the docs' table and the run's resolved config derive from it. A file
+in the flat ``[training]`` form of before is refused with a line per key saying where it went
+(`osmosis_ai.train.migration`).
 """
 
 from __future__ import annotations
@@ -12,37 +15,60 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from osmosis_ai.errors import SettingError
-from osmosis_ai.eval._config_schema import (
-    TRAIN_EXPERIMENT,
-    TRAINING,
-    VLLM,
-    check_keys,
-    parse_section,
-)
-from osmosis_ai.eval._config_sections import (
-    ConfigSource,
-    TOMLTable,
+from osmosis_ai.config.experiment import (
+    BRANCH,
+    COMMIT_SHA,
+    DATASET,
+    ENTRYPOINT,
+    PASS_THRESHOLD,
+    ROLLOUT,
     dataset_path,
     env_table,
-    read_config,
     secret_names,
     shared_experiment,
-    workspace_of,
 )
-from osmosis_ai.gateway.policies._torch_device import DEVICE_SETTING
-from osmosis_ai.train.algorithm.settings import GrpoConfig, TisMode
+from osmosis_ai.config.schema import (
+    Section,
+    check_keys,
+    declared,
+    parse_section,
+    section_of,
+    setting,
+    settings_toml,
+    subsection,
+    toml_value,
+)
+from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
+from osmosis_ai.errors import SettingError
+from osmosis_ai.gateway.policies.tool_formats import ToolFormatSetting
+from osmosis_ai.gateway.policies.torch_device import DEVICE_SETTING, Precision
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig, UpdateSettings
 from osmosis_ai.train.bookkeeping.trackers import TRACKERS
+from osmosis_ai.train.recipes import RECIPES
 
-__all__ = ["TrainConfig", "TrainingConfig", "VllmConfig", "grpo_config", "load_train_config"]
+__all__ = [
+    "ALGORITHM",
+    "TRAIN_EXPERIMENT",
+    "TRAIN_SECTIONS",
+    "CheckpointsConfig",
+    "EngineConfig",
+    "HeldOutConfig",
+    "LearnerConfig",
+    "LoraConfig",
+    "SamplingConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "TrainExperimentConfig",
+    "TrainingConfig",
+    "VllmConfig",
+    "load_train_config",
+    "resolved_toml",
+]
 
-_SECTIONS = ("experiment", "training", "vllm", "env", "secrets")
-#: LoRA settings other than the rank: they mean nothing for a full fine-tune.
-_LORA_OPTIONS = ("lora_alpha", "lora_dropout", "lora_target_modules")
 #: The fewest rollouts in flight (`TrainingConfig.rollouts_in_flight`).
 _MIN_IN_FLIGHT = 16
 #: The attention and MLP projections of the model's blocks (peft: every linear layer but the
@@ -50,118 +76,152 @@ _MIN_IN_FLIGHT = 16
 ALL_LINEAR = "all-linear"
 
 
+def _device(src: ConfigSource, table: TOMLTable, section: str) -> str:
+    value = src.string(table, section, "device")
+    if not DEVICE_SETTING.fullmatch(value):
+        raise src.error(
+            (section, "device"),
+            f'{section}.device must be "auto", "cpu", "cuda", "cuda:N" or "mps", got {value!r}',
+        )
+    return value
+
+
+def _target_modules(src: ConfigSource, table: TOMLTable, section: str) -> tuple[str, ...] | str:
+    value = table["target_modules"]
+    if value == ALL_LINEAR:
+        return ALL_LINEAR
+    if not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(name, str) and name.strip() for name in value)
+    ):
+        raise src.error(
+            (section, "target_modules"),
+            f'{section}.target_modules must be "{ALL_LINEAR}" or a non-empty list of module '
+            'names such as ["q_proj", "v_proj"]',
+        )
+    return tuple(value)
+
+
+def _report_to(src: ConfigSource, table: TOMLTable, section: str) -> tuple[str, ...]:
+    value = table["report_to"]
+    names = ", ".join(f'"{name}"' for name in TRACKERS)
+    if not (isinstance(value, list) and all(isinstance(name, str) for name in value)):
+        raise src.error(
+            (section, "report_to"),
+            f'{section}.report_to must be an array of tracker names, e.g. ["tensorboard"]; '
+            f"the trackers are {names}",
+        )
+    for name in value:
+        if name not in TRACKERS:
+            raise src.error(
+                (section, "report_to"),
+                f"{section}.report_to: unknown tracker {name!r}; the trackers are {names}",
+            )
+    return tuple(dict.fromkeys(value))
+
+
+def _url(src: ConfigSource, table: TOMLTable, section: str) -> str:
+    url = src.string(table, section, "url")
+    if not url.startswith(("http://", "https://")):
+        raise src.error((section, "url"), f"{section}.url must be an http:// URL, got {url!r}")
+    return url
+
+
+def _server_args(src: ConfigSource, table: TOMLTable, section: str) -> tuple[str, ...]:
+    args = table["args"]
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise src.type_error(section, "args", args, 'an array of strings (["--enforce-eager"])')
+    return tuple(args)
+
+
+def _server_env(src: ConfigSource, table: TOMLTable, section: str) -> dict[str, str]:
+    env = table["env"]
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise src.type_error(section, "env", env, 'a table of strings ({ NAME = "value" })')
+    return dict(env)
+
+
+def _model(src: ConfigSource, table: TOMLTable, section: str) -> str:
+    return src.string(table, section, "model")  # a directory: checked against the workspace
+
+
+@dataclass(frozen=True)
+class TrainExperimentConfig:
+    """``[experiment]``: the rollout, the model it trains, the rows."""
+
+    rollout: str = declared(ROLLOUT)
+    entrypoint: str = declared(ENTRYPOINT)
+    model: str = setting(
+        required=True,
+        parse=_model,
+        scaffold="embedded",
+        comment="SmolLM2-135M-Instruct, or a local HuggingFace-format model dir",
+        docs='`"embedded"` or a local HuggingFace-format directory',
+    )
+    """``embedded`` or a local HuggingFace-format directory (made absolute)."""
+    dataset: Path = declared(DATASET)
+    branch: str | None = declared(BRANCH, None)
+    commit_sha: str | None = declared(COMMIT_SHA, None)
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
-    """The ``[training]`` section."""
+    """``[training]``: how long the run is and what each step takes."""
 
-    steps: int = 10
-    prompts_per_step: int = 4
+    steps: int = setting(
+        10,
+        aliases=("max_steps", "num_steps", "total_training_steps"),
+        scaffold=4,
+        comment="optimiser steps; each runs rollouts, grades them, updates once",
+        docs="optimiser steps",
+    )
+    prompts_per_step: int = setting(
+        4,
+        aliases=("batch_size", "train_batch_size", "per_device_train_batch_size"),
+        scaffold=2,
+        comment="dataset rows per step",
+        docs="rows per step, rollouts per row",
+    )
     """Dataset rows per step (picked with ``seed``)."""
-    group_size: int = 4
+    group_size: int = setting(
+        4,
+        aliases=("num_generations", "n_samples_per_prompt", "rollout_n", "n_samples"),
+        comment="rollouts per row; each is scored against its row's others",
+        joins_row=True,
+    )
     """Rollouts per row; advantages are normalised within this group."""
-    learning_rate: float = 1e-5
-    loss: Literal["ppo_clip", "gspo", "cispo"] = "ppo_clip"
-    """The objective (``algorithm.loss``): PPO's clipped token ratio, GSPO's clipped sequence
-    ratio, or CISPO's clipped importance weight on the log-likelihood."""
-    clip_low: float | None = None
-    """``None``: the loss's default (``algorithm.loss.CLIP_DEFAULTS``)."""
-    clip_high: float | None = None
-    dual_clip: float | None = None
-    """A negative advantage's token loses at most this × |A| (0: off; ``None``: 3, or off
-    where ``1 + clip_high`` reaches it)."""
-    normalisation: Literal["token", "sequence", "constant"] = "token"
-    epochs: int = 1
-    """Passes over a step's rollouts, each in ``mini_batches`` optimiser steps."""
-    mini_batches: int = 1
-    overlong: Literal["keep", "mask", "penalty"] = "keep"
-    """Rollouts a model call of which stopped at ``max_tokens``: trained as they are, left
-    out of the loss (``mask``), or rewarded less as replies near the limit (``penalty``)."""
-    credit: Literal["outcome", "turn"] = "outcome"
-    """Whose advantage a token gets: its rollout's, or with turn rewards also its turn's."""
-    turn_discount: float = 0.5
-    turn_weight: float = 0.5
-    overlong_buffer: int = 0
-    """``penalty`` grows from 0 to -1 over the last this many tokens (0: a fifth of
-    ``max_tokens``)."""
-    advantage: Literal["grpo", "rloo"] = "grpo"
-    """The baseline of a reward: its group's mean, or the mean of the group's others."""
-    advantage_scale: Literal["std", "none"] | None = None
-    """``None``: the baseline's own (``std`` for ``grpo``, ``none`` for ``rloo``)."""
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
-    """The update's forward pass: under bf16 autocast, in fp32, or bf16 where the CPU
-    computes it natively (AVX512-BF16 or AMX); logprobs are taken in fp32 either way."""
-    kl_beta: float = 0.0
-    eval_every: int = 0
-    """Held-out eval every this many steps (0: only at start and end)."""
-    checkpoint_every: int = 1
-    eval_rows: float = 0.2
-    """Held-out split: a row count (>= 1) or a fraction of the dataset (< 1)."""
-    eval_dataset: str | None = None
-    """A held-out file as written (``TrainConfig.eval_dataset`` is its resolved path)."""
-    seed: int = 0
-    max_minutes: float = 0.0
-    """Stop once the steps have taken this long (0: no limit); evaluations and checkpoints
-    are not counted. The run ends as after its last step: checkpoint, held-out evaluation."""
-    max_tokens: int = 256
-    temperature: float = 1.0
-    """Sampling temperature of the training rollouts (imposed by the gateway)."""
-    eval_temperature: float = 0.0
-    """Sampling temperature of the held-out evaluation (0: greedy)."""
-    eval_samples: int = 1
-    """Rollouts per held-out row; above 1 (with ``eval_temperature`` > 0) the evaluation
-    reports pass@1..k, estimated as ``osmosis eval`` does."""
-    pass_threshold: float = 1.0
-    record_sequences: int = 0
-    """Write the training sequences of the first N steps, decoded by loss mask, to
-    ``sequences/step-NNNN.jsonl`` (`write_step_sequences`)."""
-    token_budget: int = 1024
-    """Tokens per micro-batch (forward+backward). The update's activations grow with it (in
-    fp32 about 1.7 MB a token for a 135M model): lower it when memory runs out, raise it
-    on a GPU with room to spare."""
-    max_batch_size: int = 64
-    """Most model calls the torch engine generates together (fewer when their KV cache would
-    not fit in a quarter of the free memory)."""
-    resample_zero_gradient: int = 0
-    """Dynamic sampling: run a group whose rewards are all equal again, up to this many times
-    within the step (0: leave it out of the update)."""
-    max_staleness: int = 0
-    """Asynchronous training's bound: a step trains only on tokens generated by weights at
-    most this many versions older than the ones it updates; the next steps' rollouts keep
-    running while it updates (0: synchronous, each step's rollouts start after the last)."""
-    device: str = "auto"
-    """Where the learner and the torch engine run: ``auto`` (CUDA when torch sees a GPU, else
-    the CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
-    lora_rank: int = 0
-    """0: full fine-tuning; r > 0: train a LoRA adapter of rank r (the base stays frozen)."""
-    lora_alpha: float | None = None
-    """LoRA scaling numerator (the update is scaled by alpha / rank); default 2 x rank."""
-    lora_dropout: float = 0.0
-    """Dropout on the adapter's input during the update (0: the update sees the policy that
-    generated, so the clipped ratio compares like with like)."""
-    lora_target_modules: tuple[str, ...] | str = ALL_LINEAR
-    """Module names the adapter wraps, or ``"all-linear"`` (every linear layer of the
-    attention and MLP blocks)."""
-    keep_checkpoints: int = 1
-    """How many of the newest checkpoints stay on disk."""
-    engine: Literal["torch", "vllm"] = "torch"
-    """What generates the rollouts: the learner's own model (``torch``) or a vLLM server
-    (``vllm``, configured by ``[vllm]``) that receives the weights after every step."""
-    tis_cap: float | None = None
-    """Importance sampling: each policy token's loss is weighted by the learner's probability
-    over the engine's, capped at this (0: off; ``None``: the loss's default, 2 for ``gspo``,
-    else off). Corrects for an engine whose logprobs differ from the learner's (vLLM in bf16)
-    and for stale tokens."""
-    tis_mode: TisMode | None = None
-    """Per token or per sequence, truncated or masked (``None``: the loss's default)."""
-    tis_floor: float = 0.0
-    """The mask modes' lower bound (0: none)."""
-    report_to: tuple[str, ...] = ()
-    """Experiment trackers that get every step's metrics and every held-out evaluation:
-    any of ``tensorboard``, ``wandb``, ``mlflow``, ``trackio`` (the ``track`` extra)."""
-    tool_format: Literal["auto", "native", "instruction"] = "auto"
-    """How the policy calls tools: ``native`` (the model's own syntax, which its chat template
-    renders: hermes's ``<tool_call>``), ``instruction`` (a JSON format described in the system
-    message, for templates without tools), or ``auto`` (native when the template has it)."""
+    seed: int = setting(
+        0,
+        bound="non-negative",
+        comment="picks the held-out rows and each step's rows",
+        docs="the held-out split and each step's rows",
+    )
+    max_minutes: float = setting(
+        0.0,
+        bound="non-negative",
+        comment="stop once the steps took this many minutes (0: no limit)",
+        docs="stop once the steps took this long in all (0: no limit); held-out evaluations "
+        "and checkpoints are not counted, and the run ends as after its last step",
+    )
+    max_staleness: int = setting(
+        0,
+        bound="non-negative",
+        comment="0: synchronous; S >= 1: the next S steps' rollouts run during an update",
+        docs="asynchronous training: rollouts of the next S steps keep running while a step "
+        "updates, and no token a step trains on was generated by weights more than S versions "
+        "older than those it updates (0: synchronous); see [asynchronous "
+        "training](async.md)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise SettingError(
+                "group_size",
+                f"group_size must be at least 2, got {self.group_size}: each rollout's "
+                "advantage is its reward against the other rollouts of its row, so a group of "
+                "one never has a gradient; use 2 or more (4 is the default)",
+            )
 
     @property
     def rollouts_in_flight(self) -> int:
@@ -171,33 +231,334 @@ class TrainingConfig:
         steps = self.max_staleness + 1
         return max(_MIN_IN_FLIGHT, steps * self.prompts_per_step * self.group_size)
 
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """``[sampling]``: imposed by the gateway on every model call of a training rollout."""
+
+    temperature: float = setting(
+        1.0,
+        bound="non-negative",
+        comment="sampling temperature of every training rollout's model call",
+        docs="sampling temperature of every call; the learner scores tokens at the same "
+        "temperature",
+        formerly="training.temperature",
+    )
+    max_tokens: int = setting(
+        256,
+        aliases=(
+            "max_completion_length",
+            "max_new_tokens",
+            "response_length",
+            "max_response_length",
+        ),  # fmt: skip
+        scaffold=64,
+        comment="token limit of every model call",
+        docs="each call's completion limit; a reply cut there is what `[algorithm.overlong]` "
+        "acts on",
+        formerly="training.max_tokens",
+    )
+    tool_format: ToolFormatSetting = setting(
+        "auto",
+        comment='tool calls: the model\'s own syntax ("native"), or "instruction"',
+        docs='how the policy calls tools: `"native"` (the model\'s own syntax, rendered by its '
+        'chat template: hermes\'s `<tool_call>`), `"instruction"` (a JSON format described in '
+        'the system message), or `"auto"` (native when the template has it); see [tool '
+        "calls](sequences.md#tool-calls-in-the-models-own-format)",
+        formerly="training.tool_format",
+    )
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """``[learner.lora]``: train a LoRA adapter of rank ``rank``; the base stays frozen."""
+
+    rank: int = setting(
+        required=True,
+        scaffold=16,
+        comment="the adapter's rank",
+        docs="the adapter's rank r",
+        formerly="training.lora_rank",
+    )
+    alpha: float | None = setting(
+        None,
+        scaffold=32,
+        commented=True,
+        comment="the adapter's scale is alpha / rank (default 2 x rank)",
+        docs="the adapter's scale is `alpha / rank`",
+        docs_default="2 × `rank`",
+        formerly="training.lora_alpha",
+    )
+    dropout: float = setting(
+        0.0,
+        bound="non-negative",
+        commented=True,
+        comment="dropout on the adapter's input in the update",
+        docs="dropout on the adapter's input during the update (0: the update sees the policy "
+        "that generated)",
+        formerly="training.lora_dropout",
+    )
+    target_modules: tuple[str, ...] | str = setting(
+        ALL_LINEAR,
+        parse=_target_modules,
+        commented=True,
+        comment="the layers it wraps, or a list of names",
+        docs="the layers the adapter wraps: every linear layer of the attention and MLP "
+        'blocks, or a list of module names such as `["q_proj", "v_proj"]`',
+        formerly="training.lora_target_modules",
+    )
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise SettingError("rank", f"rank must be at least 1, got {self.rank}")
+        if self.dropout >= 1:
+            raise SettingError("dropout", f"dropout must be below 1, got {self.dropout}")
+
     @property
-    def lora_scale_alpha(self) -> float:
-        """``lora_alpha``, or its default of twice the rank."""
-        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+    def scale_alpha(self) -> float:
+        """``alpha``, or its default of twice the rank."""
+        return self.alpha if self.alpha is not None else 2.0 * self.rank
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """``[learner]``: the model being trained, where, how fast, in what precision."""
+
+    learning_rate: float = setting(
+        1e-5,
+        aliases=("lr",),
+        comment="AdamW, after a linear warm-up over a tenth of the steps",
+        docs="AdamW, with a linear warm-up over a tenth of the steps",
+        formerly="training.learning_rate",
+    )
+    precision: Precision = setting(
+        "auto",
+        comment='the update: "bf16" autocast, "fp32", or bf16 where it is native',
+        docs='the update\'s forward pass under bf16 autocast (`"bf16"`), in `"fp32"`, or bf16 '
+        "where the device computes it natively: a GPU of compute capability 8.0+, a CPU with "
+        'AVX512-BF16 or AMX (about twice as fast); never on MPS. `"bf16"` where the device '
+        "would emulate it is refused",
+        formerly="training.precision",
+    )
+    token_budget: int = setting(
+        1024,
+        comment="tokens per micro-batch of the update; lower it on out of memory",
+        docs="tokens per micro-batch of the update (forward and backward): lower it when "
+        "memory runs out, raise it on a GPU with room to spare",
+        formerly="training.token_budget",
+    )
+    device: str = setting(
+        "auto",
+        parse=_device,
+        comment='"auto" (a GPU when torch sees one, else the CPU), "cpu", "cuda:N"',
+        docs='where the learner and the torch engine run: `"auto"` (CUDA when torch sees a '
+        'GPU, else the CPU), `"cpu"`, `"cuda"`, `"cuda:N"`, `"mps"`; see '
+        "[GPUs](gpu.md)",
+        formerly="training.device",
+    )
+    lora: LoraConfig | None = subsection(
+        comment="train a LoRA adapter (absent: every weight)",
+        docs="train a LoRA adapter (peft) instead of every weight; see [LoRA](lora.md)",
+    )
 
 
 @dataclass(frozen=True)
 class VllmConfig:
-    """The ``[vllm]`` section: the vLLM server of ``engine = "vllm"``."""
+    """``[engine.vllm]``: generate with a vLLM server, which gets the weights after every
+    step (absent: the learner's own model generates, the torch engine)."""
 
-    python: str = sys.executable
+    python: str = setting(
+        sys.executable,
+        docs="the interpreter of the environment where vLLM is installed (a relative path is "
+        "the workspace's)",
+        docs_default="this interpreter",
+        formerly="vllm.python",
+    )
     """The interpreter whose environment has vLLM (it may be another virtualenv's)."""
-    url: str = ""
-    """A vLLM server already running (with ``VLLM_SERVER_DEV_MODE=1``) to attach to instead
-    of starting one."""
-    dtype: str = "auto"
-    max_model_len: int = 0
-    """0: the model's own context length."""
-    gpu_memory_utilization: float = 0.0
-    """Share of the GPU's memory vLLM takes (0: vLLM's default, 0.9); lower it when the
-    learner shares the GPU. On the CPU, with no KV cache size given, the trainer sizes it
-    (`cpu_kv_cache`)."""
-    args: tuple[str, ...] = ()
-    """Extra server flags, e.g. ``["--enforce-eager"]``."""
-    env: dict[str, str] = field(default_factory=dict)
-    """Extra environment of the server, e.g. ``VLLM_LOGGING_LEVEL = "WARNING"``."""
-    start_timeout_sec: float = 600.0
+    url: str = setting(
+        "",
+        parse=_url,
+        docs="attach to a vLLM server you started (with `VLLM_SERVER_DEV_MODE=1`) instead of "
+        "starting one",
+        formerly="vllm.url",
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "half", "float32"] = setting(
+        "auto",
+        docs='`"auto"`, `"bfloat16"`, `"float16"`, `"float32"`; full weights are pushed in it',
+        formerly="vllm.dtype",
+    )
+    max_model_len: int = setting(
+        0, docs="the server's context length", docs_default="the model's",
+        formerly="vllm.max_model_len",
+    )  # fmt: skip
+    gpu_memory_utilization: float = setting(
+        0.0,
+        docs="the share of the GPU vLLM takes: lower it (0.3–0.5) when the learner shares the "
+        "GPU. On the CPU, unset, the trainer sizes the KV cache ([vLLM](vllm.md))",
+        docs_default="vLLM's (0.9)",
+        formerly="vllm.gpu_memory_utilization",
+    )
+    args: tuple[str, ...] = setting(
+        (),
+        parse=_server_args,
+        docs='extra server flags (`["--enforce-eager"]`, `["--kv-cache-memory-bytes", '
+        '"2000000000"]`) and environment (`{ VLLM_LOGGING_LEVEL = "WARNING" }`)',
+        formerly="vllm.args",
+    )
+    env: dict[str, str] = setting(
+        factory=dict, parse=_server_env, joins_row=True, formerly="vllm.env"
+    )
+    start_timeout_sec: float = setting(
+        600.0, docs="how long the server may take to come up", formerly="vllm.start_timeout_sec"
+    )
+
+    def __post_init__(self) -> None:
+        if self.gpu_memory_utilization > 1:
+            raise SettingError(
+                "gpu_memory_utilization",
+                "gpu_memory_utilization is a share of the GPU's memory (0 to 1), "
+                f"got {self.gpu_memory_utilization}",
+            )
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """``[engine]``: what generates the rollouts."""
+
+    max_batch_size: int = setting(
+        64,
+        comment="most model calls the torch engine generates together",
+        docs="most model calls the torch engine generates together; fewer when their KV "
+        "cache (prompt + `max_tokens` each) would not fit in a quarter of the device's free "
+        "memory. A step's rollouts start together, so their first calls share one prefill",
+        formerly="training.max_batch_size",
+    )
+    vllm: VllmConfig | None = subsection(
+        docs="generate with a vLLM server instead of the learner's own model (the torch "
+        "engine); see [vLLM](vllm.md)",
+    )
+
+    @property
+    def name(self) -> Literal["torch", "vllm"]:
+        """``vllm`` with an ``[engine.vllm]`` table, else ``torch``."""
+        return "torch" if self.vllm is None else "vllm"
+
+
+@dataclass(frozen=True)
+class HeldOutConfig:
+    """``[eval]``: the held-out rows, evaluated at the start, every ``every`` steps and at
+    the end."""
+
+    rows: float | None = setting(
+        None,
+        scaffold=2,
+        comment="held-out rows (not trained on), evaluated at start and end",
+        docs="held-out split: a row count (≥ 1) or a fraction of the dataset",
+        docs_default="0.2",
+        formerly="training.eval_rows",
+    )
+    dataset: str | None = setting(
+        None,
+        scaffold="data/heldout.jsonl",
+        commented=True,
+        comment="or a held-out file of its own (instead of rows)",
+        docs='a held-out file (`"data/heldout.jsonl"`, relative to the workspace; any dataset '
+        "format), evaluated as it is instead of splitting `dataset`, whose rows then all "
+        "train; not with `rows` (a `--set` of either replaces the file's other, and the run "
+        "says so). The journal's `start` event records its path",
+        formerly="training.eval_dataset",
+    )
+    """As written (`TrainConfig.eval_dataset` is its resolved path)."""
+    every: int = setting(
+        0,
+        bound="non-negative",
+        comment="also evaluate every N steps (0: only at start and end)",
+        docs="held-out eval every N steps (always at start and end)",
+        formerly="training.eval_every",
+    )
+    samples: int = setting(
+        1,
+        comment="rollouts per held-out row; > 1 (temperature > 0) adds pass@k",
+        docs="rollouts per held-out row; above 1 (with `temperature` > 0) each evaluation also "
+        "reports pass@1..k, estimated as `osmosis eval` does (the unbiased estimator, "
+        "averaged over the rows)",
+        formerly="training.eval_samples",
+    )
+    temperature: float = setting(
+        0.0,
+        bound="non-negative",
+        comment="sampling temperature of the held-out evaluations (0: greedy)",
+        docs="sampling temperature of the held-out evaluations (0: greedy, so two points "
+        "compare policies, not luck)",
+        formerly="training.eval_temperature",
+    )
+    pass_threshold: float = declared(replace(PASS_THRESHOLD, bound="positive",
+                                             formerly="training.pass_threshold"), 1.0)  # fmt: skip
+    """A rollout passes when its reward is at least this (the steps' pass rate too)."""
+
+    def __post_init__(self) -> None:
+        if self.rows is not None and self.dataset is not None:
+            raise SettingError(
+                "rows", "rows splits the dataset, but dataset names the held-out rows; keep one"
+            )
+        if self.samples > 1 and not self.temperature:
+            raise SettingError(
+                "samples",
+                "samples > 1 needs temperature > 0 (greedy samples are all the same); set "
+                "temperature, e.g. 1.0",
+            )
+
+    @property
+    def split(self) -> float:
+        """The rows split off ``dataset``: ``rows``, 0 with a held-out file, else 0.2."""
+        if self.rows is not None:
+            return self.rows
+        return 0.0 if self.dataset is not None else 0.2
+
+
+@dataclass(frozen=True)
+class CheckpointsConfig:
+    """``[checkpoints]``: when the run saves, and how many saves stay."""
+
+    every: int = setting(
+        1,
+        scaffold=2,
+        comment="checkpoint every N steps and at the end; a rerun resumes there",
+        docs="checkpoint every N steps (always at the end); a rerun resumes from the last",
+        formerly="training.checkpoint_every",
+    )
+    keep: int = setting(
+        1,
+        comment="how many of the newest checkpoints stay on disk",
+        docs="how many of the newest checkpoints stay on disk (`osmosis train export --step`)",
+        formerly="training.keep_checkpoints",
+    )
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """``[tracking]``: where the steps' figures go besides ``metrics.jsonl``."""
+
+    report_to: tuple[str, ...] = setting(
+        (),
+        parse=_report_to,
+        scaffold=("tensorboard",),
+        commented=True,
+        comment="trackers: tensorboard, wandb, mlflow, trackio",
+        docs='experiment trackers that get every step and evaluation: any of `"tensorboard"`, '
+        '`"wandb"`, `"mlflow"`, `"trackio"` (`pip install \'osmosis-ai[track]\'`); see '
+        "[trackers](trackers.md)",
+        formerly="training.report_to",
+    )
+    record_sequences: int = setting(
+        0,
+        bound="non-negative",
+        comment="write the first N steps' training sequences to sequences/ (0: none)",
+        docs="write the training sequences of the first N steps to `sequences/step-NNNN.jsonl`: "
+        "each as segments of text that carry loss (the policy's replies) or not (prompt, tool "
+        "results, template), redacted; see [sequences](sequences.md)",
+        formerly="training.record_sequences",
+    )
 
 
 @dataclass(frozen=True)
@@ -206,15 +567,17 @@ class TrainConfig:
 
     path: Path
     workspace: Path
-    rollout: str
-    entrypoint: str
-    model: str
-    """``embedded`` or a local HuggingFace-format directory."""
-    dataset: Path
-    training: TrainingConfig
-    vllm: VllmConfig = field(default_factory=VllmConfig)
+    experiment: TrainExperimentConfig
+    training: TrainingConfig = subsection(TrainingConfig)
+    sampling: SamplingConfig = subsection(SamplingConfig)
+    algorithm: AlgorithmConfig = subsection(AlgorithmConfig)
+    learner: LearnerConfig = subsection(LearnerConfig)
+    engine: EngineConfig = subsection(EngineConfig)
+    eval: HeldOutConfig = subsection(HeldOutConfig)
+    checkpoints: CheckpointsConfig = subsection(CheckpointsConfig)
+    tracking: TrackingConfig = subsection(TrackingConfig)
     eval_dataset: Path | None = None
-    """``[training] eval_dataset``: the held-out rows, instead of a split of ``dataset``."""
+    """``[eval] dataset`` resolved: the held-out rows, instead of a split of ``dataset``."""
     env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
@@ -225,7 +588,43 @@ class TrainConfig:
     @property
     def rollout_dir(self) -> Path:
         """The rollout's directory, ``<workspace>/rollouts/<rollout>``."""
-        return self.workspace / "rollouts" / self.rollout
+        return self.workspace / "rollouts" / self.experiment.rollout
+
+    def settings(self) -> dict[str, dict[str, object]]:
+        """Every section after ``[experiment]`` as plain values, by section name (the
+        journal's ``start`` line and the trackers' parameters)."""
+        return {section.name: asdict(getattr(self, section.name)) for section in TRAIN_SECTIONS}
+
+    def update_settings(self, *, bf16: bool = False) -> UpdateSettings:
+        """What the update takes; ``bf16`` is ``[learner] precision`` as the device resolved it.
+
+        Raises:
+            SettingError: Values of two sections that do not go together.
+        """
+        return UpdateSettings(
+            algorithm=self.algorithm,
+            max_tokens=self.sampling.max_tokens,
+            # Greedy rollouts record logprobs of the unscaled distribution.
+            temperature=self.sampling.temperature or 1.0,
+            token_budget=self.learner.token_budget,
+            bf16=bf16,
+        )
+
+
+TRAIN_EXPERIMENT = section_of(TrainExperimentConfig, "experiment")
+#: The sections after ``[experiment]``, in the order the file, the scaffold and the docs have.
+TRAIN_SECTIONS: tuple[Section, ...] = tuple(
+    sub.section for sub in section_of(TrainConfig, "").subsections
+)
+ALGORITHM = section_of(AlgorithmConfig, "algorithm")
+_TOP = ("experiment", *(section.name for section in TRAIN_SECTIONS), "env", "secrets")
+#: Where a cross-section `UpdateSettings` error's setting is written.
+_UPDATE_KEYS = {
+    "max_tokens": ("sampling", "max_tokens"),
+    "temperature": ("sampling", "temperature"),
+    "token_budget": ("learner", "token_budget"),
+    "overlong.buffer": ("algorithm", "overlong", "buffer"),
+}
 
 
 def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -233,225 +632,105 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
     ``--set`` flags) validated as if the file held them.
 
     Raises:
-        ConfigError: Unreadable or invalid TOML, or an unknown, missing or out-of-range
-            section or key; the message names the file, the line and the key.
+        ConfigError: Unreadable or invalid TOML; a file in the flat form of before (a line per
+            key saying where it went); an unknown, missing or out-of-range section or key, or
+            two keys that do not go together: the message names the file, the line and the key.
     """
+    from osmosis_ai.train.migration import migration_error
+
     path = Path(os.path.abspath(path))
     data, src = read_config(path, "training config", overrides)
-    tables = src.sections(data, _SECTIONS, "a training config")
-    experiment = tables["experiment"]
-    check_keys(src, experiment, TRAIN_EXPERIMENT)
+    moved = migration_error(src, data)
+    if moved is not None:
+        raise moved
+    tables = src.sections(data, _TOP, "a training config")
     workspace = workspace_of(path)
-    shared = shared_experiment(src, experiment, workspace)
     env = env_table(src, tables["env"])
-    held_out = ("eval_dataset", "eval_rows")
-    training_table, note = src.flag_replaces(tables["training"], "training", held_out)
-    training = _training(src, training_table)
-    if tables["vllm"] and training.engine != "vllm":
-        raise src.error(
-            ("vllm",),
-            f'[vllm] configures the vLLM engine, but training.engine is "{training.engine}"; '
-            'set engine = "vllm" in [training], or remove [vllm]',
-        )
-    return TrainConfig(
+    held_out, note = src.flag_replaces(tables["eval"], "eval", ("dataset", "rows"))
+    sections: dict[str, Any] = {
+        section.name: parse_section(src, held_out if section.name == "eval" else
+                                    tables[section.name], section, _base(src, tables, section))
+        for section in TRAIN_SECTIONS
+    }  # fmt: skip
+    engine: EngineConfig = sections["engine"]
+    if engine.vllm is not None and os.sep in engine.vllm.python:
+        # A relative path is the workspace's, as every path of the config is.
+        python = os.path.normpath(workspace / Path(engine.vllm.python).expanduser())
+        sections["engine"] = replace(engine, vllm=replace(engine.vllm, python=python))
+    config = TrainConfig(
         path=path,
         workspace=workspace,
-        rollout=shared.rollout,
-        entrypoint=shared.entrypoint,
-        model=_model(src, experiment, workspace),
-        dataset=shared.dataset,
-        eval_dataset=_eval_dataset(src, training_table, workspace),
-        training=training,
-        vllm=_vllm(src, tables["vllm"], workspace),
+        experiment=_experiment(src, tables["experiment"], workspace),
+        eval_dataset=(
+            dataset_path(src, held_out, workspace, "eval", "dataset")
+            if "dataset" in held_out
+            else None
+        ),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
         overrides=tuple(overrides),
         notes=(note,) if note else (),
+        **sections,
     )
-
-
-def _eval_dataset(src: ConfigSource, table: TOMLTable, workspace: Path) -> Path | None:
-    if "eval_dataset" not in table:
-        return None
-    if "eval_rows" in table:
-        raise src.error(
-            ("training", "eval_rows"),
-            "training.eval_rows splits the dataset, but training.eval_dataset names the "
-            "held-out rows; keep one",
-        )
-    return dataset_path(src, table, workspace, "training", "eval_dataset")
-
-
-def _model(src: ConfigSource, table: TOMLTable, workspace: Path) -> str:
-    model = src.string(table, "experiment", "model")
-    if model == "embedded":
-        return model
-    directory = Path(os.path.normpath(workspace / Path(model).expanduser()))
-    if not directory.is_dir():
-        raise src.error(
-            ("experiment", "model"),
-            f'experiment.model {model!r}: there is no directory {directory}; use "embedded" '
-            "or a local HuggingFace-format model directory",
-        )
-    return str(directory)
-
-
-def _training(src: ConfigSource, table: TOMLTable) -> TrainingConfig:
-    parsers = {"device": _device, "lora_target_modules": _target_modules, "report_to": _report_to}
-    training = parse_section(src, table, TRAINING, TrainingConfig, parsers)
-    if training.group_size < 2:
-        raise src.error(
-            ("training", "group_size"),
-            f"training.group_size must be at least 2, got {training.group_size}: each rollout's "
-            "advantage is its reward against the other rollouts of its row, so a group of one "
-            "never has a gradient; use 2 or more (4 is the default)",
-        )
-    if not training.lora_rank:
-        for key in _LORA_OPTIONS:
-            if key in table:
-                raise src.error(
-                    ("training", key),
-                    f"training.{key} is set but lora_rank is 0 (full fine-tuning); set "
-                    f"lora_rank > 0 to train a LoRA adapter, or remove {key}",
-                )
-    if training.lora_dropout >= 1:
-        raise src.error(
-            ("training", "lora_dropout"),
-            f"training.lora_dropout must be below 1, got {training.lora_dropout}",
-        )
-    try:  # the update's own rules, so a bad combination is refused at its line now
-        grpo_config(training)
+    try:  # the update's own rules across sections, refused at their line now
+        config.update_settings()
     except SettingError as exc:
-        key = _UPDATE_KEYS.get(exc.setting, exc.setting)
-        message = str(exc)
-        if message.startswith(exc.setting):
-            message = key + message[len(exc.setting) :]
-        raise src.error(("training", key), f"training.{message}") from None
-    if training.eval_samples > 1 and not training.eval_temperature:
-        raise src.error(
-            ("training", "eval_samples"),
-            "training.eval_samples > 1 needs training.eval_temperature > 0 (greedy samples "
-            "are all the same); set eval_temperature, e.g. 1.0",
-        )
-    return training
+        where = _UPDATE_KEYS.get(exc.setting, ("algorithm", exc.setting))
+        section = where[: len(where) - len(exc.setting.split("."))]
+        raise src.error(where, f"{'.'.join(section)}.{exc}") from None
+    return config
 
 
-#: `GrpoConfig` fields whose ``[training]`` key has another name.
-_UPDATE_KEYS = {"micro_batch_tokens": "token_budget"}
+def _base(src: ConfigSource, tables: dict[str, TOMLTable], section: Section) -> object | None:
+    """The recipe ``[algorithm]`` names, which its keys then override; ``None`` elsewhere."""
+    if section is not ALGORITHM or "recipe" not in tables["algorithm"]:
+        return None
+    (recipe,) = (key for key in ALGORITHM.keys if key.name == "recipe")
+    name = src.choice(tables["algorithm"], "algorithm", "recipe", recipe.choices)
+    return RECIPES[name]  # type: ignore[index]
 
 
-def grpo_config(training: TrainingConfig, *, bf16: bool = False) -> GrpoConfig:
-    """The update's settings from ``[training]``; ``bf16`` is the precision the learner's
-    device resolved ``precision`` to.
-
-    Raises:
-        SettingError: A value the update cannot take, or two that do not go together.
-    """
-    return GrpoConfig(
-        loss=training.loss,
-        clip_low=training.clip_low,
-        clip_high=training.clip_high,
-        dual_clip=training.dual_clip,
-        advantage=training.advantage,
-        advantage_scale=training.advantage_scale,
-        normalisation=training.normalisation,
-        max_tokens=training.max_tokens,
-        overlong=training.overlong,
-        overlong_buffer=training.overlong_buffer,
-        credit=training.credit,
-        turn_discount=training.turn_discount,
-        turn_weight=training.turn_weight,
-        epochs=training.epochs,
-        mini_batches=training.mini_batches,
-        kl_beta=training.kl_beta,
-        micro_batch_tokens=training.token_budget,
-        bf16=bf16,
-        tis_cap=training.tis_cap,
-        tis_mode=training.tis_mode,
-        tis_floor=training.tis_floor,
-        # Greedy rollouts record logprobs of the unscaled distribution.
-        temperature=training.temperature or 1.0,
-    )
-
-
-def _report_to(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:
-    value = table["report_to"]
-    names = ", ".join(f'"{name}"' for name in TRACKERS)
-    if not (isinstance(value, list) and all(isinstance(name, str) for name in value)):
-        raise src.error(
-            ("training", "report_to"),
-            f'training.report_to must be an array of tracker names, e.g. ["tensorboard"]; '
-            f"the trackers are {names}",
-        )
-    for name in value:
-        if name not in TRACKERS:
+def _experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> TrainExperimentConfig:
+    check_keys(src, table, TRAIN_EXPERIMENT)
+    shared = shared_experiment(src, table, workspace)
+    model = _model(src, table, "experiment")
+    if model != "embedded":
+        directory = Path(os.path.normpath(workspace / Path(model).expanduser()))
+        if not directory.is_dir():
             raise src.error(
-                ("training", "report_to"),
-                f"training.report_to: unknown tracker {name!r}; the trackers are {names}",
+                ("experiment", "model"),
+                f'experiment.model {model!r}: there is no directory {directory}; use "embedded" '
+                "or a local HuggingFace-format model directory",
             )
-    return tuple(dict.fromkeys(value))
+        model = str(directory)
+    return TrainExperimentConfig(model=model, **shared._asdict())
 
 
-def _device(src: ConfigSource, table: TOMLTable) -> str:
-    value = src.string(table, "training", "device")
-    if not DEVICE_SETTING.fullmatch(value):
-        raise src.error(
-            ("training", "device"),
-            f'training.device must be "auto", "cpu", "cuda", "cuda:N" or "mps", got {value!r}',
-        )
-    return value
-
-
-def _target_modules(src: ConfigSource, table: TOMLTable) -> tuple[str, ...] | str:
-    value = table["lora_target_modules"]
-    if value == ALL_LINEAR:
-        return ALL_LINEAR
-    if not (
-        isinstance(value, list)
-        and value
-        and all(isinstance(name, str) and name.strip() for name in value)
-    ):
-        raise src.error(
-            ("training", "lora_target_modules"),
-            f'training.lora_target_modules must be "{ALL_LINEAR}" or a non-empty list of '
-            'module names such as ["q_proj", "v_proj"]',
-        )
-    return tuple(value)
-
-
-def _vllm(src: ConfigSource, table: TOMLTable, workspace: Path) -> VllmConfig:
-    def python(src: ConfigSource, table: TOMLTable) -> str:
-        value = src.string(table, "vllm", "python")
-        # A relative path is the workspace's, as every path of the config is.
-        return os.path.normpath(workspace / Path(value).expanduser()) if os.sep in value else value
-
-    parsers = {"python": python, "url": _url, "args": _server_args, "env": _server_env}
-    vllm = parse_section(src, table, VLLM, VllmConfig, parsers)
-    if vllm.gpu_memory_utilization > 1:
-        raise src.error(
-            ("vllm", "gpu_memory_utilization"),
-            "vllm.gpu_memory_utilization is a share of the GPU's memory (0 to 1), "
-            f"got {vllm.gpu_memory_utilization}",
-        )
-    return vllm
-
-
-def _url(src: ConfigSource, table: TOMLTable) -> str:
-    url = src.string(table, "vllm", "url")
-    if not url.startswith(("http://", "https://")):
-        raise src.error(("vllm", "url"), f"vllm.url must be an http:// URL, got {url!r}")
-    return url
-
-
-def _server_args(src: ConfigSource, table: TOMLTable) -> tuple[str, ...]:
-    args = table["args"]
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise src.type_error("vllm", "args", args, 'an array of strings (["--enforce-eager"])')
-    return tuple(args)
-
-
-def _server_env(src: ConfigSource, table: TOMLTable) -> dict[str, str]:
-    env = table["env"]
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise src.type_error("vllm", "env", env, 'a table of strings ({ NAME = "value" })')
-    return dict(env)
+def resolved_toml(config: TrainConfig) -> str:
+    """The run's config as it resolved (recipe, then the file, then the flags): every
+    section with every key, a key left to its default's rule as a comment, paths absolute.
+    Read from the workspace's ``configs/training/``, it gives the same run."""
+    experiment = config.experiment
+    values = {section.name: getattr(config, section.name) for section in TRAIN_SECTIONS}
+    if config.eval_dataset is not None:
+        values["eval"] = replace(config.eval, dataset=str(config.eval_dataset))
+    lines = [
+        f"# The resolved config of {config.path}",
+        *(f"# --set {flag}" for flag in config.overrides),
+        "",
+        "[experiment]",
+        f"rollout = {toml_value(experiment.rollout)}",
+        f"entrypoint = {toml_value(experiment.entrypoint)}",
+        f"model = {toml_value(experiment.model)}",
+        f"dataset = {toml_value(str(experiment.dataset))}",
+        *(f"{key} = {toml_value(value)}" for key, value in
+          (("branch", experiment.branch), ("commit_sha", experiment.commit_sha)) if value),
+    ]  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    for section in TRAIN_SECTIONS:
+        text += "\n" + settings_toml(section, values[section.name])
+    if config.env:
+        text += "\n[env]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in config.env.items())
+    if config.secrets:
+        text += f"\n[secrets]\nrequired = {toml_value(list(config.secrets))}\n"
+    return text

@@ -4,7 +4,8 @@ Each part has its own module, in the order an update uses them: ``advantages`` (
 advantages and token weights), ``micro_batches`` (packing under a token budget, padding),
 ``logprobs`` (the policy's and the KL reference's), ``loss`` (the objectives: PPO's clip,
 GSPO, CISPO, and the importance weights to the policy that generated) and ``update`` (a step:
-one optimiser step, or epochs × mini-batches of them); `GrpoConfig` is ``settings``'. All but
+one optimiser step, or epochs × mini-batches of them); `AlgorithmConfig` (the ``[algorithm]``
+section) and `UpdateSettings` are ``settings``'. All but
 ``advantages`` and ``settings`` need torch (``pip install 'osmosis-ai[train]'``).
 """
 
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 from osmosis_ai.train.algorithm.advantages import (
     Baseline,
+    Normalisation,
     Scale,
     baseline_scale,
     group_advantages,
     overlong_penalty,
     overlong_shaped,
     relative_advantages,
+    step_advantages,
     token_weights,
     turn_advantages,
     zero_gradient_groups,
@@ -31,13 +34,19 @@ from osmosis_ai.train.algorithm.logprobs import (
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_weights
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
 from osmosis_ai.train.algorithm.settings import (
+    ADVANTAGE_EPS,
     CLIP_DEFAULTS,
     DUAL_CLIP_DEFAULT,
+    RECIPE_NAMES,
     TIS_DEFAULTS,
     TIS_MODES,
-    GrpoConfig,
+    AlgorithmConfig,
     Loss,
+    OverlongConfig,
+    Recipe,
     TisMode,
+    TurnCreditConfig,
+    UpdateSettings,
 )
 from osmosis_ai.train.algorithm.update import (
     NonFiniteStepError,
@@ -47,19 +56,26 @@ from osmosis_ai.train.algorithm.update import (
 )
 
 __all__ = [
+    "ADVANTAGE_EPS",
+    "AlgorithmConfig",
     "Baseline",
     "CLIP_DEFAULTS",
     "DUAL_CLIP_DEFAULT",
-    "GrpoConfig",
     "Loss",
     "LossParts",
     "MicroBatch",
     "NonFiniteStepError",
+    "Normalisation",
+    "OverlongConfig",
+    "RECIPE_NAMES",
+    "Recipe",
     "Scale",
     "StepMetrics",
     "TIS_DEFAULTS",
     "TIS_MODES",
     "TisMode",
+    "TurnCreditConfig",
+    "UpdateSettings",
     "baseline_scale",
     "carries_loss",
     "check_head",
@@ -74,6 +90,7 @@ __all__ = [
     "policy_logprobs_and_entropy",
     "reference_logprobs",
     "relative_advantages",
+    "step_advantages",
     "token_weights",
     "train_step",
     "turn_advantages",

@@ -22,8 +22,8 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import check_model_dir, import_torch_stack
-from osmosis_ai.gateway.policies._llama import EMBEDDED_MODEL_NAME, embedded_model_path
+from osmosis_ai.gateway.policies.hf_dir import check_model_dir, import_torch_stack
+from osmosis_ai.gateway.policies.llama import EMBEDDED_MODEL_NAME, embedded_model_path
 
 __all__ = [
     "EMBEDDED",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from osmosis_ai.train.run_files import RUN_FILES
 from osmosis_ai.viewer.runs import (
     RunUnreadableError,
     ViewerRoot,
@@ -26,10 +27,10 @@ from osmosis_ai.viewer.runs import (
 __all__ = ["ROLLOUTS", "step_rollouts", "train_overview", "train_rollout", "train_summaries"]
 
 #: Where a training run keeps its rollouts' files (the rollout server's artifact root).
-ROLLOUTS = "rollouts"
-_EVENTS = "events.jsonl"
-_METRICS = "metrics.jsonl"
-_ROLLOUT_LINES = "rollouts.jsonl"
+ROLLOUTS = RUN_FILES.rollouts
+_EVENTS = RUN_FILES.events
+_METRICS = RUN_FILES.metrics
+_ROLLOUT_LINES = RUN_FILES.rollout_lines
 # The runner's rollout ids: step-<step>-row-<row>-<k> (training), eval-<step>-row-<row>
 # (eval-<step>-row-<row>-<k> with several samples per held-out row);
 # matched as a prefix, so a suffix the runner may add (a resampled group) keeps its step.
@@ -112,8 +113,9 @@ def _load(run_dir: Path) -> _TrainRun:
     starts = [event for event in events if event.get("event") == "start"]
     total = _int(starts[-1].get("steps")) if starts else None
     model = starts[-1].get("model") if starts else None
-    settings = starts[-1].get("training") if starts else None
-    kl_beta = settings.get("kl_beta") if isinstance(settings, dict) else None
+    settings = starts[-1].get("settings") if starts else None
+    algorithm = settings.get("algorithm") if isinstance(settings, dict) else None
+    kl_beta = algorithm.get("kl_beta") if isinstance(algorithm, dict) else None
     evals = _by_step([event for event in events if event.get("event") == "eval"])
     steps_done = metrics[-1]["step"] if metrics else 0
     return _TrainRun(

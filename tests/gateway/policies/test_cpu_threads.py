@@ -3,8 +3,8 @@ import os
 import pytest
 
 from osmosis_ai.gateway.policies._cpu_threads import default_threads, usable_cores
-from osmosis_ai.gateway.policies._hf_dir import import_torch_stack
 from osmosis_ai.gateway.policies.embedded import EmbeddedPolicy
+from osmosis_ai.gateway.policies.hf_dir import import_torch_stack
 
 
 @pytest.mark.parametrize(("value", "threads"), [("3", 3), ("4,2", 4), (" 2 ", 2)])

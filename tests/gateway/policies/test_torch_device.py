@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._torch_device import (
+from osmosis_ai.gateway.policies.torch_device import (
     cpu_has_native_bf16,
     resolve_device,
     update_in_bf16,

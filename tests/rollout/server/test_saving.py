@@ -23,9 +23,9 @@ from osmosis_ai.rollout import (
     RolloutStatus,
     get_rollout_context,
 )
-from osmosis_ai.rollout._storage import DURABLE_FILES_ENV
 from osmosis_ai.rollout.client import RolloutClient
 from osmosis_ai.rollout.server import create_rollout_server
+from osmosis_ai.rollout.storage import DURABLE_FILES_ENV
 from osmosis_ai.testing import ChatStub
 from tests.rollout.server.conftest import CHAT_URL, PROMPT, ServeFactory, start_server_process
 from tests.rollout.server.workflows import Answer, Behaviours, ExactMatch

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from osmosis_ai.rollout.trajectory._encode import encode_document
 from osmosis_ai.rollout.trajectory.atif import Trajectory
+from osmosis_ai.rollout.trajectory.encode import encode_document
 
 
 def reference_encoding(document: Any) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from osmosis_ai.redact import Redactor
-from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.sample import RolloutSample
+from osmosis_ai.rollout.storage import atomic_write_bytes
 from osmosis_ai.rollout.trajectory import (
     TrajectoryReport,
     convert_sample_to_trajectory,

@@ -19,7 +19,7 @@ from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 from verl.workers.rollout.router import GlobalRequestLoadBalancer
 
-from osmosis_ai.gateway.policies._llama import LlamaEngine, embedded_model_path
+from osmosis_ai.gateway.policies.llama import LlamaEngine, embedded_model_path
 
 __all__ = ["LlamaTokenServer", "VerlEngine", "Served", "start_engine"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from osmosis_ai.redact import scrub_secrets
-from osmosis_ai.rollout._scrub import scrub_json
+from osmosis_ai.rollout.scrub import scrub_json
 
 __all__ = ["StreamScrubber"]
 

@@ -3,7 +3,7 @@
 The embedded model is told about the tools in its system message and generation is
 constrained by a JSON schema built from the tool definitions, so every reply parses: either
 ``{"name": <tool>, "arguments": {...}}`` (a tool call) or ``{"answer": <text>}``. A model
-whose template renders tools uses its own format instead (``_tool_formats``).
+whose template renders tools uses its own format instead (``tool_formats``).
 """
 
 from __future__ import annotations

@@ -22,12 +22,6 @@ from typing import Any
 from osmosis_ai.errors import ChatRequestError
 from osmosis_ai.gateway.policies._history import History, Turn, message_meaning
 from osmosis_ai.gateway.policies._prompt_tokens import PieceTokenizer
-from osmosis_ai.gateway.policies._tool_formats import (
-    NativePlan,
-    ToolFormatSetting,
-    native_format,
-    plan_native_tools,
-)
 from osmosis_ai.gateway.policies._tool_prompt import (
     JSON_WHITESPACE,
     ToolPlan,
@@ -41,6 +35,12 @@ from osmosis_ai.gateway.policies.engines.base import (
     Grammar,
     JsonGrammar,
     Sampling,
+)
+from osmosis_ai.gateway.policies.tool_formats import (
+    NativePlan,
+    ToolFormatSetting,
+    native_format,
+    plan_native_tools,
 )
 from osmosis_ai.gateway.request import ChatRequest
 
@@ -236,7 +236,7 @@ class ChatFront:
     same settings, so the fast tokenizer is never reconfigured), so threads may share it.
 
     Tools are called in the model's own format when its chat template renders tools in a
-    format known here (``_tool_formats``: hermes's ``<tool_call>``), else in the
+    format known here (``tool_formats``: hermes's ``<tool_call>``), else in the
     instruction format (``_tool_prompt``); ``tool_format`` forces either.
 
     Args:

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
 from osmosis_ai.gateway.policies._cpu_threads import default_threads
-from osmosis_ai.gateway.policies._llama import EMBEDDED_MODEL_NAME, LlamaEngine, embedded_model_path
 from osmosis_ai.gateway.policies._tool_prompt import (
     ToolPlan,
     plan_tools,
@@ -20,6 +19,7 @@ from osmosis_ai.gateway.policies._tool_prompt import (
     reply_message,
 )
 from osmosis_ai.gateway.policies.base import Policy, chunks_of, requested_max_tokens
+from osmosis_ai.gateway.policies.llama import EMBEDDED_MODEL_NAME, LlamaEngine, embedded_model_path
 from osmosis_ai.gateway.request import ChatRequest
 
 __all__ = ["EmbeddedPolicy"]

@@ -13,7 +13,7 @@ from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
 from osmosis_ai.redact import is_credential_key
-from osmosis_ai.rollout._scrub import scrub_json
+from osmosis_ai.rollout.scrub import scrub_json
 
 __all__ = ["LiteLLMPolicy"]
 

@@ -12,7 +12,7 @@ from osmosis_ai.gateway.policies._http1 import Upstream, check_base_url, header_
 from osmosis_ai.gateway.policies._scrub_stream import StreamScrubber
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.request import ChatRequest
-from osmosis_ai.rollout._scrub import scrub_json
+from osmosis_ai.rollout.scrub import scrub_json
 
 __all__ = ["OpenAICompatiblePolicy"]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import check_model_dir, load_model_dir
-from osmosis_ai.gateway.policies._torch_device import resolve_device
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.engines.torch import DEFAULT_MAX_BATCH_SIZE, TorchEngine
+from osmosis_ai.gateway.policies.hf_dir import check_model_dir, load_model_dir
+from osmosis_ai.gateway.policies.torch_device import resolve_device
 
 __all__ = ["TorchPolicy"]
 

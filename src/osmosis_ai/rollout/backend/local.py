@@ -8,15 +8,15 @@ from typing import Any, Unpack
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout._artifacts import create_artifacts_dir, remove_if_empty
-from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
-from osmosis_ai.rollout.backend._phases import run_grader_phase, run_workflow_phase
 from osmosis_ai.rollout.backend.base import ExecutionBackend, ExecutionOutcome, ExecutionRequest
 from osmosis_ai.rollout.backend.base import ExecutionResult as Result
+from osmosis_ai.rollout.backend.phases import run_grader_phase, run_workflow_phase
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
+from osmosis_ai.rollout.storage import default_artifact_root
 from osmosis_ai.rollout.workflow import AgentWorkflow
 
 __all__ = ["LocalBackend"]

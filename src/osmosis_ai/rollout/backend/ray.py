@@ -24,7 +24,6 @@ from typing import Any, Unpack
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._once import StartOnce
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
@@ -36,6 +35,7 @@ from osmosis_ai.rollout.backend.local import LocalBackend
 from osmosis_ai.rollout.context import RolloutContext, get_rollout_context
 from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.storage import default_artifact_root
 
 __all__ = ["RayBackend"]
 

@@ -1,4 +1,4 @@
-"""A minimal ASGI HTTP layer: requests, JSON answers, bounded JSON bodies (`_json_body`).
+"""A minimal ASGI HTTP layer: requests, JSON answers, bounded JSON bodies (`json_body`).
 
 The rollout server keeps thousands of long polls parked at once; a plain ASGI handler holds
 a fraction of the memory and CPU of a framework's middleware stack per parked request.
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis_ai.rollout._json_body import (
+from osmosis_ai.rollout.json_body import (
     MAX_BODY_BYTES,
     BodyError,
     asgi_body_chunks,

@@ -26,10 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.rollout._storage import atomic_write_bytes
 from osmosis_ai.rollout.context import RolloutContext, RolloutProgress
 from osmosis_ai.rollout.sample import RolloutSample
 from osmosis_ai.rollout.status import TERMINAL_STATUSES
+from osmosis_ai.rollout.storage import atomic_write_bytes
 from osmosis_ai.rollout.trajectory.preview import (
     MAX_PREVIEW_MESSAGES,
     PREVIEW_FILENAME,

@@ -14,8 +14,8 @@ from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.backend.base import CancelDisposition, ExecutionResult
 from osmosis_ai.rollout.context import RolloutProgress
 from osmosis_ai.rollout.server._previews import RolloutPreview
-from osmosis_ai.rollout.server._results import encode_final
 from osmosis_ai.rollout.server._tombstones import Tombstones
+from osmosis_ai.rollout.server.results import encode_final
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutInitRequest
 

@@ -23,17 +23,11 @@ from pydantic import BaseModel, ValidationError
 from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai._serving import bound_header_time_in_lifespan
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.redact import Redactor, _normalize_secrets
-from osmosis_ai.rollout._request_logs import quiet_request_logs, request_logs_wanted
-from osmosis_ai.rollout._storage import durable_files_from_env
+from osmosis_ai.redact import Redactor, normalize_secrets
 from osmosis_ai.rollout.backend.base import ExecutionBackend
 from osmosis_ai.rollout.backend.local import LocalBackend
+from osmosis_ai.rollout.request_logs import quiet_request_logs, request_logs_wanted
 from osmosis_ai.rollout.server._drain import Drainer
-from osmosis_ai.rollout.server._execution import (
-    cancelled_result,
-    lease_expired_result,
-    run_rollout,
-)
 from osmosis_ai.rollout.server._http import (
     Answer,
     BodyError,
@@ -46,11 +40,17 @@ from osmosis_ai.rollout.server._http import (
 )
 from osmosis_ai.rollout.server._previews import PreviewHub
 from osmosis_ai.rollout.server._registry import Entry, Registry
-from osmosis_ai.rollout.server._results import encode_status, failure
 from osmosis_ai.rollout.server._routes import Router
 from osmosis_ai.rollout.server._state import ReportProvider, ServerState
 from osmosis_ai.rollout.server._watch import LoopMonitor, tracked
+from osmosis_ai.rollout.server.execution import (
+    cancelled_result,
+    lease_expired_result,
+    run_rollout,
+)
+from osmosis_ai.rollout.server.results import encode_status, failure
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.storage import durable_files_from_env
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC, preview_root_from_env
 from osmosis_ai.rollout.types import (
     POLLING_LEASE_HEADER,
@@ -462,7 +462,7 @@ def _preview_hub(previews: Previews, interval_sec: float) -> PreviewHub | None:
 
 def _configured_redactor(secrets: Iterable[str]) -> Redactor:
     names = [n.strip() for n in os.environ.get(SECRET_ENV_NAMES_ENV, "").split(",") if n.strip()]
-    return Redactor((*_normalize_secrets(secrets), *(os.environ.get(name, "") for name in names)))
+    return Redactor((*normalize_secrets(secrets), *(os.environ.get(name, "") for name in names)))
 
 
 def parse_backend_spec(spec: str, *, label: str = BACKEND_ENV) -> tuple[str, str]:

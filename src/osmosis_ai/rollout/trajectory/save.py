@@ -14,12 +14,12 @@ from pydantic import ValidationError
 from osmosis_ai._offload import run_blocking
 from osmosis_ai.errors import InvalidIdError
 from osmosis_ai.redact import Redactor, redact_value, scrub_secrets
-from osmosis_ai.rollout._storage import atomic_write_bytes, default_artifact_root
 from osmosis_ai.rollout.context import current_redactor
 from osmosis_ai.rollout.ids import ensure_single_path_segment
 from osmosis_ai.rollout.sample import RolloutSample
-from osmosis_ai.rollout.trajectory._encode import encode_document
+from osmosis_ai.rollout.storage import atomic_write_bytes, default_artifact_root
 from osmosis_ai.rollout.trajectory.convert import convert_sample_to_trajectory
+from osmosis_ai.rollout.trajectory.encode import encode_document
 from osmosis_ai.rollout.trajectory.report import TrajectoryReport
 
 __all__ = [

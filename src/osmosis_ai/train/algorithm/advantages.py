@@ -18,18 +18,23 @@ import dataclasses
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 
+if TYPE_CHECKING:
+    from osmosis_ai.train.algorithm.settings import AlgorithmConfig
+
 __all__ = [
     "Baseline",
+    "Normalisation",
     "Scale",
     "baseline_scale",
     "group_advantages",
     "overlong_penalty",
     "overlong_shaped",
     "relative_advantages",
+    "step_advantages",
     "token_weights",
     "turn_advantages",
     "zero_gradient_groups",
@@ -78,6 +83,8 @@ def _equal(values: dict[str, float]) -> bool:
 
 Baseline = Literal["grpo", "rloo"]
 Scale = Literal["std", "none"]
+#: How a step's loss averages its tokens (`token_weights`).
+Normalisation = Literal["token", "sequence", "constant"]
 
 
 def baseline_scale(baseline: Baseline) -> Scale:
@@ -147,7 +154,7 @@ def _divisor(values: Sequence[float], scale: Scale, eps: float) -> float:
 
 def token_weights(
     sequences: Sequence[TrainingSequence],
-    normalisation: Literal["token", "sequence", "constant"],
+    normalisation: Normalisation,
     max_tokens: int = 1024,
     *,
     leave_out_truncated: bool = False,
@@ -293,3 +300,24 @@ def _turn_returns(
                 by_turn[turn] = ahead
         returns[rollout] = by_turn
     return returns
+
+
+def step_advantages(
+    sequences: Sequence[TrainingSequence], algorithm: AlgorithmConfig
+) -> list[float | tuple[float, ...]]:
+    """Each sequence's advantage as ``[algorithm]`` says: its group's (`group_advantages`),
+    and with ``[algorithm.turn_credit]`` one per token run of each turn (`turn_advantages`)."""
+    from osmosis_ai.train.algorithm.settings import ADVANTAGE_EPS
+
+    outcome = group_advantages(
+        sequences, baseline=algorithm.advantage, scale=algorithm.scale, eps=ADVANTAGE_EPS
+    )
+    credit = algorithm.turn_credit
+    if credit is None:
+        return list(outcome)
+    return list(
+        turn_advantages(
+            sequences, outcome, discount=credit.discount, weight=credit.weight,
+            scale=algorithm.scale, eps=ADVANTAGE_EPS,
+        )
+    )  # fmt: skip

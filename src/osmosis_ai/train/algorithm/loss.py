@@ -1,6 +1,6 @@
 """The GRPO-family loss of a micro-batch.
 
-``grpo_loss`` is one of three objectives (``GrpoConfig.loss``):
+``grpo_loss`` is one of three objectives (``AlgorithmConfig.loss``):
 
 - ``ppo_clip``: PPO's clipped ratio per token against the recorded behaviour logprobs, with
   separate low and high clip bounds (DAPO's clip-higher) and the dual clip of a negative
@@ -14,7 +14,7 @@
 Each has an optional k3 KL estimate to a reference policy, optional importance sampling
 against the policy that generated (truncated or masked, per token or per sequence), and
 per-token weights that say how tokens are averaged (``advantages.token_weights``). The
-settings are `GrpoConfig`'s (``settings``).
+settings are `AlgorithmConfig`'s (``settings``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.train.algorithm.settings import GrpoConfig, TisMode
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig, TisMode
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
@@ -113,7 +113,7 @@ def importance_weights(
 def grpo_loss(
     logprobs: torch.Tensor,
     batch: MicroBatch,
-    config: GrpoConfig,
+    config: AlgorithmConfig,
     reference_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossParts]:
     """The micro-batch's share of the step loss, and its counts for the step's metrics.

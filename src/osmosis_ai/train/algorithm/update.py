@@ -19,9 +19,9 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.train.algorithm.advantages import group_advantages, token_weights, turn_advantages
+from osmosis_ai.train.algorithm.advantages import step_advantages, token_weights
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
-from osmosis_ai.train.algorithm.settings import GrpoConfig
+from osmosis_ai.train.algorithm.settings import UpdateSettings
 
 import_optional("torch", extra="train", feature="Training (osmosis_ai.train)")
 
@@ -119,16 +119,19 @@ def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     sequences: Sequence[TrainingSequence],
-    config: GrpoConfig,
+    config: UpdateSettings,
     *,
     step: int,
     reference_model: torch.nn.Module | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     grammars: TokenMasks | None = None,
+    advantages: Sequence[float | tuple[float, ...]] | None = None,
 ) -> StepMetrics:
-    """Apply one training step from ``sequences`` on the model's device: ``config.epochs``
-    passes over them, each in ``config.mini_batches`` optimiser steps (one by default),
-    each accumulating gradients over micro-batches.
+    """Apply one training step from ``sequences`` on the model's device: ``[algorithm]
+    epochs`` passes over them, each in ``mini_batches`` optimiser steps (one by default),
+    each accumulating gradients over micro-batches. ``advantages`` are the sequences'
+    (`step_advantages`, which a runner computed with the step's batch); ``None``: computed
+    here the same way.
 
     The advantages are the whole step's groups'; each mini-batch holds whole rollouts (in an
     order drawn from ``step``) and averages its own tokens as ``normalisation`` says. With
@@ -148,36 +151,21 @@ def train_step(
     """
     if not sequences:
         raise ConfigError(f"step {step}: no training sequences (every rollout was excluded?)")
-    if config.kl_beta > 0 and reference_model is None:
+    algorithm = config.algorithm
+    if algorithm.kl_beta > 0 and reference_model is None:
         raise ConfigError("kl_beta > 0 needs a reference_model (the initial policy)")
-    outcome = group_advantages(
-        sequences,
-        baseline=config.advantage,
-        scale=config.scale,
-        eps=config.advantage_eps,
-    )
-    advantages: list[float | tuple[float, ...]] = list(outcome)
-    if config.credit == "turn":
-        advantages = list(
-            turn_advantages(
-                sequences,
-                outcome,
-                discount=config.turn_discount,
-                weight=config.turn_weight,
-                scale=config.scale,
-                eps=config.advantage_eps,
-            )
-        )
+    if advantages is None:
+        advantages = step_advantages(sequences, algorithm)
     parameters = [p for p in model.parameters() if p.requires_grad]
     device = parameters[0].device if parameters else torch.device("cpu")
     _without_dropout(model)
-    groups = _mini_batches(sequences, config.mini_batches, step)
-    several = config.epochs * len(groups) > 1
+    groups = _mini_batches(sequences, algorithm.mini_batches, step)
+    several = algorithm.epochs * len(groups) > 1
     old = _start_logprobs(model, sequences, config, grammars, device) if several else None
     saved = _saved(model, optimizer) if several else None
     applied: list[_Applied] = []
     try:
-        for _ in range(config.epochs):
+        for _ in range(algorithm.epochs):
             for indices in groups:
                 applied.append(
                     _apply(
@@ -202,7 +190,7 @@ def _apply(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     parameters: list[torch.nn.Parameter],
-    config: GrpoConfig,
+    config: UpdateSettings,
     sequences: list[TrainingSequence],
     advantages: list[float | tuple[float, ...]],
     old: list[torch.Tensor] | None,
@@ -219,7 +207,7 @@ def _apply(
         NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
     """
     weights = _weights(sequences, config)
-    batches = pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens)
+    batches = pack_micro_batches([len(s) for s in sequences], config.token_budget)
     optimizer.zero_grad(set_to_none=True)
     total, entropy_sum = 0.0, 0.0
     parts: list[LossParts] = []
@@ -232,14 +220,14 @@ def _apply(
             [old[i] for i in indices] if old is not None else None,
         ).to(device)
         reference = None
-        if reference_model is not None and config.kl_beta > 0:
+        if reference_model is not None and config.algorithm.kl_beta > 0:
             reference = reference_logprobs(
                 reference_model, batch, bf16=config.bf16, temperature=config.temperature
             )
         logprobs, entropy = policy_logprobs_and_entropy(
             model, batch, bf16=config.bf16, temperature=config.temperature
         )
-        loss, counted = grpo_loss(logprobs, batch, config, reference)
+        loss, counted = grpo_loss(logprobs, batch, config.algorithm, reference)
         value = loss.detach().item()
         if not math.isfinite(value):
             optimizer.zero_grad(set_to_none=True)
@@ -268,18 +256,19 @@ def _apply(
     return _Applied(total, grad_norm, parts, entropy_sum)
 
 
-def _weights(sequences: Sequence[TrainingSequence], config: GrpoConfig) -> list[float]:
-    """`token_weights` as ``config`` says: under ``overlong = "mask"`` a truncated rollout's
-    tokens weigh 0 and are not counted."""
+def _weights(sequences: Sequence[TrainingSequence], config: UpdateSettings) -> list[float]:
+    """`token_weights` as ``config`` says: under ``[algorithm.overlong] mode = "mask"`` a
+    truncated rollout's tokens weigh 0 and are not counted."""
+    overlong = config.algorithm.overlong
     return token_weights(
         sequences,
-        config.normalisation,
+        config.algorithm.normalisation,
         config.max_tokens,
-        leave_out_truncated=config.overlong == "mask",
+        leave_out_truncated=overlong is not None and overlong.mode == "mask",
     )
 
 
-def carries_loss(sequences: Sequence[TrainingSequence], config: GrpoConfig) -> bool:
+def carries_loss(sequences: Sequence[TrainingSequence], config: UpdateSettings) -> bool:
     """Whether any policy token of ``sequences`` has a weight in the step's loss: not when
     ``overlong = "mask"`` leaves out every one of their rollouts (a runner then applies no
     update and says why)."""
@@ -303,7 +292,7 @@ def _mini_batches(sequences: Sequence[TrainingSequence], count: int, step: int) 
 def _start_logprobs(
     model: torch.nn.Module,
     sequences: Sequence[TrainingSequence],
-    config: GrpoConfig,
+    config: UpdateSettings,
     grammars: TokenMasks | None,
     device: torch.device,
 ) -> list[torch.Tensor]:
@@ -311,7 +300,7 @@ def _start_logprobs(
     CPU, no gradient)."""
     start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
     with torch.no_grad():
-        for indices in pack_micro_batches([len(s) for s in sequences], config.micro_batch_tokens):
+        for indices in pack_micro_batches([len(s) for s in sequences], config.token_budget):
             chosen = [sequences[i] for i in indices]
             unused = [0.0] * len(chosen)  # advantages and weights: no loss is taken
             batch = collate(chosen, unused, unused, grammars)

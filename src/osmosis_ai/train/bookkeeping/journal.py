@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.train.loop.outcome import EvalPoint
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = ["append", "journaled_evals", "last_checkpoint", "read_lines", "rewind"]
 
@@ -49,9 +50,9 @@ def rewind(run_dir: Path, step: int) -> None:
 
     So each step (and each evaluation) appears once, however often the run was killed.
     """
-    _rewrite(run_dir / "metrics.jsonl", lambda line: int(line["step"]) <= step)
+    _rewrite(run_dir / RUN_FILES.metrics, lambda line: int(line["step"]) <= step)
     _rewrite(
-        run_dir / "events.jsonl",
+        run_dir / RUN_FILES.events,
         lambda line: line.get("event") not in ("step", "eval") or int(line["step"]) <= step,
     )
 

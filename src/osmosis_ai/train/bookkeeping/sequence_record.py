@@ -15,12 +15,11 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.rollout._storage import atomic_write_bytes
+from osmosis_ai.rollout.storage import atomic_write_bytes
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.run_files import RUN_FILES
 
-__all__ = ["SEQUENCES_DIR", "mask_runs", "sequence_line", "write_step_sequences"]
-
-SEQUENCES_DIR = "sequences"
+__all__ = ["mask_runs", "sequence_line", "write_step_sequences"]
 
 
 def mask_runs(loss_mask: Sequence[int]) -> Iterator[tuple[int, int, bool]]:
@@ -70,7 +69,7 @@ def write_step_sequences(
         sequence_line(s, trains=s.group_id not in zero_gradient, decode=decode, redact=redact)
         for s in sequences
     )
-    path = run_dir / SEQUENCES_DIR / f"step-{step:04d}.jsonl"
+    path = run_dir / RUN_FILES.sequences / f"step-{step:04d}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     atomic_write_bytes(path, text.encode("utf-8"), durable=False)

@@ -1,4 +1,4 @@
-"""Experiment trackers (``[training] report_to``): TensorBoard, W&B, MLflow and Trackio.
+"""Experiment trackers (``[tracking] report_to``): TensorBoard, W&B, MLflow and Trackio.
 
 Every metrics line and every held-out evaluation is logged against its step; the run's
 settings are logged as its parameters. Where each tracker writes and who may read it come

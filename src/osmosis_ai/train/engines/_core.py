@@ -31,9 +31,9 @@ from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.grader import Grader
 from osmosis_ai.rollout.ids import ensure_single_path_segment
-from osmosis_ai.rollout.server._execution import REPORT_URL_FIELD
-from osmosis_ai.rollout.server._results import encode_final, failure, internal_failure
 from osmosis_ai.rollout.server.app import backend_from_spec
+from osmosis_ai.rollout.server.execution import REPORT_URL_FIELD
+from osmosis_ai.rollout.server.results import encode_final, failure, internal_failure
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.rollout.workflow import AgentWorkflow

@@ -35,12 +35,12 @@ from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, Gene
 from skyrl.train.generators.utils import get_rollout_metrics
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._tool_formats import ToolFormatSetting
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL, VllmEngine
 from osmosis_ai.gateway.policies.openai_compatible import OpenAICompatiblePolicy
+from osmosis_ai.gateway.policies.tool_formats import ToolFormatSetting
 from osmosis_ai.gateway.request import SAMPLING_FIELDS
 from osmosis_ai.train.engines._core import AgentRollouts, EngineRollout, EngineTask, batch_metrics
 

@@ -26,6 +26,7 @@ from skyrl.train.utils import validate_cfg
 from skyrl.train.utils.utils import initialize_ray
 
 from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies.tool_formats import TOOL_FORMAT_SETTINGS
 from osmosis_ai.train.engines.skyrl import OsmosisGenerator
 
 __all__ = ["OsmosisPPOExp", "main", "split_arguments"]
@@ -33,7 +34,7 @@ __all__ = ["OsmosisPPOExp", "main", "split_arguments"]
 _PREFIX = "osmosis."
 _TEXT = ("workflow", "grader", "workflow_config", "grader_config", "backend", "server_url", "drift")
 _NUMBERS = ("agent_timeout_sec", "grader_timeout_sec", "max_in_flight")
-_CHOICES = {"prompts": ("tokens", "chat"), "tool_format": ("auto", "native", "instruction")}
+_CHOICES = {"prompts": ("tokens", "chat"), "tool_format": TOOL_FORMAT_SETTINGS}
 
 
 def split_arguments(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:

@@ -1,4 +1,4 @@
-"""What generates a training run's rollouts (``[training] engine``): the torch engine on the
+"""What generates a training run's rollouts (``[engine]``): the torch engine on the
 learner's own model object, or a vLLM server that gets the weights after every step."""
 
 from __future__ import annotations
@@ -87,13 +87,14 @@ async def open_generator(
         VllmServerError: The vLLM server could not be started or attached to.
         VllmEngineError: It did not take the learner's weights.
     """
-    training = config.training
-    if training.engine == "torch":  # the policy serving it starts and stops it
+    training, vllm_config = config.training, config.engine.vllm
+    rank = config.learner.lora.rank if config.learner.lora is not None else 0
+    if vllm_config is None:  # the torch engine: the policy serving it starts and stops it
         engine = TorchEngine(
             learner.served_model,
             learner.tokenizer,
             version=version,
-            max_batch_size=training.max_batch_size,
+            max_batch_size=config.engine.max_batch_size,
             thread=learner.thread,
         )
         yield Generator(engine)
@@ -101,9 +102,9 @@ async def open_generator(
     # The adapters of the versions rollouts in flight may still use, and the one loading.
     keep_adapters = max(2, training.max_staleness + 1)
     server = VllmServer(
-        config.vllm,
+        vllm_config,
         base_dir,
-        lora_rank=training.lora_rank,
+        lora_rank=rank,
         max_loras=keep_adapters + 1,
         sequences=training.rollouts_in_flight,
         log=lambda line: log.info("%s", line, extra={"step": "vllm"}),
@@ -111,22 +112,22 @@ async def open_generator(
     )
     weights = weights_directory(run_dir, _model_bytes(learner))
     try:
-        say(f"starting the vLLM server ({config.vllm.python})" if server.managed else
+        say(f"starting the vLLM server ({vllm_config.python})" if server.managed else
             f"attaching to the vLLM server at {server.url}")  # fmt: skip
         await server.start()
         vllm = VllmEngine(
             server.url,
             weights_dir=weights,
             version=version,
-            weights_dtype=config.vllm.dtype,
+            weights_dtype=vllm_config.dtype,
             executor=learner.thread,
-            lora=bool(training.lora_rank),
+            lora=bool(rank),
             keep_adapters=keep_adapters,
         )
         vllm.model_name = server.served_model
         await vllm.start()
         try:
-            if version or training.lora_rank or not server.managed:
+            if version or rank or not server.managed:
                 # A resumed run, an adapter to name, or a server of unknown weights.
                 async with vllm.updating(version=version) as update:
                     await update.push(learner.model)

@@ -43,7 +43,7 @@ class KvCacheSize:
         return (
             f"vLLM's KV cache on the CPU: {self.bytes / gib:.2f} GiB (the rollouts in flight "
             f"could fill {self.wanted / gib:.2f} GiB; {limit} GiB, a quarter of the free "
-            "memory); set [vllm] args --kv-cache-memory-bytes to choose"
+            "memory); set [engine.vllm] args --kv-cache-memory-bytes to choose"
         )
 
 

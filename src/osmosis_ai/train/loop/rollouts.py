@@ -18,7 +18,7 @@ from osmosis_ai.eval.metrics import failure_line, pass_at_k, passes
 from osmosis_ai.eval.stack import RolloutStack
 from osmosis_ai.gateway.records import CallRecord
 from osmosis_ai.redact import Redactor
-from osmosis_ai.rollout._scrub import scrub_files
+from osmosis_ai.rollout.scrub import scrub_files
 from osmosis_ai.rollout.status import RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 from osmosis_ai.train.algorithm.sequences import RolloutRecords
@@ -28,6 +28,7 @@ from osmosis_ai.train.config import TrainConfig
 from osmosis_ai.train.generation.generator import Generator
 from osmosis_ai.train.loop.outcome import EvalPoint, TrainHooks, TrainingStopped
 from osmosis_ai.train.loop.rows import group_id
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = ["Run", "held_out_pass_at_k", "rollout_reward", "rollout_status"]
 
@@ -78,10 +79,12 @@ class Run:
         gateway.records.release(rollout_id)
         # The rollout's files (trajectory, artifacts) may quote the key or a secret.
         secrets = self.redactor.secrets
-        await asyncio.to_thread(scrub_files, self.run_dir / "rollouts" / rollout_id, secrets)
+        await asyncio.to_thread(
+            scrub_files, self.run_dir / RUN_FILES.rollouts / rollout_id, secrets
+        )
         line = _rollout_line(rollout_id, row, result, calls, self.redactor)
         line["started_version"] = version
-        await asyncio.to_thread(append, self.run_dir / "rollouts.jsonl", line)
+        await asyncio.to_thread(append, self.run_dir / RUN_FILES.rollout_lines, line)
         return RolloutRecords(result=result, group_id=group_id(row), calls=calls)
 
     async def rollouts(
@@ -109,8 +112,8 @@ class Run:
             done: list[RolloutRecords] = await running
             if self.generator.engine.out_of_memory:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(
-                    "out of memory generating the rollouts; lower [training] max_tokens (now "
-                    f"{self.config.training.max_tokens}) so each call's cache holds fewer tokens"
+                    "out of memory generating the rollouts; lower [sampling] max_tokens (now "
+                    f"{self.config.sampling.max_tokens}) so each call's cache holds fewer tokens"
                 )
             return done
         except (OsmosisError, OSError, TimeoutError) as exc:
@@ -126,20 +129,18 @@ class Run:
             await asyncio.gather(running, exited, engine_died, return_exceptions=True)
 
     async def evaluate(self, step: int, held_out: list[int]) -> EvalPoint:
-        """Pass rate and mean reward of ``eval_samples`` rollouts per held-out row, sampled at
-        ``eval_temperature`` (greedy by default, so that two points compare policies, not
+        """Pass rate and mean reward of ``[eval] samples`` rollouts per held-out row, sampled
+        at ``[eval] temperature`` (greedy by default, so that two points compare policies, not
         luck); with several samples, pass@1..k as ``osmosis eval`` estimates it."""
-        gateway, training = self.stack.gateway, self.config.training
-        samples = training.eval_samples
+        gateway, held = self.stack.gateway, self.config.eval
+        samples = held.samples
         jobs = [
             (row, f"eval-{step:04d}-row-{row}" + (f"-{index}" if samples > 1 else ""))
             for row in held_out
             for index in range(samples)
         ]
         # Imposed on these rollouts alone: training rollouts may run beside them.
-        done = await self.rollouts(
-            jobs, {**gateway.sampling, "temperature": training.eval_temperature}
-        )
+        done = await self.rollouts(jobs, {**gateway.sampling, "temperature": held.temperature})
         if all(r.result.status is not RolloutStatus.SUCCESS for r in done):
             # A pass rate of 0 would read as a policy that fails the task.
             failures = [(_category(r.result), r.result.err_message) for r in done]
@@ -147,7 +148,7 @@ class Run:
                 f"held-out evaluation after step {step}: {failure_line(failures, len(done))}"
             )
         rewards = [rollout_reward(r.result) for r in done]
-        threshold = training.pass_threshold
+        threshold = held.pass_threshold
         passed = [
             passes(rollout_status(r.result), reward, threshold)
             for r, reward in zip(done, rewards, strict=True)
@@ -158,7 +159,7 @@ class Run:
             statistics.fmean(x or 0.0 for x in rewards),
             held_out_pass_at_k(passed, samples) if samples > 1 else {},
         )
-        await asyncio.to_thread(append, self.run_dir / "events.jsonl", point.to_json())
+        await asyncio.to_thread(append, self.run_dir / RUN_FILES.events, point.to_json())
         await asyncio.to_thread(self.trackers.log, point.scalars(), step)
         self.hooks.eval_done(point)
         return point

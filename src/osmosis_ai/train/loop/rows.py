@@ -15,11 +15,11 @@ __all__ = ["Rows", "dataset_rows", "group_id", "jobs", "split_rows", "step_rows"
 
 
 def dataset_rows(config: TrainConfig) -> tuple[list[DatasetItem], list[int], list[int]]:
-    """The rows (training rows, then held-out ones from ``eval_dataset``), and the indices
-    of each part: with no ``eval_dataset``, a seeded split of ``dataset`` (blocking)."""
-    items = load_dataset(config.dataset).items
+    """The rows (training rows, then held-out ones from ``[eval] dataset``), and the indices
+    of each part: with no held-out file, a seeded split of ``dataset`` (blocking)."""
+    items = load_dataset(config.experiment.dataset).items
     if config.eval_dataset is None:
-        return items, *split_rows(len(items), config.training.eval_rows, config.training.seed)
+        return items, *split_rows(len(items), config.eval.split, config.training.seed)
     held = load_dataset(config.eval_dataset).items
     everything = [*items, *held]
     return everything, list(range(len(items))), list(range(len(items), len(everything)))
@@ -39,8 +39,8 @@ def split_rows(count: int, eval_rows: float, seed: int) -> tuple[list[int], list
     held = int(eval_rows) if eval_rows >= 1 else max(1, round(eval_rows * count))
     if held >= count:
         raise ConfigError(
-            f"training.eval_rows holds out {held} of the dataset's {count} rows, leaving none "
-            "to train on; lower eval_rows or add rows"
+            f"[eval] rows holds out {held} of the dataset's {count} rows, leaving none "
+            "to train on; lower rows or add rows to the dataset"
         )
     order = list(range(count))
     random.Random(seed).shuffle(order)

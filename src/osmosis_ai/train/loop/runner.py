@@ -16,7 +16,7 @@ change), then pushes the new weights to the engine. The gateway serves an `Engin
 - ``rollouts.jsonl``: one line per finished rollout (status, reward, tokens, error);
 - ``checkpoints/step-NNNN/``: weights (``save_pretrained``; the adapter under LoRA),
   tokenizer and ``trainer.pt`` (optimizer, scheduler, RNG states, step), each renamed into
-  place whole (the newest ``keep_checkpoints`` are kept), and ``checkpoints/latest``, a link
+  place whole (the newest ``[checkpoints] keep`` are kept), and ``checkpoints/latest``, a link
   to the newest;
 - ``rollouts/``: every rollout's files (ATIF trajectories), the server's artifact root.
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import shutil
@@ -48,15 +47,15 @@ from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStackError, rollout_stack
-from osmosis_ai.gateway.policies._hf_dir import (
+from osmosis_ai.gateway.policies.chat_front import ChatFront
+from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
+from osmosis_ai.gateway.policies.hf_dir import (
     import_llguidance,
     import_peft,
     import_torch_stack,
     quiet_transformers,
 )
-from osmosis_ai.gateway.policies._torch_device import resolve_device, update_in_bf16
-from osmosis_ai.gateway.policies.chat_front import ChatFront
-from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
+from osmosis_ai.gateway.policies.torch_device import resolve_device, update_in_bf16
 from osmosis_ai.redact import Redactor, credential_env_values
 from osmosis_ai.rollout.server.app import BACKEND_ENV, SECRET_ENV_NAMES_ENV, parse_backend_spec
 from osmosis_ai.train.bookkeeping.journal import (
@@ -73,10 +72,10 @@ from osmosis_ai.train.bookkeeping.trackers import (
     check_trackers,
     open_trackers,
 )
-from osmosis_ai.train.config import TrainConfig, load_train_config
+from osmosis_ai.train.config import TrainConfig, load_train_config, resolved_toml
 from osmosis_ai.train.generation.generator import open_generator
 from osmosis_ai.train.learner.checkpoints import LATEST_CHECKPOINT, checkpoint_dir
-from osmosis_ai.train.learner.core import Learner
+from osmosis_ai.train.learner.core import Learner, out_of_memory
 from osmosis_ai.train.loop.consumer import train_steps
 from osmosis_ai.train.loop.outcome import (
     EvalPoint,
@@ -85,11 +84,13 @@ from osmosis_ai.train.loop.outcome import (
     TrainingStopped,
     TrainOutcome,
 )
+from osmosis_ai.train.loop.report import step_seconds
 from osmosis_ai.train.loop.rollouts import Run, held_out_pass_at_k
 from osmosis_ai.train.loop.rows import Rows, dataset_rows, split_rows, step_rows
-from osmosis_ai.train.loop.step import FlatStepsHint, out_of_memory, step_seconds
+from osmosis_ai.train.loop.step import FlatStepsHint
 from osmosis_ai.train.loop.verdict import finished_run, training_verdict
 from osmosis_ai.train.model import resolve_model
+from osmosis_ai.train.run_files import RUN_FILES
 
 __all__ = [
     "LATEST_CHECKPOINT",
@@ -149,10 +150,10 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
     # Before anything loads or starts: a device that is not there is the config's error, a
     # missing dependency one line with its install command.
     device = await asyncio.to_thread(
-        resolve_device, config.training.device, key="[training] device", feature=_FEATURE
+        resolve_device, config.learner.device, key="[learner] device", feature=_FEATURE
     )
     await asyncio.to_thread(
-        update_in_bf16, device, config.training.precision, key="training.precision"
+        update_in_bf16, device, config.learner.precision, key="learner.precision"
     )
     await asyncio.to_thread(_check_dependencies, config)
     with contextlib.ExitStack() as held:
@@ -167,20 +168,20 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
         # The trackers' credentials (WANDB_API_KEY...) and any other in the environment.
         credentials = credential_env_values(os.environ)
         redactor = Redactor((key, *secrets.values(), *credentials))
-        log = held.enter_context(run_log(run_dir / "logs.txt", redactor))
+        log = held.enter_context(run_log(run_dir / RUN_FILES.logs, redactor))
         stack = _StackInputs(key, secrets, redactor, options.backend, log, options.request_logs)
         return await _train(config, run_dir, device, stack, hooks)
 
 
 def _finished(run_dir: Path, config: TrainConfig) -> tuple[str, TrainOutcome] | None:
     """What to say, and the outcome, when the run at ``run_dir`` has nothing left to do."""
-    metrics = read_lines(run_dir / "metrics.jsonl")
-    events = read_lines(run_dir / "events.jsonl")
-    finished = finished_run(events, metrics, config.training)
+    metrics = read_lines(run_dir / RUN_FILES.metrics)
+    events = read_lines(run_dir / RUN_FILES.events)
+    finished = finished_run(events, metrics, config)
     if finished is None:
         return None
     message, evals = finished
-    verdict = training_verdict(metrics, config.training)
+    verdict = training_verdict(metrics, config)
     return message, TrainOutcome(run_dir, evals[-1].step, evals, verdict)
 
 
@@ -193,9 +194,9 @@ def _check_dependencies(config: TrainConfig) -> None:
     """
     import_torch_stack(_FEATURE)
     import_llguidance(_FEATURE)
-    if config.training.lora_rank:
+    if config.learner.lora is not None:
         import_peft(_FEATURE)
-    check_trackers(config.training.report_to, "[training] report_to")
+    check_trackers(config.tracking.report_to, "[tracking] report_to")
 
 
 @dataclass(frozen=True)
@@ -212,18 +213,22 @@ class _StackInputs:
 async def _train(
     config: TrainConfig, run_dir: Path, device: Any, inputs: _StackInputs, hooks: TrainHooks
 ) -> TrainOutcome:
-    training, events_path = config.training, run_dir / "events.jsonl"
+    training, events_path = config.training, run_dir / RUN_FILES.events
     items, train_rows, held_out = await asyncio.to_thread(dataset_rows, config)
     events = await asyncio.to_thread(read_lines, events_path)
     start = last_checkpoint(events)
     # The viewer reads the run's length and model from this line; the settings are the ones
-    # this session trains with (the file's, with its --set overrides).
+    # this session trains with (the recipe's, the file's, its --set overrides), which
+    # config.toml also holds as TOML.
+    await asyncio.to_thread(
+        (run_dir / RUN_FILES.config).write_text, inputs.redactor.text(resolved_toml(config))
+    )
     started = {
         "event": "start",
         "step": start,
         "steps": training.steps,
-        "model": config.model,
-        "training": dataclasses.asdict(training),
+        "model": config.experiment.model,
+        "settings": config.settings(),
         "eval_dataset": str(config.eval_dataset) if config.eval_dataset else None,
         "overrides": list(config.overrides),
     }
@@ -237,7 +242,11 @@ async def _train(
     tracked = TrackedRun(
         run_dir,
         run_dir.name,
-        params={"dataset": str(config.dataset), **_without(started, "event", "step", "steps")},
+        params={
+            "dataset": str(config.experiment.dataset),
+            **_without(started, "event", "step", "steps", "settings"),
+            **config.settings(),
+        },
         resumed_after=start,
         mlflow_default_uri=f"sqlite:///{config.workspace / '.osmosis' / 'mlflow.db'}",
     )
@@ -247,11 +256,11 @@ async def _train(
         inputs.log.warning("%s", inputs.redactor.text(text))
 
     try:
-        trackers = await asyncio.to_thread(open_trackers, training.report_to, tracked, say)
+        trackers = await asyncio.to_thread(open_trackers, config.tracking.report_to, tracked, say)
     except TrackerError as exc:
         raise TrackerError(inputs.redactor.text(str(exc))) from None
     try:
-        base = await asyncio.to_thread(_resolve_quietly, config.model)
+        base = await asyncio.to_thread(_resolve_quietly, config.experiment.model)
         source = checkpoint_dir(run_dir, start) if start else base
         learner = await Learner.load(config, source, base, device)
         try:
@@ -263,8 +272,8 @@ async def _train(
             outcome = TrainOutcome(run_dir, steps_done=start, evals=journaled_evals(events, start))
             rows = Rows(items, train_rows, held_out)
             await _serve(config, learner, base, inputs, hooks, outcome, rows, trackers)
-            metrics = await asyncio.to_thread(read_lines, run_dir / "metrics.jsonl")
-            outcome.verdict = training_verdict(metrics, training)
+            metrics = await asyncio.to_thread(read_lines, run_dir / RUN_FILES.metrics)
+            outcome.verdict = training_verdict(metrics, config)
             if outcome.verdict:
                 inputs.log.warning("%s", outcome.verdict)
             return outcome
@@ -289,18 +298,18 @@ async def _serve(
     trackers: Trackers,
 ) -> None:
     """Serve the learner's model through the gateway, start the rollout server, run the loop."""
-    training, secrets, redactor, log = config.training, inputs.secrets, inputs.redactor, inputs.log
+    sampling, secrets, redactor, log = config.sampling, inputs.secrets, inputs.redactor, inputs.log
     run_dir, start = outcome.run_dir, outcome.steps_done
     server = RolloutServerProcess(
         rollout_dir=config.rollout_dir,
-        entrypoint=config.entrypoint,
+        entrypoint=config.experiment.entrypoint,
         env={
             **config.env,
             **secrets,
             SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
             BACKEND_ENV: inputs.backend,
         },
-        artifact_root=run_dir / "rollouts",
+        artifact_root=run_dir / RUN_FILES.rollouts,
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
         redact=redactor.text,
         request_logs=inputs.request_logs,
@@ -308,8 +317,8 @@ async def _serve(
     front = ChatFront.of_model(
         learner.served_model,
         learner.tokenizer,
-        default_max_tokens=training.max_tokens,
-        tool_format=training.tool_format,
+        default_max_tokens=sampling.max_tokens,
+        tool_format=sampling.tool_format,
     )
     native = front.tool_format
     tool_calls = f"tool calls: {f'native ({native.name})' if native else 'instruction'} format"
@@ -327,10 +336,10 @@ async def _serve(
                 server,
                 token=inputs.key,
                 secrets=secrets.values(),
-                model_label=config.model,
+                model_label=config.experiment.model,
                 log=log,
                 say=hooks.message,
-                sampling={"temperature": training.temperature, "max_tokens": training.max_tokens},
+                sampling={"temperature": sampling.temperature, "max_tokens": sampling.max_tokens},
             ) as stack,
         ):  # fmt: skip
             run = Run(config, run_dir, rows.items, generator, stack, log, hooks, redactor, trackers)

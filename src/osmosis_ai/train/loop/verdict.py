@@ -10,9 +10,10 @@ from collections import Counter
 from typing import Any
 
 from osmosis_ai.train.bookkeeping.journal import journaled_evals, last_checkpoint
-from osmosis_ai.train.config import TrainingConfig
+from osmosis_ai.train.config import TrainConfig
 from osmosis_ai.train.loop.outcome import EvalPoint
-from osmosis_ai.train.loop.step import EQUAL_REWARDS, step_seconds
+from osmosis_ai.train.loop.report import step_seconds
+from osmosis_ai.train.loop.step import EQUAL_REWARDS
 
 __all__ = ["FEW_UPDATES", "finished_run", "training_verdict"]
 
@@ -22,7 +23,7 @@ FEW_UPDATES = 0.5
 Line = dict[str, Any]
 
 
-def training_verdict(metrics: list[Line], training: TrainingConfig) -> str | None:
+def training_verdict(metrics: list[Line], config: TrainConfig) -> str | None:
     """One line when fewer than `FEW_UPDATES` of the run's steps (``metrics.jsonl``'s lines)
     updated the weights: how many did, why the others did not, and what to try; else
     ``None``."""
@@ -38,15 +39,15 @@ def training_verdict(metrics: list[Line], training: TrainingConfig) -> str | Non
     if EQUAL_REWARDS in idle:
         line += (
             ". The rollouts of each row scored alike: try a higher temperature (now "
-            f"{training.temperature:g}), more rollouts per row (group_size, now "
-            f"{training.group_size}), resample_zero_gradient = 2, or a grader with partial "
-            "credit"
+            f"{config.sampling.temperature:g}), more rollouts per row (group_size, now "
+            f"{config.training.group_size}), [algorithm] resample_zero_gradient = 2 (or recipe "
+            '= "dapo"), or a grader with partial credit'
         )
     return line
 
 
 def finished_run(
-    events: list[Line], metrics: list[Line], training: TrainingConfig
+    events: list[Line], metrics: list[Line], config: TrainConfig
 ) -> tuple[str, list[EvalPoint]] | None:
     """When the run's journal says it is done (its last step, or ``max_minutes``, checkpointed
     and evaluated): what to say instead of training, and its held-out results."""
@@ -56,6 +57,7 @@ def finished_run(
         return None  # the last evaluation did not finish: the run goes on to run it
     # Lines of steps after the checkpoint (a killed run's) run again: they do not count.
     applied = [line for line in metrics if int(line["step"]) <= step]
+    training = config.training
     if step >= training.steps:
         done = f"it trained all {training.steps} steps; to train further raise training.steps"
     elif training.max_minutes and sum(map(step_seconds, applied)) >= training.max_minutes * 60:

@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from osmosis_ai.gateway.policies._hf_dir import load_model_dir
-from osmosis_ai.gateway.policies._torch_device import free_memory_bytes
 from osmosis_ai.gateway.policies.engines import TorchEngine
 from osmosis_ai.gateway.policies.engines._batch_budget import (
     CACHE_SHARE,
@@ -22,6 +20,8 @@ from osmosis_ai.gateway.policies.engines._batch_budget import (
     kv_bytes_per_token,
 )
 from osmosis_ai.gateway.policies.engines.base import Generation, GenerationRequest, Sampling
+from osmosis_ai.gateway.policies.hf_dir import load_model_dir
+from osmosis_ai.gateway.policies.torch_device import free_memory_bytes
 from tests.train.conftest import tiny_llama, tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")

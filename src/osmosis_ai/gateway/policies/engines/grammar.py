@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from osmosis_ai.errors import MissingExtraError, PolicyError
-from osmosis_ai.gateway.policies._hf_dir import import_llguidance
 from osmosis_ai.gateway.policies.engines.base import Grammar, JsonGrammar, LarkGrammar
+from osmosis_ai.gateway.policies.hf_dir import import_llguidance
 
 __all__ = [
     "ALL_ALLOWED",

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
-from osmosis_ai.gateway.policies._torch_device import free_memory_bytes, is_out_of_memory
 from osmosis_ai.gateway.policies.engines._batch_budget import BatchBudget
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
@@ -27,6 +26,7 @@ from osmosis_ai.gateway.policies.engines.grammar import (
     grammar_text,
     stop_token_ids,
 )
+from osmosis_ai.gateway.policies.torch_device import free_memory_bytes, is_out_of_memory
 
 __all__ = ["DEFAULT_MAX_BATCH_SIZE", "TorchEngine"]
 

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from osmosis_ai.errors import PolicyError
-from osmosis_ai.gateway.policies._hf_dir import quiet_peft, quiet_transformers
 from osmosis_ai.gateway.policies._http1 import Upstream, UpstreamConnectionError
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
@@ -42,6 +41,7 @@ from osmosis_ai.gateway.policies.engines.base import (
     TokenEngine,
 )
 from osmosis_ai.gateway.policies.engines.grammar import grammar_text
+from osmosis_ai.gateway.policies.hf_dir import quiet_peft, quiet_transformers
 
 __all__ = ["VllmEngine", "VllmEngineError"]
 

@@ -39,7 +39,6 @@ from osmosis_ai.errors import ConfigError, CredentialScrubError
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
 from osmosis_ai.rollout.backend._once import StartOnce
 from osmosis_ai.rollout.backend._relay import serve_tcp_forward
-from osmosis_ai.rollout.backend._spec import project_root
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
     ExecutionOutcome,
@@ -49,6 +48,7 @@ from osmosis_ai.rollout.backend.base import (
 )
 from osmosis_ai.rollout.backend.harbor import _docker, _tasks
 from osmosis_ai.rollout.backend.harbor._archive import keep_trial_files, scrub_tree
+from osmosis_ai.rollout.backend.spec import project_root
 from osmosis_ai.rollout.bundle import Bundle, build_bundle
 from osmosis_ai.rollout.config import AgentWorkflowConfig, GraderConfig
 from osmosis_ai.rollout.container import (
@@ -230,7 +230,7 @@ class HarborBackend(ExecutionBackend):
 
     @property
     def artifact_root(self) -> Path:
-        from osmosis_ai.rollout._storage import default_artifact_root
+        from osmosis_ai.rollout.storage import default_artifact_root
 
         root = self._artifact_root
         return Path(root).expanduser() if root else default_artifact_root()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from osmosis_ai.rollout._scrub import scrub_tree
+from osmosis_ai.rollout.scrub import scrub_tree
 
 __all__ = ["keep_trial_files", "scrub_tree"]
 

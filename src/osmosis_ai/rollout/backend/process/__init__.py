@@ -38,11 +38,9 @@ from urllib.parse import urlsplit
 from osmosis_ai.errors import ConfigError, RolloutFailure
 from osmosis_ai.rollout._artifacts import create_artifacts_dir
 from osmosis_ai.rollout._failures import user_code_error
-from osmosis_ai.rollout._storage import default_artifact_root
 from osmosis_ai.rollout.backend._file_preview import FilePreviewSource
 from osmosis_ai.rollout.backend._limiter import ConcurrencyLimiter
 from osmosis_ai.rollout.backend._once import StartOnce
-from osmosis_ai.rollout.backend._spec import dump_spec, source_paths
 from osmosis_ai.rollout.backend.base import (
     ExecutionBackend,
     ExecutionOutcome,
@@ -53,6 +51,7 @@ from osmosis_ai.rollout.backend.base import (
 from osmosis_ai.rollout.backend.process._child import GATEWAY_SOCKET_ENV
 from osmosis_ai.rollout.backend.process._launch import ColdLauncher, Exit, PoolLauncher
 from osmosis_ai.rollout.backend.process._sandbox import Network, bwrap_command, check_bwrap
+from osmosis_ai.rollout.backend.spec import dump_spec, source_paths
 from osmosis_ai.rollout.container import (
     AGENT_LOGS_DIR_ENV,
     ARTIFACTS_DIR_ENV,
@@ -74,6 +73,7 @@ from osmosis_ai.rollout.context import (
 )
 from osmosis_ai.rollout.spec import RolloutSpec, SpecKeywords, spec_argument
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
+from osmosis_ai.rollout.storage import default_artifact_root
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_INTERVAL_SEC
 
 __all__ = ["ProcessBackend"]

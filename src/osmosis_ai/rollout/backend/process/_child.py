@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from osmosis_ai.rollout.backend._spec import load_spec
+from osmosis_ai.rollout.backend.spec import load_spec
 from osmosis_ai.rollout.container import MEMORY_LIMIT_ENV, ContainerPaths, agent_main, grader_main
 from osmosis_ai.rollout.context import ENV_CHAT_COMPLETIONS_URL
 from osmosis_ai.rollout.spec import RolloutSpec

@@ -30,8 +30,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from osmosis_ai.rollout.backend._spec import load_spec
 from osmosis_ai.rollout.backend.process._child import run_phase
+from osmosis_ai.rollout.backend.spec import load_spec
 from osmosis_ai.rollout.context import AgentWorkflowContext
 from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.workflow import AgentWorkflow

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Hashable, Iterable
 from typing import Any, Generic
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.rollout._copy import deep_copy
+from osmosis_ai.rollout.deep_copy import deep_copy
 
 import_optional("agents", extra="openai-agents", feature="The OpenAI Agents integration")
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.rollout._copy import deep_copy
+from osmosis_ai.rollout.deep_copy import deep_copy
 
 import_optional("strands", extra="strands", feature="The Strands integration")
 import_optional("openai", extra="strands", feature="The Strands integration")

@@ -18,7 +18,7 @@ from typing import Any
 
 from osmosis_ai.errors import CredentialScrubError
 from osmosis_ai.redact import scrub_secrets
-from osmosis_ai.rollout._storage import atomic_write_bytes
+from osmosis_ai.rollout.storage import atomic_write_bytes
 
 __all__ = ["scrub_bytes", "scrub_files", "scrub_json", "scrub_tree", "secret_forms"]
 

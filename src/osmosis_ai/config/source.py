@@ -1,42 +1,28 @@
-"""The config pieces eval and training TOML files share: reading, error positions, sections.
-
-``configs/eval/*.toml`` and ``configs/training/*.toml`` have the same ``[experiment]`` rollout
-and dataset keys, ``[env]`` and ``[secrets]``, validated here with line-numbered errors.
-"""
+"""Reading a config file: its TOML, the ``--set`` flags over it, and errors at the line (or
+the flag) that set a key."""
 
 from __future__ import annotations
 
 import copy
 import difflib
 import math
-import os
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
+from osmosis_ai.config.lines import key_lines
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.eval._toml_lines import key_lines
-from osmosis_ai.eval.datasets import DATASET_FORMATS
-from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = [
     "Bound",
     "ConfigSource",
-    "SharedExperiment",
     "TOMLTable",
     "apply_overrides",
-    "dataset_path",
     "did_you_mean",
-    "env_table",
     "kind_of",
-    "provenance",
     "read_config",
     "read_toml",
-    "rollout_location",
-    "secret_names",
-    "shared_experiment",
     "workspace_of",
 ]
 
@@ -45,12 +31,6 @@ TOMLTable = dict[str, Any]
 
 #: Which numbers a numeric key accepts: above 0, 0 and above (0 usually meaning "off"), any.
 Bound = Literal["positive", "non-negative", "any"]
-
-_SECRETS_KEYS = ("required",)
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
-_SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-_COMMIT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
-_RESERVED_ENV_PREFIX = "_OSMOSIS_"
 
 _TOML_TYPES: dict[type, str] = {
     str: "a string",
@@ -180,18 +160,29 @@ class ConfigSource:
         self.flags = flags or {}
 
     def error(self, key: tuple[str, ...], message: str) -> ConfigError:
+        """``message`` placed at the flag or line of ``key`` (its parts may be dotted: a
+        subsection's name, ``"algorithm.overlong"``)."""
+        where = self.where(key)
+        return ConfigError(
+            f"{self.path}, {where}: {message}" if where else f"{self.path}: {message}"
+        )
+
+    def where(self, key: tuple[str, ...]) -> str:
+        """``line 12`` or ``--set training.steps=3``: what set ``key``, or its nearest
+        enclosing table that has a line ("" when none has)."""
+        key = tuple(part for name in key for part in name.split("."))
         flag = self.flags.get(key)
         if flag is not None:
-            return ConfigError(f"{self.path}, {flag}: {message}")
+            return flag
         # tomllib keeps no positions: fall back to the nearest enclosing table that has one.
         for end in range(len(key), 0, -1):
             line = self.lines.get(key[:end])
             if line is not None:
-                return ConfigError(f"{self.path}, line {line}: {message}")
+                return f"line {line}"
             flag = next((f for k, f in self.flags.items() if k[:end] == key[:end]), None)
             if flag is not None:  # a table only overrides made
-                return ConfigError(f"{self.path}, {flag}: {message}")
-        return ConfigError(f"{self.path}: {message}")
+                return flag
+        return ""
 
     def flag_replaces(
         self, table: TOMLTable, section: str, keys: tuple[str, str]
@@ -260,6 +251,12 @@ class ConfigSource:
             raise self.error((section, key), f"{section}.{key} must not be empty")
         return value
 
+    def boolean(self, table: TOMLTable, section: str, key: str) -> bool:
+        value = table[key]
+        if not isinstance(value, bool):
+            raise self.type_error(section, key, value, "true or false")
+        return value
+
     def integer(self, table: TOMLTable, section: str, key: str, bound: Bound) -> int:
         value = table[key]
         # bool is an int subclass in Python, but `true` is no count in TOML.
@@ -304,142 +301,3 @@ def kind_of(value: object) -> str:
         if type(value) is python_type:
             return name
     return f"a {type(value).__name__}"
-
-
-class SharedExperiment(NamedTuple):
-    """The ``[experiment]`` keys of both configs (all but the model), checked."""
-
-    rollout: str
-    entrypoint: str
-    dataset: Path
-    branch: str | None
-    commit_sha: str | None
-
-
-def shared_experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> SharedExperiment:
-    """``[experiment]``'s rollout location, dataset and provenance, checked (the keys of the
-    table are not: the config's declaration says which it accepts)."""
-    rollout, entrypoint = rollout_location(src, table, workspace)
-    dataset = dataset_path(src, table, workspace)
-    return SharedExperiment(rollout, entrypoint, dataset, *provenance(src, table))
-
-
-def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tuple[str, str]:
-    """``experiment.rollout`` and ``.entrypoint``, checked to exist in the workspace."""
-    rollout = src.string(table, "experiment", "rollout")
-    entrypoint = src.string(table, "experiment", "entrypoint")
-    for key, value, hint in (
-        ("rollout", rollout, "the name of a directory under rollouts/"),
-        ("entrypoint", entrypoint, "a file name inside the rollout directory, e.g. main.py"),
-    ):
-        if not is_single_path_segment(value):
-            raise src.error(
-                ("experiment", key),
-                f"experiment.{key} {value!r} must be a single path segment ({hint}); "
-                "'..', absolute paths and '/' or '\\' are not allowed",
-            )
-    rollout_dir = workspace / "rollouts" / rollout
-    if not rollout_dir.is_dir():
-        raise src.error(
-            ("experiment", "rollout"),
-            f"experiment.rollout {rollout!r}: there is no folder {rollout_dir}; fix the name "
-            f"or create the rollout (osmosis rollout init {rollout})",
-        )
-    if not (rollout_dir / entrypoint).is_file():
-        raise src.error(
-            ("experiment", "entrypoint"),
-            f"experiment.entrypoint {entrypoint!r}: there is no file {rollout_dir / entrypoint}; "
-            "name the file that starts the rollout server",
-        )
-    return rollout, entrypoint
-
-
-def dataset_path(
-    src: ConfigSource,
-    table: TOMLTable,
-    workspace: Path,
-    section: str = "experiment",
-    key: str = "dataset",
-) -> Path:
-    """``experiment.dataset`` (or ``section.key``): a local file of a known format, made
-    absolute against the workspace."""
-    dataset_text = src.string(table, section, key)
-    dataset = Path(dataset_text).expanduser()
-    if dataset.suffix.lower().lstrip(".") not in DATASET_FORMATS:
-        raise src.error(
-            (section, key),
-            f"{section}.{key} {dataset_text!r} must be a local file ending in "
-            + ", ".join(f".{ext}" for ext in DATASET_FORMATS),
-        )
-    return Path(os.path.normpath(workspace / dataset))
-
-
-def provenance(src: ConfigSource, table: TOMLTable) -> tuple[str | None, str | None]:
-    """``experiment.branch`` or ``.commit_sha`` (at most one)."""
-    branch = src.string(table, "experiment", "branch") if "branch" in table else None
-    if "commit_sha" not in table:
-        return branch, None
-    commit_sha = src.string(table, "experiment", "commit_sha")
-    if branch is not None:
-        raise src.error(
-            ("experiment", "commit_sha"),
-            "experiment.branch and experiment.commit_sha are mutually exclusive; keep one",
-        )
-    if not _COMMIT_SHA.fullmatch(commit_sha):
-        raise src.error(
-            ("experiment", "commit_sha"),
-            f"experiment.commit_sha {commit_sha!r} must be 7 to 40 hexadecimal digits",
-        )
-    return None, commit_sha
-
-
-def env_table(src: ConfigSource, table: TOMLTable) -> dict[str, str]:
-    """The ``[env]`` section: literal variables for the rollout server."""
-    env: dict[str, str] = {}
-    for name, value in table.items():
-        if not _ENV_NAME.fullmatch(name):
-            raise src.error(
-                ("env", name),
-                f"env name {name!r} must match ^[A-Z_][A-Z0-9_]*$ (upper case, digits, '_')",
-            )
-        if name.startswith(_RESERVED_ENV_PREFIX):
-            raise src.error(
-                ("env", name),
-                f"env name {name!r} is reserved: names starting with {_RESERVED_ENV_PREFIX} "
-                "are set by osmosis itself",
-            )
-        if not isinstance(value, str):
-            raise src.type_error("env", name, value, 'a string (quote it: "...")')
-        env[name] = value
-    return env
-
-
-def secret_names(src: ConfigSource, table: TOMLTable, env: dict[str, str]) -> tuple[str, ...]:
-    """``[secrets] required``: the names of the secrets a run needs (never their values)."""
-    src.reject_unknown(table, "secrets", _SECRETS_KEYS)
-    names = table.get("required", [])
-    if not isinstance(names, list):
-        raise src.type_error("secrets", "required", names, "an array of strings")
-    seen: set[str] = set()
-    for name in names:
-        if not isinstance(name, str):
-            raise src.error(
-                ("secrets", "required"),
-                f"secrets.required must hold only strings, got {kind_of(name)}",
-            )
-        if not _SECRET_NAME.fullmatch(name):
-            raise src.error(
-                ("secrets", "required"),
-                f"secret name {name!r} must match ^[A-Z][A-Z0-9_]*$ (upper case, digits, '_')",
-            )
-        if name in seen:
-            raise src.error(
-                ("secrets", "required"), f"secret {name!r} is listed twice in secrets.required"
-            )
-        if name in env:
-            raise src.error(
-                ("secrets", "required"),
-                f"{name!r} is both a secret and an [env] variable; keep it in one place",
-            )
-        seen.add(name)
-    return tuple(names)

@@ -11,8 +11,8 @@ from osmosis_ai.rollout._failures import describe
 from osmosis_ai.rollout.backend.base import ExecutionOutcome, ExecutionRequest, ExecutionResult
 from osmosis_ai.rollout.context import RolloutContext
 from osmosis_ai.rollout.server._registry import Entry
-from osmosis_ai.rollout.server._results import failure, internal_failure
 from osmosis_ai.rollout.server._state import ServerState
+from osmosis_ai.rollout.server.results import failure, internal_failure
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.trajectory import TrajectoryReport, save_diagnostics, save_trajectory
 from osmosis_ai.rollout.trajectory.preview import preview_id_allowed

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies._tool_prompt import JSON_WHITESPACE, Arguments, call_options
@@ -27,6 +27,7 @@ __all__ = [
     "MAX_CALLS",
     "NativeFormat",
     "NativePlan",
+    "TOOL_FORMAT_SETTINGS",
     "ToolFormatSetting",
     "native_format",
     "plan_native_tools",
@@ -34,8 +35,9 @@ __all__ = [
 
 #: Most calls one reply may make (``parallel_tool_calls: false``: one).
 MAX_CALLS = 4
-#: ``[training] tool_format``: the model's own format when its template has one, or either.
+#: ``[sampling] tool_format``: the model's own format when its template has one, or either.
 ToolFormatSetting = Literal["auto", "native", "instruction"]
+TOOL_FORMAT_SETTINGS: tuple[ToolFormatSetting, ...] = get_args(ToolFormatSetting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +118,9 @@ def native_format(tokenizer: Any, setting: ToolFormatSetting) -> NativeFormat | 
         ConfigError: ``setting`` is unknown, or ``native`` for a template that renders no
             tools in a known format.
     """
-    if setting not in ("auto", "native", "instruction"):
-        raise ConfigError(f'tool_format must be "auto", "native" or "instruction", not {setting!r}')
+    if setting not in TOOL_FORMAT_SETTINGS:
+        choices = ", ".join(f'"{choice}"' for choice in TOOL_FORMAT_SETTINGS)
+        raise ConfigError(f"tool_format must be one of {choices}, not {setting!r}")
     if setting == "instruction":
         return None
     template = getattr(tokenizer, "chat_template", None)

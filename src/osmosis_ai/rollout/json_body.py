@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-from osmosis_ai.rollout._nesting import MAX_JSON_DEPTH, nests_deeper_than
+from osmosis_ai.rollout.nesting import MAX_JSON_DEPTH, nests_deeper_than
 
 __all__ = ["MAX_BODY_BYTES", "BodyError", "asgi_body_chunks", "read_json_body"]
 

@@ -1,7 +1,7 @@
 """``osmosis rollout init``/``validate``: a runnable rollout skeleton, and an import check.
 
 ``init`` writes the rollout, an eval config, a training config and a 10-row dataset. The
-configs are written from the keys' declarations (`osmosis_ai.eval._config_schema`): every key,
+configs are written from the keys' declarations (`osmosis_ai.config.schema`): every key,
 with its comment, the optional ones commented out.
 """
 
@@ -12,17 +12,12 @@ import json
 import tempfile
 from pathlib import Path
 
+from osmosis_ai.config.schema import Section, scaffold_toml
 from osmosis_ai.errors import ConfigError
-from osmosis_ai.eval._config_schema import (
-    EVAL_EXPERIMENT,
-    EVALUATION,
-    TRAIN_EXPERIMENT,
-    TRAINING,
-    Section,
-    scaffold_toml,
-)
+from osmosis_ai.eval.config import EVAL_EXPERIMENT, EVALUATION
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
 from osmosis_ai.rollout.ids import ensure_single_path_segment
+from osmosis_ai.train.config import TRAIN_EXPERIMENT, TRAIN_SECTIONS
 
 __all__ = ["scaffold_rollout", "validate_entrypoint"]
 
@@ -140,10 +135,10 @@ def _eval_toml(name: str) -> str:
 def _training_toml(name: str) -> str:
     return (
         f"# Training (GRPO, CPU or GPU): osmosis train run configs/training/{name}.toml\n"
-        "# See docs/train.md. A small run: raise steps, prompts_per_step and group_size to "
+        "# See docs/train/README.md. A small run: raise steps, prompts_per_step and group_size to "
         f"learn more.\n{_OPTIONAL}"
         + _experiment_toml(TRAIN_EXPERIMENT, name)
-        + scaffold_toml(TRAINING)
+        + "\n".join(scaffold_toml(section) for section in TRAIN_SECTIONS)
     )
 
 
