@@ -27,17 +27,19 @@ collect_ignore = ["rollout/backend/harbor", "train/engines"] if sys.version_info
 # first), and a long module handed out last would run alone at the end while the other
 # worker sits idle.
 _LONGEST_FIRST = (
-    "train/test_vllm.py",
-    "train/test_frameworks.py",
-    "train/test_tool_formats.py",
+    "train/generation/test_vllm.py",
+    "train/runs/test_frameworks.py",
+    "train/test_recipes.py",
+    "train/runs/test_tool_formats.py",
     "reliability/test_chaos_eval.py",
-    "train/test_runner.py",
+    "train/runs/test_runner.py",
     "train/test_gpu_check.py",
-    "train/test_lora.py",
+    "train/learner/test_lora.py",
+    "docs/test_howtos.py",
     "reliability/test_chaos.py",
     "train/test_model.py",
-    "eval/test_scaffold.py",
-    "train/test_trackers.py",
+    "test_scaffold.py",
+    "train/bookkeeping/test_trackers.py",
     "gateway/test_embedded_policy.py",
     "test_serving.py",
 )

@@ -51,6 +51,7 @@ def _calculator(root: Path, algorithm: str) -> Path:
     return config
 
 
+@pytest.mark.whole_run
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RECIPE_NAMES)
 async def test_each_recipe_trains_the_calculator_and_the_run_keeps_its_resolved_config(

@@ -1,4 +1,4 @@
-"""What a training step's metrics make the run say."""
+"""A step's batch (``loop/batch.py``): groups filtered on the grader's rewards, then shaped."""
 
 from __future__ import annotations
 
@@ -13,22 +13,7 @@ from osmosis_ai.train.algorithm.settings import (
     UpdateSettings,
 )
 from osmosis_ai.train.loop.batch import zero_gradient_then_shaped
-from osmosis_ai.train.loop.step import FlatStepsHint
 from tests.train.conftest import make_sequence
-
-
-def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
-    hint = FlatStepsHint(groups=4, resample=0)
-    flat, mixed = {"zero_gradient_groups": 3}, {"zero_gradient_groups": 2}  # 2 of 4: not most
-    assert [hint.after(m) for m in (flat, flat, mixed, flat, flat)] == [None] * 5
-    said = hint.after(flat)
-    assert said is not None and "3 steps in a row" in said
-    assert "set [algorithm] resample_zero_gradient = 2" in said
-    assert [hint.after(flat) for _ in range(5)] == [None] * 5  # once per run
-    already = FlatStepsHint(groups=4, resample=2)
-    assert [already.after(flat) for _ in range(2)] == [None, None]
-    expected = "raise [algorithm] resample_zero_gradient (now 2) or [training] group_size"
-    assert expected in (already.after(flat) or "")
 
 
 def test_groups_are_filtered_on_the_graders_reward_then_shaped() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.train.training_project import lines, train_here, workspace, write_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]
 
 
 @pytest.mark.parametrize(

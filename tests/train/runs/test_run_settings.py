@@ -19,7 +19,7 @@ from tests.train.training_project import workspace as _workspace
 
 ALGORITHM = "[algorithm]\n"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]
 
 
 def _greedy_share(run_dir: Path, prefix: str, model_dir: Path) -> float:

@@ -88,6 +88,7 @@ def test_a_run_is_finished_once_its_steps_took_max_minutes() -> None:
     assert finished_run(_journal(1, [0, 1]), metrics, training) is None
 
 
+@pytest.mark.whole_run
 @pytest.mark.slow
 async def test_a_task_never_solved_ends_saying_nothing_was_trained_and_a_rerun_loads_nothing(
     tmp_path: Path, tiny_model_dir: Path
@@ -119,6 +120,7 @@ async def test_a_task_never_solved_ends_saying_nothing_was_trained_and_a_rerun_l
     print(f"a finished run's rerun took {elapsed:.1f} s")
 
 
+@pytest.mark.whole_run
 @pytest.mark.slow
 async def test_a_workflow_that_never_calls_the_model_stops_the_run(
     tmp_path: Path, tiny_model_dir: Path

@@ -21,7 +21,7 @@ from osmosis_ai.eval.metrics import pass_at_k
 from osmosis_ai.train.bookkeeping.trackers import flat_params, scalars
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.loop.runner import held_out_pass_at_k
-from tests.train.test_runner import run_without
+from tests.train.runs.test_runner import run_without
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import run as _run
 from tests.train.training_project import workspace as _workspace
@@ -152,6 +152,7 @@ def _read_in_child(code: str, **env: str) -> Any:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.whole_run
 async def test_every_tracker_gets_steps_evals_and_settings_and_a_resume_continues_them(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,6 +255,7 @@ async def test_a_tracker_that_cannot_start_is_one_line_naming_the_fix(
     assert "check MLFLOW_TRACKING_URI" in out and "Traceback" not in out
 
 
+@pytest.mark.whole_run
 async def test_several_samples_per_held_out_row_report_pass_at_k(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

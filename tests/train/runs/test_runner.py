@@ -33,7 +33,7 @@ from tests.train.training_project import train_here as _train_here
 from tests.train.training_project import workspace as _workspace
 from tests.train.training_project import write_rows as _write_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

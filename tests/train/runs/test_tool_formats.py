@@ -14,9 +14,9 @@ from tests.train.conftest import first_turn_calls, with_chat_template
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import run as _run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run, pytest.mark.timeout(600)]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "calculator"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "calculator"
 
 
 async def test_the_calculator_trains_with_native_tool_calls(

@@ -41,7 +41,7 @@ from osmosis_ai.train.loop.outcome import TrainingStopped
 from tests.gateway.test_embedded_policy import CALCULATOR
 from tests.subprocesses import communicate_within
 from tests.train.conftest import HERMES_TEMPLATE, with_chat_template
-from tests.train.test_frameworks import (
+from tests.train.runs.test_frameworks import (
     EXAMPLES,
     SMALL,
     check_one_exact_sequence_per_rollout,
@@ -63,7 +63,7 @@ pytestmark = [
     pytest.mark.timeout(900),
 ]
 
-VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
+VLLM_PYTHON = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
 #: Settings of the servers the runs here start: eager (no compile warm-up), a short context;
 #: the KV cache is sized by the trainer.
 SERVER_TOML = (
@@ -342,6 +342,7 @@ def _attached_workspace(root: Path, model_dir: Path, server: VllmServer, trainin
 
 
 # Before the full-weight runs: an adapter is pushed onto the base weights the server has.
+@pytest.mark.whole_run
 async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
@@ -356,6 +357,7 @@ async def test_a_lora_run_loads_its_adapter_into_vllm_each_step(
     assert _greedy_answers(run_dir, 0) != _greedy_answers(run_dir, 2)
 
 
+@pytest.mark.whole_run
 async def test_async_lora_training_through_vllm_keeps_the_bound_and_generates_on(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
@@ -380,6 +382,7 @@ async def test_async_lora_training_through_vllm_keeps_the_bound_and_generates_on
     print(f"vLLM async LoRA steps: {metrics}")
 
 
+@pytest.mark.whole_run
 async def test_the_probe_stops_a_run_whose_adapter_never_reaches_the_calls(
     tmp_path: Path, model_dir: Path, server: VllmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -404,6 +407,7 @@ async def test_the_probe_stops_a_run_whose_adapter_never_reaches_the_calls(
     assert not [e for e in events if e["event"] == "step"], "step 1 was not applied"
 
 
+@pytest.mark.whole_run
 async def test_training_through_vllm_changes_the_served_weights_and_resumes(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:
@@ -471,6 +475,7 @@ def _kill_vllm_of(parent: int) -> None:
     raise AssertionError("no vLLM server among the trainer's children")
 
 
+@pytest.mark.whole_run
 async def test_the_calculator_trains_through_a_vllm_of_its_own_and_a_crash_names_the_checkpoint(
     tmp_path: Path, vllm_python: Path
 ) -> None:
@@ -515,6 +520,7 @@ async def test_the_calculator_trains_through_a_vllm_of_its_own_and_a_crash_names
     assert "Traceback" not in out
 
 
+@pytest.mark.whole_run
 async def test_a_framework_agent_trains_through_vllm_in_its_models_tool_format(
     tmp_path: Path, model_dir: Path, server: VllmServer
 ) -> None:

@@ -196,6 +196,7 @@ with torch.no_grad():
 
 # Five CLI runs (train, resume, a refused rank, eval, export), ~60 s alone; a loaded CI worker
 # beside the vLLM and framework-training modules took it past the default 120 s.
+@pytest.mark.whole_run
 @pytest.mark.timeout(360)
 async def test_lora_run_checkpoints_resumes_evaluates_and_exports_a_merged_model(
     tmp_path: Path, tiny_model_dir: Path
@@ -292,6 +293,7 @@ async def _osmosis(cwd: Path, *args: str) -> tuple[int, str]:
     return process.returncode, out
 
 
+@pytest.mark.whole_run
 async def test_a_full_checkpoint_is_exported_as_its_weights(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:

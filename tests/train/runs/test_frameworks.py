@@ -16,9 +16,9 @@ import pytest
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import run as _run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run, pytest.mark.timeout(600)]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FRAMEWORKS = ("strands_calculator", "openai_agents_calculator")
 #: Two steps of 2 rows x 4 rollouts (the configs train 4 x 8), one held-out row.
 SMALL = (

@@ -18,7 +18,7 @@ from tests.train.training_project import (
     write_rows,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]
 
 
 def _run_dir(config: Path) -> Path:
