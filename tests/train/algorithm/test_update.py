@@ -183,7 +183,7 @@ def test_a_later_update_that_is_not_finite_restores_the_step_start(
     state the step started with come back."""
     before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e30)
-    config = UpdateSettings(AlgorithmConfig(epochs=2), max_grad_norm=None)
+    config = UpdateSettings(AlgorithmConfig(epochs=2, max_grad_norm=0.0))
     with pytest.raises(NonFiniteStepError, match="step 5: the (loss|gradient norm) is"):
         train_step(model, optimizer, on_policy(model, _step_sequences()), config, step=5)
     _assert_untouched(model, before, optimizer)

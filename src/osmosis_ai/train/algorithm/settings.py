@@ -284,6 +284,13 @@ class AlgorithmConfig:
         "`tis_cap = 5`; 0: none)",
         formerly="training.tis_floor",
     )
+    max_grad_norm: float = setting(
+        1.0,
+        bound="non-negative",
+        comment="gradients are clipped to this global norm (0: not clipped)",
+        docs="the global norm each update's gradient is clipped to (0: measured, not clipped); "
+        "`grad_norm` in `metrics.jsonl` is the norm before clipping",
+    )
     resample_zero_gradient: int = setting(
         0,
         bound="non-negative",
@@ -367,6 +374,7 @@ class AlgorithmConfig:
             "kl_beta": self.kl_beta,
             "tis_cap": self.tis[1],
             "tis_floor": self.tis_floor,
+            "max_grad_norm": self.max_grad_norm,
         }
         for name, value in bounded.items():
             if not (math.isfinite(value) and value >= 0):
@@ -452,8 +460,6 @@ class UpdateSettings:
     bf16: bool = False
     """``[learner] precision`` as the device resolved it: the forward pass under bf16
     autocast (logprobs are still taken in fp32)."""
-    max_grad_norm: float | None = 1.0
-    """Gradients are clipped to this global norm (``None``: measured, not clipped)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -474,8 +480,4 @@ class UpdateSettings:
         if self.token_budget < 2:
             raise SettingError(
                 "token_budget", f"token_budget must be at least 2, not {self.token_budget!r}"
-            )
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise SettingError(
-                "max_grad_norm", f"max_grad_norm must be > 0 or None, not {self.max_grad_norm!r}"
             )

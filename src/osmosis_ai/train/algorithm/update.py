@@ -243,13 +243,13 @@ def _apply(
     if not any(part.carrying for part in parts):
         optimizer.zero_grad(set_to_none=True)
         return _Applied(total, 0.0, parts, entropy_sum, applied=False)
-    max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
+    max_norm = config.algorithm.max_grad_norm or math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteStepError(
             f"step {step}: the gradient norm is {grad_norm}; no update was applied "
-            "(lower the learning rate or clip gradients with max_grad_norm)"
+            "(lower the learning rate or [algorithm] max_grad_norm)"
         )
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
