@@ -72,6 +72,16 @@ def test_release_forgets_records_and_indexes() -> None:
     assert records.next_index("r") == 0
 
 
+def test_take_gives_the_calls_in_order_and_forgets_them() -> None:
+    records = CallRecords()
+    released: list[str] = []
+    records.on_release.append(released.append)
+    records.add(_record("r", 1))
+    records.add(_record("r", 0))
+    assert [call.index for call in records.take("r")] == [0, 1]
+    assert records.calls("r") == [] and released == ["r"] and records.take("r") == []
+
+
 def test_report_holds_successful_calls_as_atif_metrics() -> None:
     records = CallRecords()
     records.add(_record("r", 0))

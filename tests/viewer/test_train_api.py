@@ -237,3 +237,15 @@ async def test_training_rollout_artifacts_are_served_as_downloads(
     assert served.status_code == 200 and served.text == "<script>no</script>"
     assert served.headers["content-disposition"].startswith("attachment")
     assert escaped.status_code == 404
+
+
+async def test_a_run_of_before_the_config_sections_still_shows_its_kl(tmp_path: Path) -> None:
+    """Runs written by 0.3 journaled their settings flat, as ``training``."""
+    from osmosis_ai.viewer.training import train_overview
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    start = {"event": "start", "step": 0, "steps": 2, "model": "m", "training": {"kl_beta": 0.1}}
+    (run_dir / "events.jsonl").write_text(json.dumps(start) + "\n")
+    (run_dir / "metrics.jsonl").write_text("")
+    assert train_overview(run_dir)["kl_beta"] == 0.1

@@ -110,13 +110,12 @@ def declared(declaration: Setting, default: Any = MISSING) -> Any:
 
 
 def subsection(
-    factory: Callable[[], Any] | None = None, *, comment: str = "", docs: str = "",
-    formerly: str = "",
-) -> Any:  # fmt: skip
+    factory: Callable[[], Any] | None = None, *, comment: str = "", docs: str = ""
+) -> Any:
     """A field holding a subsection's dataclass: built from ``factory`` when the file has no
     table for it, or ``None`` (off) when the field is optional and has no factory."""
-    return setting(None if factory is None else MISSING, factory=factory, comment=comment,
-                   docs=docs, formerly=formerly)  # fmt: skip
+    default = None if factory is None else MISSING
+    return setting(default, factory=factory, comment=comment, docs=docs)
 
 
 @dataclass(frozen=True, eq=False)  # one per declaration (`section_of` caches)
@@ -190,7 +189,7 @@ def section_of(cls: type, name: str) -> Section:
                 None if default is MISSING else default,
                 choices,
                 declared,
-            )  # fmt: skip
+            )
         )
     return Section(name, cls, tuple(keys), tuple(subsections))
 
@@ -258,8 +257,9 @@ def parse_section(
         if name in subsections:
             sub = subsections[name]
             if not isinstance(value, dict):
-                raise src.error((sub.section.name,), f"{sub.section.name} must be a table "
-                                f"([{sub.section.name}]), got {kind_of(value)}")  # fmt: skip
+                table_name = sub.section.name
+                message = f"{table_name} must be a table ([{table_name}]), got {kind_of(value)}"
+                raise src.error((table_name,), message)
             inner = getattr(base, name) if base is not None else None
             values[name] = parse_section(src, value, sub.section, inner)
         else:
@@ -332,13 +332,13 @@ def scaffold_toml(
     mark = "# " if commented else ""
     lines = [f"{mark}[{section.name}]"]
     for key in section.keys:
-        value = (values or {}).get(key.name, key.default if key.setting.scaffold is None
-                                   else key.setting.scaffold)  # fmt: skip
+        written = key.default if key.setting.scaffold is None else key.setting.scaffold
+        value = (values or {}).get(key.name, written)
         if value is None:
             continue
-        hidden = commented or key.setting.commented
-        lines.append(_commented_line(f"{'# ' if hidden else ''}{key.name} = {toml_value(value)}",
-                                     key.setting.comment))  # fmt: skip
+        mark = "# " if commented or key.setting.commented else ""
+        line = f"{mark}{key.name} = {toml_value(value)}"
+        lines.append(_commented_line(line, key.setting.comment))
     text = "\n".join(lines) + "\n"
     for sub in section.subsections:
         if sub.setting.comment:

@@ -189,6 +189,14 @@ class CallRecords:
             listener(rollout_id)
         return len(entry[1]) if entry else 0
 
+    def take(self, rollout_id: str) -> list[CallRecord]:
+        """The calls of ``rollout_id`` (`calls`), then forget it (`release`): what a trainer
+        does once a rollout has finished, whether its sequences are built here (the native
+        loop) or by the trainer that drives it (SkyRL, verl)."""
+        calls = self.calls(rollout_id)
+        self.release(rollout_id)
+        return calls
+
     def report(self, rollout_id: str) -> TrajectoryReport | None:
         """The successful calls of ``rollout_id`` as a trajectory report, or ``None``."""
         calls = [record for record in self.calls(rollout_id) if record.status == "ok"]

@@ -492,8 +492,9 @@ class HeldOutConfig:
         "compare policies, not luck)",
         formerly="training.eval_temperature",
     )
-    pass_threshold: float = declared(replace(PASS_THRESHOLD, bound="positive",
-                                             formerly="training.pass_threshold"), 1.0)  # fmt: skip
+    pass_threshold: float = declared(
+        replace(PASS_THRESHOLD, bound="positive", formerly="training.pass_threshold"), 1.0
+    )
     """A rollout passes when its reward is at least this (the steps' pass rate too)."""
 
     def __post_init__(self) -> None:
@@ -647,11 +648,11 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
     workspace = workspace_of(path)
     env = env_table(src, tables["env"])
     held_out, note = src.flag_replaces(tables["eval"], "eval", ("dataset", "rows"))
+    tables["eval"] = held_out
     sections: dict[str, Any] = {
-        section.name: parse_section(src, held_out if section.name == "eval" else
-                                    tables[section.name], section, _base(src, tables, section))
+        section.name: parse_section(src, tables[section.name], section, _base(src, tables, section))
         for section in TRAIN_SECTIONS
-    }  # fmt: skip
+    }
     engine: EngineConfig = sections["engine"]
     if engine.vllm is not None and os.sep in engine.vllm.python:
         # A relative path is the workspace's, as every path of the config is.
@@ -723,9 +724,10 @@ def resolved_toml(config: TrainConfig) -> str:
         f"entrypoint = {toml_value(experiment.entrypoint)}",
         f"model = {toml_value(experiment.model)}",
         f"dataset = {toml_value(str(experiment.dataset))}",
-        *(f"{key} = {toml_value(value)}" for key, value in
-          (("branch", experiment.branch), ("commit_sha", experiment.commit_sha)) if value),
-    ]  # fmt: skip
+    ]
+    for key, value in (("branch", experiment.branch), ("commit_sha", experiment.commit_sha)):
+        if value:
+            lines.append(f"{key} = {toml_value(value)}")
     text = "\n".join(lines) + "\n"
     for section in TRAIN_SECTIONS:
         text += "\n" + settings_toml(section, values[section.name])

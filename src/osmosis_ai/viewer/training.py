@@ -114,7 +114,9 @@ def _load(run_dir: Path) -> _TrainRun:
     total = _int(starts[-1].get("steps")) if starts else None
     model = starts[-1].get("model") if starts else None
     settings = starts[-1].get("settings") if starts else None
-    algorithm = settings.get("algorithm") if isinstance(settings, dict) else None
+    # A run of before the sections (0.3) journaled its flat settings as "training".
+    flat = starts[-1].get("training") if starts else None
+    algorithm = settings.get("algorithm") if isinstance(settings, dict) else flat
     kl_beta = algorithm.get("kl_beta") if isinstance(algorithm, dict) else None
     evals = _by_step([event for event in events if event.get("event") == "eval"])
     steps_done = metrics[-1]["step"] if metrics else 0

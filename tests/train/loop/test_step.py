@@ -17,3 +17,13 @@ def test_most_groups_all_equal_three_steps_in_a_row_is_said_once() -> None:
     assert [already.after(flat) for _ in range(2)] == [None, None]
     expected = "raise [algorithm] resample_zero_gradient (now 2) or [training] group_size"
     assert expected in (already.after(flat) or "")
+
+
+def test_the_step_reads_top_down_in_a_page() -> None:
+    """``run_step`` stays a page (its phases live in ``batch.py``, the learner and
+    ``report.py``): past 80 lines, fold a phase into its own function."""
+    import inspect
+
+    from osmosis_ai.train.loop.step import run_step
+
+    assert len(inspect.getsource(run_step).splitlines()) <= 80

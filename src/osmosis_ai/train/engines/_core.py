@@ -263,9 +263,8 @@ class AgentRollouts(AsyncUnconditionalExit):
                             RolloutErrorCategory.TIMEOUT,
                         ),
                     )
-            calls = records.calls(task.rollout_id)
-        finally:
-            records.release(task.rollout_id)
+        finally:  # a rollout that raised is forgotten too
+            calls = records.take(task.rollout_id)
         seconds = time.monotonic() - started
         sequences, stats = build_sequences(
             [RolloutRecords(result=result, group_id=task.group_id, calls=calls)],

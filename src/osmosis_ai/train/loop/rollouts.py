@@ -75,8 +75,7 @@ class Run:
             )
             async with asyncio.timeout(_ROLLOUT_DEADLINE_SEC):
                 result = await handle
-        calls = gateway.records.calls(rollout_id)
-        gateway.records.release(rollout_id)
+        calls = gateway.records.take(rollout_id)
         # The rollout's files (trajectory, artifacts) may quote the key or a secret.
         secrets = self.redactor.secrets
         await asyncio.to_thread(

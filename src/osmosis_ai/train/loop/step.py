@@ -95,13 +95,28 @@ async def run_step(
     generating = engine.busy_sec - busy
     # The learner's thread updates and, for the torch engine, generates while it waits.
     learner_busy = (ended - built) + (generating if run.generator.on_learner_thread else 0.0)
-    times = StepTimes(generated - started, built - generated, ended - built, sync_sec,
-                      generating, learner_busy)  # fmt: skip
+    times = StepTimes(
+        generation=generated - started,
+        sequences=built - generated,
+        update=ended - built,
+        weight_sync=sync_sec,
+        policy_busy=generating,
+        learner_busy=learner_busy,
+    )
     return StepReport(
-        step, done, batch, metrics, no_update, times, run.config.eval.pass_threshold,
-        tokens_generated=batch.stats.policy_tokens + dropped, resampled_groups=resampled,
-        groups_waited=taken.waited, probe_gap=probe_gap, memory=learner.peak_memory(),
-    )  # fmt: skip
+        step=step,
+        done=done,
+        batch=batch,
+        metrics=metrics,
+        no_update=no_update,
+        times=times,
+        pass_threshold=run.config.eval.pass_threshold,
+        tokens_generated=batch.stats.policy_tokens + dropped,
+        resampled_groups=resampled,
+        groups_waited=taken.waited,
+        probe_gap=probe_gap,
+        memory=learner.peak_memory(),
+    )
 
 
 async def _sample(
