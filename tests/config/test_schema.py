@@ -199,6 +199,10 @@ def test_a_table_row_can_explain_several_keys() -> None:
     ]
 
 
+def test_a_path_is_written_as_its_text() -> None:
+    assert toml_value(Path("/data/rows.jsonl")) == '"/data/rows.jsonl"'
+
+
 @pytest.mark.parametrize(
     "value", [1e-5, 0.0, 2, 'a "quoted" \\ path', ("q_proj", "v_proj"), {"A": "1"}, {}, True]
 )

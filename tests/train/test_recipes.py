@@ -46,6 +46,10 @@ def _calculator(root: Path, algorithm: str) -> Path:
     """A copy of the calculator example whose config gets the ``[algorithm]`` table
     ``algorithm``."""
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".osmosis"))
+    # Partial credit (the example's `CloseAnswer`): a group's rewards differ, so every recipe
+    # updates, and DAPO's dynamic sampling has no all-wrong groups to run three times.
+    main = root / "rollouts" / "calculator" / "main.py"
+    main.write_text(main.read_text().replace("grader=ExactAnswer", "grader=CloseAnswer"))
     config = root / "configs" / "training" / "calculator.toml"
     config.write_text(config.read_text() + f"\n[algorithm]\n{algorithm}\n")
     return config
@@ -61,7 +65,9 @@ async def test_each_recipe_trains_the_calculator_and_the_run_keeps_its_resolved_
     outcome = await train_here(config, SMALL)
     assert outcome.steps_done == 2
     run_dir = outcome.run_dir
-    assert [line["step"] for line in lines(run_dir / "metrics.jsonl")] == [1, 2]
+    metrics = lines(run_dir / "metrics.jsonl")
+    assert [line["step"] for line in metrics] == [1, 2]
+    assert any(line["updates"] for line in metrics), "the recipe's objective updated"
     resolved = tomllib.loads((run_dir / "config.toml").read_text())
     assert resolved["algorithm"]["recipe"] == name
     assert resolved["training"]["steps"] == 2 and resolved["eval"]["rows"] == 1

@@ -25,6 +25,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field
+from pathlib import PurePath
 from typing import Any, Literal, TypeVar
 
 from osmosis_ai.config.source import Bound, ConfigSource, TOMLTable, kind_of
@@ -301,7 +302,9 @@ def _value(src: ConfigSource, table: TOMLTable, section: str, key: Key) -> objec
 
 
 def toml_value(value: object) -> str:
-    """``value`` written as TOML (``1e-5``, ``"token"``, ``["q_proj"]``)."""
+    """``value`` written as TOML (``1e-5``, ``"token"``, ``["q_proj"]``; a path as its text)."""
+    if isinstance(value, PurePath):
+        value = str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

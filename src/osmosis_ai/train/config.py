@@ -711,24 +711,12 @@ def resolved_toml(config: TrainConfig) -> str:
     """The run's config as it resolved (recipe, then the file, then the flags): every
     section with every key, a key left to its default's rule as a comment, paths absolute.
     Read from the workspace's ``configs/training/``, it gives the same run."""
-    experiment = config.experiment
     values = {section.name: getattr(config, section.name) for section in TRAIN_SECTIONS}
     if config.eval_dataset is not None:
         values["eval"] = replace(config.eval, dataset=str(config.eval_dataset))
-    lines = [
-        f"# The resolved config of {config.path}",
-        *(f"# --set {flag}" for flag in config.overrides),
-        "",
-        "[experiment]",
-        f"rollout = {toml_value(experiment.rollout)}",
-        f"entrypoint = {toml_value(experiment.entrypoint)}",
-        f"model = {toml_value(experiment.model)}",
-        f"dataset = {toml_value(str(experiment.dataset))}",
-    ]
-    for key, value in (("branch", experiment.branch), ("commit_sha", experiment.commit_sha)):
-        if value:
-            lines.append(f"{key} = {toml_value(value)}")
-    text = "\n".join(lines) + "\n"
+    flags = "".join(f"# --set {flag}\n" for flag in config.overrides)
+    text = f"# The resolved config of {config.path}\n{flags}\n"
+    text += settings_toml(TRAIN_EXPERIMENT, config.experiment)
     for section in TRAIN_SECTIONS:
         text += "\n" + settings_toml(section, values[section.name])
     if config.env:

@@ -75,7 +75,7 @@ from osmosis_ai.train.bookkeeping.trackers import (
 from osmosis_ai.train.config import TrainConfig, load_train_config, resolved_toml
 from osmosis_ai.train.generation.generator import open_generator
 from osmosis_ai.train.learner.checkpoints import LATEST_CHECKPOINT, checkpoint_dir
-from osmosis_ai.train.learner.core import Learner, out_of_memory
+from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.consumer import train_steps
 from osmosis_ai.train.loop.outcome import (
     EvalPoint,
@@ -102,7 +102,6 @@ __all__ = [
     "TrainOutcome",
     "TrainingStopped",
     "held_out_pass_at_k",
-    "out_of_memory",
     "run_training",
     "split_rows",
     "step_rows",
