@@ -23,6 +23,7 @@ from tests.eval.conftest import OSMOSIS, Workspace
 from tests.train.conftest import tiny_model_dir, tokenizer_dir  # noqa: F401 -- fixtures
 from tests.train.training_project import lines as _lines
 from tests.train.training_project import workspace as training_workspace
+from tests.train.training_project import write_rows
 
 WORKSPACE = Path(__file__).resolve().parent / "workspace"
 XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
@@ -168,6 +169,8 @@ def viewed_training(
     """One real ``osmosis train run --view`` of the tiny model (made once per session)."""
     root = tmp_path_factory.mktemp("viewer-train") / "ws"
     config = training_workspace(root, tiny_model_dir, "steps = 3\n[eval]\nevery = 2")
+    # Drawn rewards: every step has groups to learn from, so each has a loss and a KL.
+    write_rows(root, metadata={"random_reward": True})
     return asyncio.run(_train_with_view(config))
 
 

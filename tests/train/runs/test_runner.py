@@ -79,7 +79,8 @@ async def test_train_run_writes_metrics_evals_a_checkpoint_and_no_secret(
     monkeypatch.setenv("TINY_SECRET", secret)  # the child inherits it
     config = _workspace(tmp_path / "ws", tiny_model_dir, "steps = 5\n[checkpoints]\nevery = 2")
     config.write_text(config.read_text() + '[secrets]\nrequired = ["TINY_SECRET"]\n')
-    _write_rows(tmp_path / "ws", metadata={"leak": True})  # key and secret in every output
+    # Key and secret in every output; drawn rewards, so that both steps apply an update.
+    _write_rows(tmp_path / "ws", metadata={"leak": True, "random_reward": True})
     code, out = await _run(config, "--set", "training.steps=2")
     assert code == 0, out
     run_dir = tmp_path / "ws" / ".osmosis" / "train" / "tiny"
