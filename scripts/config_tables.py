@@ -1,6 +1,7 @@
 """Write the config key tables of the docs from the keys' declarations.
 
-``python scripts/config_tables.py`` rewrites, in ``docs/eval.md`` and ``docs/train/``, each
+``python scripts/config_tables.py`` rewrites, in ``docs/eval.md``, ``docs/train/`` and
+``docs/environments.md``, each
 table between ``<!-- config-table: NAME -->`` and ``<!-- /config-table -->`` as the settings'
 declarations (`osmosis_ai.config.schema.setting`) have it; the rest of the files is left as it
 is.
@@ -16,12 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from osmosis_ai.config.schema import markdown_table
+from osmosis_ai.environments import ENVIRONMENT
 from osmosis_ai.eval.config import EVAL_EXPERIMENT, EVALUATION
 from osmosis_ai.train.config import TRAIN_EXPERIMENT, TRAIN_SECTIONS
 from osmosis_ai.train.recipes import RECIPE_PAPERS, RECIPES, recipe_summary
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = (DOCS / "eval.md", DOCS / "train" / "reference.md", DOCS / "train" / "recipes.md")
+PAGES = (
+    DOCS / "eval.md",
+    DOCS / "train" / "reference.md",
+    DOCS / "train" / "recipes.md",
+    DOCS / "environments.md",
+)
 
 
 def recipe_table() -> str:
@@ -36,6 +43,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "eval": lambda: markdown_table(EVAL_EXPERIMENT, EVALUATION),
     "training": lambda: markdown_table(TRAIN_EXPERIMENT, *TRAIN_SECTIONS),
     "recipes": recipe_table,
+    "environment": lambda: markdown_table(ENVIRONMENT),
 }
 _TABLE = re.compile(r"(<!-- config-table: (\w+) -->\n).*?(<!-- /config-table -->)", re.DOTALL)
 

@@ -28,6 +28,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "ray": (("ray", "ray"),),
     "harbor": (("harbor", "harbor"),),
     "viewer": (),
+    "reasoning-gym": (("reasoning-gym", "reasoning_gym"),),
     "train": (
         ("torch", "torch"),
         ("transformers", "transformers"),

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from osmosis_ai.config.schema import Setting
 from osmosis_ai.config.source import ConfigSource, TOMLTable, kind_of
+from osmosis_ai.environments.config import ENVIRONMENT_ROLLOUT_DIR, EnvironmentConfig
 from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "env_table",
     "provenance",
     "rollout_location",
+    "entrypoint_file",
     "secret_names",
     "shared_experiment",
 ]
@@ -38,18 +40,22 @@ _RESERVED_ENV_PREFIX = "_OSMOSIS_"
 ROLLOUT = Setting(
     required=True,
     comment="the rollout's folder, rollouts/<rollout>/",
-    docs="the rollout's folder, `rollouts/<rollout>/`",
+    docs="the rollout's folder, `rollouts/<rollout>/` (with an `[environment]` and no "
+    "`entrypoint`, only the run's name)",
 )
+# Both are required unless an [environment] serves its own rollout and makes the rows.
 ENTRYPOINT = Setting(
-    required=True,
     scaffold="main.py",
     comment="the file in it that starts the rollout server",
-    docs="the file inside the rollout's folder that starts its server (e.g. `main.py`)",
+    docs="the file inside the rollout's folder that starts its server (e.g. `main.py`); "
+    "without it, an `[environment]` serves its own workflow and grader",
+    docs_default="required without `[environment]`",
 )
 DATASET = Setting(
-    required=True,
     comment="CSV, JSONL or Parquet, relative to the workspace",
-    docs="the rows: a CSV, JSONL or Parquet file (relative to the workspace)",
+    docs="the rows: a CSV, JSONL or Parquet file (relative to the workspace); with an "
+    "`[environment]`, which makes the rows, leave it out",
+    docs_default="required without `[environment]`",
 )
 BRANCH = Setting(
     scaffold="main",
@@ -75,18 +81,68 @@ class SharedExperiment(NamedTuple):
     """The ``[experiment]`` keys of both configs (all but the model), checked."""
 
     rollout: str
-    entrypoint: str
+    entrypoint: str | None
+    """``None``: the ``[environment]``'s own rollout (`rollout_source`)."""
     dataset: Path
+    """With an ``[environment]``, the file its rows are written to."""
     branch: str | None
     commit_sha: str | None
 
 
-def shared_experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> SharedExperiment:
+def shared_experiment(
+    src: ConfigSource,
+    table: TOMLTable,
+    workspace: Path,
+    environment: EnvironmentConfig | None = None,
+) -> SharedExperiment:
     """``[experiment]``'s rollout location, dataset and provenance, checked (the keys of the
-    table are not: the config's declaration says which it accepts)."""
-    rollout, entrypoint = rollout_location(src, table, workspace)
-    dataset = dataset_path(src, table, workspace)
-    return SharedExperiment(rollout, entrypoint, dataset, *provenance(src, table))
+    table are not: the config's declaration says which it accepts); with an
+    ``[environment]``, its task too, and the file of its rows as the dataset."""
+    for key in ("entrypoint", "dataset"):
+        if environment is None and key not in table:
+            raise src.error(
+                ("experiment",),
+                f"experiment.{key} is required in [experiment] (or an [environment] that "
+                "makes the rows and serves its own rollout: docs/environments.md)",
+            )
+    if environment is None:
+        rollout, entrypoint = rollout_location(src, table, workspace)
+        return SharedExperiment(
+            rollout, entrypoint, dataset_path(src, table, workspace), *provenance(src, table)
+        )
+    from osmosis_ai.environments.reasoning_gym import check_task, rows_file
+
+    if "dataset" in table:
+        raise src.error(
+            ("experiment", "dataset"),
+            "experiment.dataset: the [environment] makes the rows; remove dataset (or the "
+            "[environment])",
+        )
+    check_task(src, environment)
+    dataset = rows_file(workspace, environment)
+    if "entrypoint" in table:
+        rollout, entrypoint = rollout_location(src, table, workspace)
+        return SharedExperiment(rollout, entrypoint, dataset, *provenance(src, table))
+    rollout = src.string(table, "experiment", "rollout")
+    _check_segment(src, "rollout", rollout, "the run's name")
+    return SharedExperiment(rollout, None, dataset, *provenance(src, table))
+
+
+def entrypoint_file(workspace: Path, rollout: str, entrypoint: str | None) -> Path:
+    """The file the rollout server starts from, in its folder: the workspace's rollout's, or
+    (``entrypoint`` ``None``) the ``[environment]``'s own."""
+    if entrypoint is None:
+        return ENVIRONMENT_ROLLOUT_DIR / "main.py"
+    return workspace / "rollouts" / rollout / entrypoint
+
+
+def _check_segment(src: ConfigSource, key: str, value: str, hint: str) -> None:
+    if not is_single_path_segment(value):
+        raise src.error(
+            ("experiment", key),
+            f"experiment.{key} {value!r} must be a single path segment ({hint}); "
+            "'..', absolute paths and '/' or '\\' are not allowed",
+        )
 
 
 def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tuple[str, str]:
@@ -97,12 +153,7 @@ def rollout_location(src: ConfigSource, table: TOMLTable, workspace: Path) -> tu
         ("rollout", rollout, "the name of a directory under rollouts/"),
         ("entrypoint", entrypoint, "a file name inside the rollout directory, e.g. main.py"),
     ):
-        if not is_single_path_segment(value):
-            raise src.error(
-                ("experiment", key),
-                f"experiment.{key} {value!r} must be a single path segment ({hint}); "
-                "'..', absolute paths and '/' or '\\' are not allowed",
-            )
+        _check_segment(src, key, value, hint)
     rollout_dir = workspace / "rollouts" / rollout
     if not rollout_dir.is_dir():
         raise src.error(

@@ -352,11 +352,13 @@ def scaffold_toml(
     return text
 
 
-def settings_toml(section: Section, value: object) -> str:
-    """The built section ``value`` written back as TOML: every key it holds, a key not set
-    (``None``) as a comment, and its subsections that are on."""
+def settings_toml(section: Section, value: object, *, skip: tuple[str, ...] = ()) -> str:
+    """The built section ``value`` written back as TOML: every key it holds (but those named
+    in ``skip``), a key not set (``None``) as a comment, and its subsections that are on."""
     lines = [f"[{section.name}]"]
     for key in section.keys:
+        if key.name in skip:
+            continue
         item = getattr(value, key.attribute)
         if item is not None:
             lines.append(f"{key.name} = {toml_value(item)}")

@@ -14,12 +14,14 @@ from osmosis_ai.config.experiment import (
     ENTRYPOINT,
     PASS_THRESHOLD,
     ROLLOUT,
+    entrypoint_file,
     env_table,
     secret_names,
     shared_experiment,
 )
 from osmosis_ai.config.schema import check_keys, declared, parse_section, section_of, setting
 from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
+from osmosis_ai.environments.config import EnvironmentConfig, parse_environment
 from osmosis_ai.errors import ConfigError
 
 __all__ = [
@@ -31,18 +33,19 @@ __all__ = [
     "load_eval_config",
 ]
 
-_SECTIONS = ("experiment", "evaluation", "env", "secrets", "advanced")
+_SECTIONS = ("experiment", "environment", "evaluation", "env", "secrets", "advanced")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """The ``[experiment]`` section: what is evaluated, on which model and which data."""
 
     rollout: str = declared(ROLLOUT)
     """Name of the rollout directory, ``<workspace>/rollouts/<rollout>/``."""
 
-    entrypoint: str = declared(ENTRYPOINT)
-    """File inside the rollout directory that starts the rollout server (e.g. ``main.py``)."""
+    entrypoint: str | None = declared(ENTRYPOINT, None)
+    """File inside the rollout directory that starts the rollout server (e.g. ``main.py``);
+    ``None``: the ``[environment]``'s own rollout."""
 
     model_path: str = setting(
         required=True,
@@ -55,7 +58,8 @@ class ExperimentConfig:
     """Gateway policy spec: ``embedded``, ``openai:<base_url>[:<model>]`` or ``provider/model``."""
 
     dataset: Path = declared(DATASET)
-    """The dataset file (CSV, JSONL or Parquet), made absolute against the workspace."""
+    """The dataset file (CSV, JSONL or Parquet), made absolute against the workspace; with an
+    ``[environment]``, the file its rows are written to."""
 
     branch: str | None = declared(BRANCH, None)
     """Optional branch the rollout code comes from; recorded as provenance only."""
@@ -137,6 +141,8 @@ class EvalConfig:
 
     experiment: ExperimentConfig
     evaluation: EvaluationConfig
+    environment: EnvironmentConfig | None = None
+    """The ``[environment]`` whose task makes the rows (and, with no entrypoint, grades)."""
     env: dict[str, str] = field(default_factory=dict)
     """Literal environment variables for the rollout server (``[env]``)."""
 
@@ -148,13 +154,15 @@ class EvalConfig:
 
     @property
     def rollout_dir(self) -> Path:
-        """The rollout's directory, ``<workspace>/rollouts/<rollout>``."""
-        return self.workspace / "rollouts" / self.experiment.rollout
+        """The rollout's directory, ``<workspace>/rollouts/<rollout>`` (or the
+        ``[environment]``'s own rollout's)."""
+        return self.entrypoint_path.parent
 
     @property
     def entrypoint_path(self) -> Path:
-        """The entrypoint file inside :attr:`rollout_dir`."""
-        return self.rollout_dir / self.experiment.entrypoint
+        """The file that starts the rollout server, inside :attr:`rollout_dir`."""
+        experiment = self.experiment
+        return entrypoint_file(self.workspace, experiment.rollout, experiment.entrypoint)
 
 
 def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
@@ -189,20 +197,24 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
 
     workspace = workspace_of(path)
     env = env_table(src, tables["env"])
+    environment = parse_environment(src, data, tables["environment"])
     return EvalConfig(
         path=path,
         workspace=workspace,
-        experiment=_experiment(src, tables["experiment"], workspace),
+        experiment=_experiment(src, tables["experiment"], workspace, environment),
         evaluation=_evaluation(src, tables["evaluation"]),
+        environment=environment,
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
         advanced=tables["advanced"],
     )
 
 
-def _experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> ExperimentConfig:
+def _experiment(
+    src: ConfigSource, table: TOMLTable, workspace: Path, environment: EnvironmentConfig | None
+) -> ExperimentConfig:
     check_keys(src, table, EVAL_EXPERIMENT)
-    shared = shared_experiment(src, table, workspace)
+    shared = shared_experiment(src, table, workspace, environment)
     return ExperimentConfig(model_path=_model_path(src, table), **shared._asdict())
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 
+from osmosis_ai.environments.reasoning_gym import write_rows
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, load_dataset
@@ -93,7 +94,10 @@ class PreparedRun:
 
 
 def _inputs(config: EvalConfig, dataset: Dataset, n: int) -> dict[str, Any]:
+    # Only a run with an [environment] has the key: the inputs (and names) of others stay.
+    environment = {"environment": asdict(config.environment)} if config.environment else {}
     return {
+        **environment,
         "model_path": displayable_policy_spec(config.experiment.model_path),
         "dataset": {
             "sha256": dataset.sha256,
@@ -172,6 +176,8 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
     # workflow may read and write out its environment.
     credentials = credential_env_values(os.environ)
     redactor = Redactor((rollout_key, *policy_keys, *secrets.values(), *credentials))
+    if config.environment is not None and options.dataset_file is None:
+        write_rows(config.environment, config.experiment.dataset)
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,
         rows=options.rows,

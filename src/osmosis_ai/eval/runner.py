@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai._log_redaction import registered_secrets
+from osmosis_ai.environments.reasoning_gym import MAX_TOKENS_ENV
 from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.eval.datasets import DatasetItem
 from osmosis_ai.eval.hooks import EvalHooks, ItemProgress, QuietHooks
@@ -358,7 +359,7 @@ def _plan(
     # Nothing here holds a key: the model is shown without URL credentials.
     config, dataset = prepared.config, prepared.dataset
     return {
-        "Rollout": f"{config.experiment.rollout} ({config.experiment.entrypoint})",
+        "Rollout": f"{config.experiment.rollout} ({config.entrypoint_path.name})",
         "Model": prepared.model_label,
         "Dataset": f"{dataset.path.name} ({dataset.path})",
         "Rows": f"{len(dataset.items)} of {dataset.total_rows}",
@@ -377,11 +378,13 @@ def _server(
     prepared: PreparedRun, options: EvalOptions, log: logging.Logger
 ) -> RolloutServerProcess:
     config, secrets, run_dir = prepared.config, prepared.secrets, prepared.run_dir
+    environment = config.environment
     return RolloutServerProcess(
         rollout_dir=config.rollout_dir,
-        entrypoint=config.experiment.entrypoint,
+        entrypoint=config.entrypoint_path.name,
         env={
             **config.env,
+            **({MAX_TOKENS_ENV: str(environment.max_tokens)} if environment else {}),
             **secrets,
             SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
             # Live previews of in-flight rollouts, for `osmosis view`.

@@ -27,6 +27,7 @@ from osmosis_ai.config.experiment import (
     PASS_THRESHOLD,
     ROLLOUT,
     dataset_path,
+    entrypoint_file,
     env_table,
     secret_names,
     shared_experiment,
@@ -43,6 +44,7 @@ from osmosis_ai.config.schema import (
     toml_value,
 )
 from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
+from osmosis_ai.environments.config import ENVIRONMENT, EnvironmentConfig, parse_environment
 from osmosis_ai.errors import SettingError
 from osmosis_ai.gateway.policies.tool_formats import ToolFormatSetting
 from osmosis_ai.gateway.policies.torch_device import DEVICE_SETTING, Precision
@@ -146,12 +148,13 @@ def _model(src: ConfigSource, table: TOMLTable, section: str) -> str:
     return src.string(table, section, "model")  # a directory: checked against the workspace
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainExperimentConfig:
     """``[experiment]``: the rollout, the model it trains, the rows."""
 
     rollout: str = declared(ROLLOUT)
-    entrypoint: str = declared(ENTRYPOINT)
+    entrypoint: str | None = declared(ENTRYPOINT, None)
+    """``None``: the ``[environment]``'s own rollout."""
     model: str = setting(
         required=True,
         parse=_model,
@@ -577,6 +580,8 @@ class TrainConfig:
     eval: HeldOutConfig = subsection(HeldOutConfig)
     checkpoints: CheckpointsConfig = subsection(CheckpointsConfig)
     tracking: TrackingConfig = subsection(TrackingConfig)
+    environment: EnvironmentConfig | None = None
+    """The ``[environment]`` whose task makes the rows (and, with no entrypoint, grades)."""
     eval_dataset: Path | None = None
     """``[eval] dataset`` resolved: the held-out rows, instead of a split of ``dataset``."""
     env: dict[str, str] = field(default_factory=dict)
@@ -588,13 +593,24 @@ class TrainConfig:
 
     @property
     def rollout_dir(self) -> Path:
-        """The rollout's directory, ``<workspace>/rollouts/<rollout>``."""
-        return self.workspace / "rollouts" / self.experiment.rollout
+        """The rollout's directory, ``<workspace>/rollouts/<rollout>`` (or the
+        ``[environment]``'s own rollout's)."""
+        return self.entrypoint_path.parent
+
+    @property
+    def entrypoint_path(self) -> Path:
+        """The file that starts the rollout server, inside :attr:`rollout_dir`."""
+        experiment = self.experiment
+        return entrypoint_file(self.workspace, experiment.rollout, experiment.entrypoint)
 
     def settings(self) -> dict[str, dict[str, object]]:
         """Every section after ``[experiment]`` as plain values, by section name (the
-        journal's ``start`` line and the trackers' parameters)."""
-        return {section.name: asdict(getattr(self, section.name)) for section in TRAIN_SECTIONS}
+        journal's ``start`` line and the trackers' parameters), ``[environment]`` first when
+        the run has one."""
+        sections = {s.name: asdict(getattr(self, s.name)) for s in TRAIN_SECTIONS}
+        if self.environment is None:
+            return sections
+        return {"environment": asdict(self.environment), **sections}
 
     def update_settings(self, *, bf16: bool = False) -> UpdateSettings:
         """What the update takes; ``bf16`` is ``[learner] precision`` as the device resolved it.
@@ -618,7 +634,13 @@ TRAIN_SECTIONS: tuple[Section, ...] = tuple(
     sub.section for sub in section_of(TrainConfig, "").subsections
 )
 ALGORITHM = section_of(AlgorithmConfig, "algorithm")
-_TOP = ("experiment", *(section.name for section in TRAIN_SECTIONS), "env", "secrets")
+_TOP = (
+    "experiment",
+    "environment",
+    *(section.name for section in TRAIN_SECTIONS),
+    "env",
+    "secrets",
+)
 #: Where a cross-section `UpdateSettings` error's setting is written.
 _UPDATE_KEYS = {
     "max_tokens": ("sampling", "max_tokens"),
@@ -658,10 +680,12 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         # A relative path is the workspace's, as every path of the config is.
         python = os.path.normpath(workspace / Path(engine.vllm.python).expanduser())
         sections["engine"] = replace(engine, vllm=replace(engine.vllm, python=python))
+    environment = parse_environment(src, data, tables["environment"])
     config = TrainConfig(
         path=path,
         workspace=workspace,
-        experiment=_experiment(src, tables["experiment"], workspace),
+        experiment=_experiment(src, tables["experiment"], workspace, environment),
+        environment=environment,
         eval_dataset=(
             dataset_path(src, held_out, workspace, "eval", "dataset")
             if "dataset" in held_out
@@ -691,9 +715,11 @@ def _base(src: ConfigSource, tables: dict[str, TOMLTable], section: Section) -> 
     return RECIPES[name]  # type: ignore[index]
 
 
-def _experiment(src: ConfigSource, table: TOMLTable, workspace: Path) -> TrainExperimentConfig:
+def _experiment(
+    src: ConfigSource, table: TOMLTable, workspace: Path, environment: EnvironmentConfig | None
+) -> TrainExperimentConfig:
     check_keys(src, table, TRAIN_EXPERIMENT)
-    shared = shared_experiment(src, table, workspace)
+    shared = shared_experiment(src, table, workspace, environment)
     model = _model(src, table, "experiment")
     if model != "embedded":
         directory = Path(os.path.normpath(workspace / Path(model).expanduser()))
@@ -716,7 +742,11 @@ def resolved_toml(config: TrainConfig) -> str:
         values["eval"] = replace(config.eval, dataset=str(config.eval_dataset))
     flags = "".join(f"# --set {flag}\n" for flag in config.overrides)
     text = f"# The resolved config of {config.path}\n{flags}\n"
-    text += settings_toml(TRAIN_EXPERIMENT, config.experiment)
+    # With an [environment], the rows' file is made from it, not named in the config.
+    made = ("dataset",) if config.environment is not None else ()
+    text += settings_toml(TRAIN_EXPERIMENT, config.experiment, skip=made)
+    if config.environment is not None:
+        text += "\n" + settings_toml(ENVIRONMENT, config.environment)
     for section in TRAIN_SECTIONS:
         text += "\n" + settings_toml(section, values[section.name])
     if config.env:

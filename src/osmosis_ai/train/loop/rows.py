@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from osmosis_ai.environments.reasoning_gym import write_rows
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
 from osmosis_ai.train.config import TrainConfig
@@ -16,7 +17,10 @@ __all__ = ["Rows", "dataset_rows", "group_id", "jobs", "split_rows", "step_rows"
 
 def dataset_rows(config: TrainConfig) -> tuple[list[DatasetItem], list[int], list[int]]:
     """The rows (training rows, then held-out ones from ``[eval] dataset``), and the indices
-    of each part: with no held-out file, a seeded split of ``dataset`` (blocking)."""
+    of each part: with no held-out file, a seeded split of ``dataset`` (blocking). An
+    ``[environment]``'s rows are made first, unless an earlier run made them."""
+    if config.environment is not None:
+        write_rows(config.environment, config.experiment.dataset)
     items = load_dataset(config.experiment.dataset).items
     if config.eval_dataset is None:
         return items, *split_rows(len(items), config.eval.split, config.training.seed)

@@ -301,7 +301,7 @@ async def _serve(
     run_dir, start = outcome.run_dir, outcome.steps_done
     server = RolloutServerProcess(
         rollout_dir=config.rollout_dir,
-        entrypoint=config.experiment.entrypoint,
+        entrypoint=config.entrypoint_path.name,
         env={
             **config.env,
             **secrets,
