@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 import reasoning_gym
@@ -19,7 +20,7 @@ from osmosis_ai.train.config import load_train_config, resolved_toml
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 
 
-def _environment(**changes: object) -> EnvironmentConfig:
+def _environment(**changes: Any) -> EnvironmentConfig:
     return dataclasses.replace(
         EnvironmentConfig(reasoning_gym="chain_sum", size=40, seed=3, settings=SMALL), **changes
     )
