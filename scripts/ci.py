@@ -86,6 +86,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("install-vllm", ["install-vllm"]),
     Phase("install-harbor", ["install-harbor"]),
     Phase("install-engines", ["install-engines"]),
+    Phase("install-openenv", ["install-openenv"]),
     Phase("debian-packages", ["debian-packages"]),
     # The README's main job, in an environment built only by the README's command: every
     # rollout must run (--strict), which the test environment, with every extra, cannot show.
@@ -96,7 +97,7 @@ PHASES: tuple[Phase, ...] = (
     Phase(
         "tests-main",
         ["suite-main"],
-        after=("install-dev", "install-vllm", "debian-packages"),
+        after=("install-dev", "install-vllm", "install-openenv", "debian-packages"),
         suite="main",
     ),
     Phase(

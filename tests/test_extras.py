@@ -14,7 +14,7 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
     "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
-    "viewer", "train", "track", "skyrl", "verl", "reasoning-gym", "all", "dev",
+    "viewer", "train", "track", "skyrl", "verl", "reasoning-gym", "openenv", "all", "dev",
 }  # fmt: skip
 
 

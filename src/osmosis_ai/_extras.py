@@ -29,6 +29,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "harbor": (("harbor", "harbor"),),
     "viewer": (),
     "reasoning-gym": (("reasoning-gym", "reasoning_gym"),),
+    "openenv": (("openenv", "openenv"),),
     "train": (
         ("torch", "torch"),
         ("transformers", "transformers"),

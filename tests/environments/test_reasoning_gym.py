@@ -11,7 +11,8 @@ import pytest
 import reasoning_gym
 
 from osmosis_ai.environments import EnvironmentConfig
-from osmosis_ai.environments.reasoning_gym import rows_file, score_reply, task_rows, write_rows
+from osmosis_ai.environments.reasoning_gym import score_reply, task_rows
+from osmosis_ai.environments.rows import make_rows, rows_file
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.config import load_eval_config
 from osmosis_ai.train.config import load_train_config, resolved_toml
@@ -52,10 +53,10 @@ def test_the_rows_file_is_named_by_the_settings_and_written_once(tmp_path: Path)
     assert path.name.startswith("chain_sum-")
     assert rows_file(tmp_path, _environment(seed=4)) != path
     assert rows_file(tmp_path, _environment(settings={**SMALL, "max_terms": 3})) != path
-    write_rows(_environment(), path)
+    make_rows(_environment(), path, tmp_path)
     written = path.read_text()
     assert written.count("\n") == 40
-    write_rows(_environment(), path)  # there already: kept as it is
+    make_rows(_environment(), path, tmp_path)  # there already: kept as it is
     assert path.read_text() == written
     assert [p.name for p in path.parent.iterdir()] == [path.name], "no partial file is left"
 
@@ -153,7 +154,7 @@ def test_a_config_with_an_environment_needs_no_rollout_folder_nor_dataset(
             'dataset = "data/rows.jsonl"',
             "line 4: experiment.dataset: the [environment] makes the rows; remove dataset",
         ),
-        ("size = 3", "", "environment.reasoning_gym is required in [environment]"),
+        ("size = 3", "", 'line 5: [environment] names one environment: reasoning_gym = "<task>"'),
     ],
     ids=["task", "setting", "refused", "seed", "prompt", "name", "dataset", "no-task"],
 )

@@ -110,7 +110,7 @@ def shared_experiment(
         return SharedExperiment(
             rollout, entrypoint, dataset_path(src, table, workspace), *provenance(src, table)
         )
-    from osmosis_ai.environments.reasoning_gym import check_task, rows_file
+    from osmosis_ai.environments.rows import check_environment, rows_file
 
     if "dataset" in table:
         raise src.error(
@@ -118,7 +118,7 @@ def shared_experiment(
             "experiment.dataset: the [environment] makes the rows; remove dataset (or the "
             "[environment])",
         )
-    check_task(src, environment)
+    check_environment(src, environment)
     dataset = rows_file(workspace, environment)
     if "entrypoint" in table:
         rollout, entrypoint = rollout_location(src, table, workspace)

@@ -3,6 +3,8 @@ workflow code. Shared by the eval and the training config, as ``[experiment]`` i
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,9 @@ __all__ = ["ENVIRONMENT", "ENVIRONMENT_ROLLOUT_DIR", "EnvironmentConfig", "parse
 ENVIRONMENT_ROLLOUT_DIR = Path(__file__).resolve().parent / "rollout"
 
 _TASK_NAME = re.compile(r"[A-Za-z0-9_]+")
+_CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+#: The keys that name an environment, one of which a section sets.
+_KINDS = ("reasoning_gym", "openenv")
 
 
 def _task_settings(src: ConfigSource, table: TOMLTable, section: str) -> dict[str, Any]:
@@ -34,8 +39,8 @@ class EnvironmentConfig:
     """The ``[environment]`` section: which task makes the rows, how many and from which
     seed, and the task's own settings."""
 
-    reasoning_gym: str = setting(
-        required=True,
+    reasoning_gym: str | None = setting(
+        None,
         scaffold="chain_sum",
         comment="a reasoning-gym task (python -c 'import reasoning_gym.factory as f; "
         "print(sorted(f.DATASETS))')",
@@ -45,21 +50,38 @@ class EnvironmentConfig:
     )
     """The reasoning-gym task's registered name."""
 
+    openenv: str | None = setting(
+        None,
+        docs="or an [OpenEnv](https://github.com/meta-pytorch/OpenEnv) environment class, "
+        '`"package.module:Class"` (served locally, played through reset and step; its '
+        "rewards are the grade)",
+    )
+    """An OpenEnv ``Environment`` subclass, as ``module:Class``."""
+
+    python: str | None = setting(
+        None,
+        docs="the Python that serves the environment's rollout, when its library lives in an "
+        "environment of its own (`.venv-openenv/bin/python`; relative to the workspace)",
+        docs_default="this one",
+    )
+    """The interpreter of the rollout server (an absolute path once loaded)."""
+
     size: int = setting(
         200,
         comment="rows generated, each a different question",
         docs="rows generated: that many different questions (a repeated question is "
-        "skipped, so no split of the rows shares one)",
+        "skipped, so no split of the rows shares one); OpenEnv: that many episodes",
     )
-    """Distinct rows to generate."""
+    """Distinct rows to generate (OpenEnv: episodes)."""
 
     seed: int = setting(
         0,
         bound="non-negative",
         comment="the generator's seed (same seed, same rows)",
-        docs="the generator's seed: the same seed and settings give the same rows",
+        docs="the generator's seed: the same seed and settings give the same rows "
+        "(OpenEnv: episode *i* is reset with `seed + i`)",
     )
-    """The generator's seed."""
+    """The generator's seed (OpenEnv: of the first episode)."""
 
     prompt: str = setting(
         "default",
@@ -77,34 +99,69 @@ class EnvironmentConfig:
     )
     """The token cap each reply asks for in an eval."""
 
+    max_turns: int = setting(
+        8,
+        docs="OpenEnv: the steps an episode may take before it is cut off",
+    )
+    """OpenEnv: steps per episode at most."""
+
     settings: dict[str, Any] = setting(
         factory=dict,
         parse=_task_settings,
         docs="the task's own settings (its config's fields, e.g. `min_terms = 2` for "
-        "`chain_sum`), as the `[environment.settings]` table",
+        "`chain_sum`), as the `[environment.settings]` table; OpenEnv: keyword arguments "
+        "of each `reset`",
         docs_default="the task's",
     )
     """Keyword arguments of the task's config class."""
 
     def __post_init__(self) -> None:
-        if not _TASK_NAME.fullmatch(self.reasoning_gym):
+        named = [key for key in _KINDS if getattr(self, key) is not None]
+        if len(named) != 1:
+            raise SettingError(
+                "reasoning_gym",
+                'names one environment: reasoning_gym = "<task>" or '
+                'openenv = "<module>:<Class>"' + (f", not {' and '.join(named)}" if named else ""),
+            )
+        if self.reasoning_gym is not None and not _TASK_NAME.fullmatch(self.reasoning_gym):
             raise SettingError(
                 "reasoning_gym",
                 f"reasoning_gym {self.reasoning_gym!r} is not a task name (letters, digits "
                 "and '_')",
             )
+        if self.openenv is not None and not _CLASS_PATH.fullmatch(self.openenv):
+            raise SettingError(
+                "openenv",
+                f"openenv {self.openenv!r} must name a class as module:Class "
+                '("my_envs.guess:GuessEnvironment")',
+            )
+
+    @property
+    def kind(self) -> str:
+        """``reasoning_gym`` or ``openenv``: the library the section names."""
+        return next(key for key in _KINDS if getattr(self, key) is not None)
 
 
 ENVIRONMENT = section_of(EnvironmentConfig, "environment")
 
 
 def parse_environment(
-    src: ConfigSource, data: TOMLTable, table: TOMLTable
+    src: ConfigSource, data: TOMLTable, table: TOMLTable, workspace: Path
 ) -> EnvironmentConfig | None:
     """The file's ``[environment]`` (``table``; ``data`` is the whole file), checked as far
-    as the file can say: that the task exists and takes these settings is checked when its
-    rows are made. ``None`` when the file has none."""
+    as the file can say (whether the task exists and takes these settings is checked with
+    its library), ``python`` made absolute against ``workspace``. ``None`` when the file
+    has none."""
     if "environment" not in data:
         return None
     config: EnvironmentConfig = parse_section(src, table, ENVIRONMENT)
-    return config
+    if config.python is None:
+        return config
+    python = Path(os.path.normpath(workspace / Path(config.python).expanduser()))
+    if not python.is_file():
+        raise src.error(
+            ("environment", "python"),
+            f"environment.python {config.python!r}: there is no file {python}; name the "
+            "interpreter of the environment's own venv (docs/environments.md)",
+        )
+    return dataclasses.replace(config, python=str(python))

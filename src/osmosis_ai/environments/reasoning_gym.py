@@ -11,49 +11,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import hashlib
 import json
-import os
 from collections.abc import Iterator
 from importlib.metadata import version
-from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import httpx2
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.config.source import ConfigSource, did_you_mean
 from osmosis_ai.environments.config import EnvironmentConfig
+from osmosis_ai.environments.served import policy_client
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import (
     AgentWorkflow,
     AgentWorkflowContext,
     Grader,
     GraderContext,
-    get_rollout_context,
 )
-from osmosis_ai.rollout.model_pool import tls_context
 
 __all__ = [
-    "MAX_TOKENS_ENV",
     "ReasoningGymGrader",
     "ReasoningGymWorkflow",
     "check_task",
-    "rows_file",
     "score_reply",
     "task_rows",
-    "write_rows",
 ]
 
 #: The metadata key of a row's recipe (task, settings, seed, index).
 ROW_KEY = "reasoning_gym"
-#: The token cap each reply asks for, given to the rollout server by the runner.
-MAX_TOKENS_ENV = "OSMOSIS_ENVIRONMENT_MAX_TOKENS"
 #: Entries drawn per row asked for before giving up on distinct questions.
 _DRAWS_PER_ROW = 4
-#: Bumped when the rows a file holds change for the same settings.
-_ROWS_FORMAT = 1
 
 
 def _gym() -> ModuleType:
@@ -74,7 +61,7 @@ def check_task(src: ConfigSource, environment: EnvironmentConfig) -> None:
     from reasoning_gym.factory import DATASETS
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
-    task = environment.reasoning_gym
+    task = str(environment.reasoning_gym)
     if task not in DATASETS:
         guess = did_you_mean(task, sorted(DATASETS))
         hint = f"did you mean {guess!r}? " if guess else ""
@@ -126,14 +113,6 @@ def _dataset(task: str, settings: str, seed: int, size: int) -> Any:
     return _gym().create_dataset(task, seed=seed, size=size, **json.loads(settings))
 
 
-def rows_file(workspace: Path, environment: EnvironmentConfig) -> Path:
-    """Where the rows of ``environment`` are kept: the same settings, the same file."""
-    recipe = {"format": _ROWS_FORMAT, **dataclasses.asdict(environment)}
-    text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return workspace / ".osmosis" / "environments" / f"{environment.reasoning_gym}-{digest}.jsonl"
-
-
 def task_rows(environment: EnvironmentConfig) -> Iterator[dict[str, Any]]:
     """``size`` rows of dataset form, each a question no other row has (a procedural task
     repeats itself; so no split of the rows puts one question on both sides).
@@ -144,7 +123,7 @@ def task_rows(environment: EnvironmentConfig) -> Iterator[dict[str, Any]]:
     """
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
-    task, size = environment.reasoning_gym, environment.size
+    task, size = str(environment.reasoning_gym), environment.size
     settings = _settings_text(environment.settings)
     draws = size * _DRAWS_PER_ROW
     dataset = _dataset(task, settings, environment.seed, draws)
@@ -169,18 +148,6 @@ def task_rows(environment: EnvironmentConfig) -> Iterator[dict[str, Any]]:
     )
 
 
-def write_rows(environment: EnvironmentConfig, path: Path) -> Path:
-    """Make the rows file ``path`` unless it is there (blocking: call it in a thread)."""
-    if path.is_file():
-        return path
-    rows = "".join(json.dumps(row) + "\n" for row in task_rows(environment))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(rows)
-    partial.replace(path)  # whole or absent: a run stopped midway never reads half a file
-    return path
-
-
 def score_reply(reply: str, recipe: dict[str, Any]) -> tuple[float, bool]:
     """The task's own score of ``reply`` against the entry ``recipe`` makes again, and
     whether the reply put its answer in ``<answer>`` tags (without them, the whole reply
@@ -198,18 +165,8 @@ class ReasoningGymWorkflow(AgentWorkflow):
     """One model call on the row's question (with its system prompt)."""
 
     async def run(self, ctx: AgentWorkflowContext) -> list[dict[str, Any]]:
-        rollout = get_rollout_context()
-        assert rollout is not None, "run() is called inside a rollout context"
-        body: dict[str, Any] = {"model": "policy", "messages": ctx.prompt}
-        if MAX_TOKENS_ENV in os.environ:
-            body["max_tokens"] = int(os.environ[MAX_TOKENS_ENV])
-        headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
-        async with httpx2.AsyncClient(timeout=None, verify=tls_context()) as http:
-            response = await http.post(
-                f"{rollout.chat_completions_url}/chat/completions", json=body, headers=headers
-            )
-        response.raise_for_status()
-        return [*ctx.prompt, response.json()["choices"][0]["message"]]
+        async with policy_client() as policy:
+            return [*ctx.prompt, await policy.reply(ctx.prompt)]
 
 
 class ReasoningGymGrader(Grader):

@@ -197,7 +197,7 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
 
     workspace = workspace_of(path)
     env = env_table(src, tables["env"])
-    environment = parse_environment(src, data, tables["environment"])
+    environment = parse_environment(src, data, tables["environment"], workspace)
     return EvalConfig(
         path=path,
         workspace=workspace,

@@ -9,7 +9,7 @@ from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 
-from osmosis_ai.environments.reasoning_gym import write_rows
+from osmosis_ai.environments.rows import make_rows
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, load_dataset
@@ -177,7 +177,7 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
     credentials = credential_env_values(os.environ)
     redactor = Redactor((rollout_key, *policy_keys, *secrets.values(), *credentials))
     if config.environment is not None and options.dataset_file is None:
-        write_rows(config.environment, config.experiment.dataset)
+        make_rows(config.environment, config.experiment.dataset, config.workspace)
     dataset = load_dataset(
         options.dataset_file or config.experiment.dataset,
         rows=options.rows,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_ai._log_redaction import registered_secrets
-from osmosis_ai.environments.reasoning_gym import MAX_TOKENS_ENV
+from osmosis_ai.environments.served import server_env
 from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.eval.datasets import DatasetItem
 from osmosis_ai.eval.hooks import EvalHooks, ItemProgress, QuietHooks
@@ -382,9 +382,14 @@ def _server(
     return RolloutServerProcess(
         rollout_dir=config.rollout_dir,
         entrypoint=config.entrypoint_path.name,
+        python=environment.python if environment else None,
         env={
             **config.env,
-            **({MAX_TOKENS_ENV: str(environment.max_tokens)} if environment else {}),
+            **(
+                server_env(environment, config.workspace, max_tokens=environment.max_tokens)
+                if environment
+                else {}
+            ),
             **secrets,
             SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
             # Live previews of in-flight rollouts, for `osmosis view`.

@@ -64,7 +64,8 @@ class RolloutServerProcess:
     errors. It inherits this process's environment plus ``env``, except every variable
     holding one of ``withheld`` (the policy's credentials: the gateway holds them, the
     workflow only needs its rollout key); their names are logged. Its per-request log lines
-    (HTTP clients, access log) are off unless ``request_logs``.
+    (HTTP clients, access log) are off unless ``request_logs``. It runs under ``python``
+    (an environment of its own, with this package installed), else this interpreter.
     """
 
     def __init__(
@@ -78,8 +79,10 @@ class RolloutServerProcess:
         redact: Callable[[str], str] = str,
         withheld: Iterable[str] = (),
         request_logs: bool = False,
+        python: str | None = None,
     ) -> None:
         self.rollout_dir = rollout_dir
+        self.python = python or sys.executable
         self.entrypoint = entrypoint
         self.env = dict(env)
         self.artifact_root = artifact_root
@@ -133,7 +136,7 @@ class RolloutServerProcess:
             REQUEST_LOGS_ENV: "1" if self.request_logs else "0",
             "PYTHONUNBUFFERED": "1",
         }
-        argv = [sys.executable, "-m", "osmosis_ai.eval._bootstrap", self.entrypoint]
+        argv = [self.python, "-m", "osmosis_ai.eval._bootstrap", self.entrypoint]
         await self._child.spawn(argv, env=env, cwd=self.rollout_dir)
         self.url = f"http://127.0.0.1:{port}"
         await self._wait_healthy(timeout_sec)

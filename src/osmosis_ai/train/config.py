@@ -680,7 +680,7 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         # A relative path is the workspace's, as every path of the config is.
         python = os.path.normpath(workspace / Path(engine.vllm.python).expanduser())
         sections["engine"] = replace(engine, vllm=replace(engine.vllm, python=python))
-    environment = parse_environment(src, data, tables["environment"])
+    environment = parse_environment(src, data, tables["environment"], workspace)
     config = TrainConfig(
         path=path,
         workspace=workspace,

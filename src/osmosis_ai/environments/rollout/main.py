@@ -7,13 +7,25 @@ import os
 
 import uvicorn
 
-from osmosis_ai.environments.reasoning_gym import ReasoningGymGrader, ReasoningGymWorkflow
-from osmosis_ai.rollout import LocalBackend
+from osmosis_ai.environments.served import served_environment
+from osmosis_ai.rollout import AgentWorkflow, Grader, LocalBackend
 from osmosis_ai.rollout.server import create_rollout_server
 
-app = create_rollout_server(
-    backend=LocalBackend(workflow=ReasoningGymWorkflow, grader=ReasoningGymGrader)
-)
+
+def _played() -> tuple[type[AgentWorkflow], type[Grader]]:
+    """The workflow and grader of the library the section names (imported alone: each
+    runs in the Python that has its library)."""
+    if served_environment()["openenv"] is not None:
+        from osmosis_ai.environments.openenv import EpisodeReturnGrader, OpenEnvWorkflow
+
+        return OpenEnvWorkflow, EpisodeReturnGrader
+    from osmosis_ai.environments.reasoning_gym import ReasoningGymGrader, ReasoningGymWorkflow
+
+    return ReasoningGymWorkflow, ReasoningGymGrader
+
+
+workflow, grader = _played()
+app = create_rollout_server(backend=LocalBackend(workflow=workflow, grader=grader))
 
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(os.environ["_OSMOSIS_ROLLOUT_PORT"]))

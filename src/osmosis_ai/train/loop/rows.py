@@ -7,7 +7,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from osmosis_ai.environments.reasoning_gym import write_rows
+from osmosis_ai.environments.rows import make_rows
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.datasets import DatasetItem, load_dataset
 from osmosis_ai.train.config import TrainConfig
@@ -20,7 +20,7 @@ def dataset_rows(config: TrainConfig) -> tuple[list[DatasetItem], list[int], lis
     of each part: with no held-out file, a seeded split of ``dataset`` (blocking). An
     ``[environment]``'s rows are made first, unless an earlier run made them."""
     if config.environment is not None:
-        write_rows(config.environment, config.experiment.dataset)
+        make_rows(config.environment, config.experiment.dataset, config.workspace)
     items = load_dataset(config.experiment.dataset).items
     if config.eval_dataset is None:
         return items, *split_rows(len(items), config.eval.split, config.training.seed)

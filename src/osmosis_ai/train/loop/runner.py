@@ -43,6 +43,7 @@ from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 
+from osmosis_ai.environments.served import server_env
 from osmosis_ai.eval.prepare import secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
@@ -298,12 +299,16 @@ async def _serve(
 ) -> None:
     """Serve the learner's model through the gateway, start the rollout server, run the loop."""
     sampling, secrets, redactor, log = config.sampling, inputs.secrets, inputs.redactor, inputs.log
+    environment = config.environment
     run_dir, start = outcome.run_dir, outcome.steps_done
     server = RolloutServerProcess(
         rollout_dir=config.rollout_dir,
         entrypoint=config.entrypoint_path.name,
+        python=environment.python if environment else None,
         env={
             **config.env,
+            # The trainer's [sampling] max_tokens caps each call, not the section's.
+            **(server_env(environment, config.workspace, max_tokens=None) if environment else {}),
             **secrets,
             SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
             BACKEND_ENV: inputs.backend,

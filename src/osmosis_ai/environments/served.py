@@ -1,0 +1,86 @@
+"""What the environment's own rollout server is told (its section, through one environment
+variable) and how its workflows reach the policy: the rollout's gateway endpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from osmosis_ai.environments.config import EnvironmentConfig
+from osmosis_ai.rollout import get_rollout_context
+from osmosis_ai.rollout.model_pool import tls_context
+
+__all__ = [
+    "ENVIRONMENT_ENV",
+    "Policy",
+    "policy_client",
+    "served_environment",
+    "server_env",
+    "workspace_path",
+]
+
+#: The variable that gives the rollout server its ``[environment]`` (as JSON).
+ENVIRONMENT_ENV = "OSMOSIS_ENVIRONMENT"
+
+
+def server_env(
+    environment: EnvironmentConfig, workspace: Path, *, max_tokens: int | None
+) -> dict[str, str]:
+    """The rollout server's variables for ``environment``: each reply asks for at most
+    ``max_tokens`` (``None``: the policy decides, as the trainer's `[sampling]` does), and
+    the workspace leads the import path (an OpenEnv class may be a module of it)."""
+    served = {**dataclasses.asdict(environment), "max_tokens": max_tokens}
+    return {ENVIRONMENT_ENV: json.dumps(served), "PYTHONPATH": workspace_path(workspace)}
+
+
+def workspace_path(workspace: Path) -> str:
+    """``PYTHONPATH`` with ``workspace`` first."""
+    return os.pathsep.join(p for p in (str(workspace), os.environ.get("PYTHONPATH", "")) if p)
+
+
+@functools.cache
+def served_environment() -> dict[str, Any]:
+    """The section the rollout server was started for (in the server's process)."""
+    return dict(json.loads(os.environ[ENVIRONMENT_ENV]))
+
+
+class Policy:
+    """The model of the current rollout, one chat completion at a time."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        self._http, self._url, self._headers = http, url, headers
+
+    async def reply(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The assistant message the policy answers ``messages`` with."""
+        body: dict[str, Any] = {"model": "policy", "messages": messages}
+        if tools:
+            body["tools"] = tools
+        max_tokens = served_environment().get("max_tokens")
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        response = await self._http.post(self._url, json=body, headers=self._headers)
+        response.raise_for_status()
+        message: dict[str, Any] = response.json()["choices"][0]["message"]
+        return message
+
+
+@asynccontextmanager
+async def policy_client() -> AsyncIterator[Policy]:
+    """The rollout's `Policy` (inside a rollout: its gateway endpoint and key)."""
+    rollout = get_rollout_context()
+    assert rollout is not None, "a workflow's run() is called inside a rollout context"
+    headers = {"Authorization": f"Bearer {rollout.api_key}"} if rollout.api_key else {}
+    url = f"{rollout.chat_completions_url}/chat/completions"
+    # A call waits as long as the policy needs: the backend's deadline bounds the rollout.
+    async with httpx2.AsyncClient(timeout=None, verify=tls_context()) as http:
+        yield Policy(http, url, headers)
