@@ -17,8 +17,11 @@ VLLM_PYTHON ?= python3.11
 # fifth environment, the Python of the OpenEnv tests' rollout servers ([environment] python).
 OPENENV_VENV ?= .venv-openenv
 OPENENV_BIN := $(OPENENV_VENV)/bin
+# verifiers pins openai < 3, which the agent frameworks' extras do not take: a sixth.
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS_BIN := $(VERIFIERS_VENV)/bin
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv bench bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv install-verifiers bench bench-environments bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +72,15 @@ $(OPENENV_BIN)/python:
 
 install-openenv: $(OPENENV_BIN)/python
 	$(OPENENV_BIN)/python -m pip install -q -e '.[openenv]'
+
+$(VERIFIERS_BIN)/python:
+	python3.11 -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_BIN)/python -m pip install -q --upgrade pip
+
+# uv: verifiers runs its harness as a script whose own dependencies uv installs (once, then
+# from its cache).
+install-verifiers: $(VERIFIERS_BIN)/python
+	$(VERIFIERS_BIN)/python -m pip install -q -e '.[verifiers]' uv
 
 install-eval: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[eval]'
@@ -171,6 +183,12 @@ bench-async: install-dev
 ## calculator calls: 3 seeds each, about 90 minutes on an idle 2-core machine.
 bench-recipes: install-dev
 	$(BIN)/python benchmarks/recipes.py
+
+## Environments users already have, trained from a config alone: reasoning-gym's chain_sum
+## and an OpenEnv environment (examples/), SmolLM2-135M, 20 steps, 3 seeds each (about
+## an hour on an idle machine; see docs/environments.md).
+bench-environments: install-dev install-openenv
+	$(BIN)/python benchmarks/environments.py
 
 ## Side by side with the reference SDK (osmosis-ai 0.3.8, installed once into a cached
 ## Python 3.12 environment under benchmarks/.cache): one table of ours, theirs and the ratio.

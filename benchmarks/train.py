@@ -141,17 +141,21 @@ def train_example(
     workspace: Path,
     settings: dict[str, str],
     prepare: Callable[[Path], None] | None = None,
+    *,
+    example: Path = EXAMPLE,
+    config: Path = CONFIG,
 ) -> tuple[Path, float, float]:
-    """``osmosis train run`` on a copy of the calculator example with ``settings``
-    (``section.key`` to a TOML value) given as ``--set`` flags over its config,
-    ``prepare(workspace)`` called on the copy first; returns the run dir, wall time, peak RSS."""
-    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
+    """``osmosis train run`` on a copy of ``example`` (the calculator's) with ``settings``
+    (``section.key`` to a TOML value) given as ``--set`` flags over ``config`` (relative to
+    the example), ``prepare(workspace)`` called on the copy first; returns the run dir, wall
+    time, peak RSS."""
+    shutil.copytree(example, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     if prepare is not None:
         prepare(workspace)
     flags = [arg for override in overrides(settings) for arg in ("--set", override)]
     started = time.perf_counter()
     process = subprocess.Popen(
-        [OSMOSIS, "train", "run", str(CONFIG), "--name", "bench", *flags],
+        [OSMOSIS, "train", "run", str(config), "--name", "bench", *flags],
         cwd=workspace,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -87,6 +87,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("install-harbor", ["install-harbor"]),
     Phase("install-engines", ["install-engines"]),
     Phase("install-openenv", ["install-openenv"]),
+    Phase("install-verifiers", ["install-verifiers"]),
     Phase("debian-packages", ["debian-packages"]),
     # The README's main job, in an environment built only by the README's command: every
     # rollout must run (--strict), which the test environment, with every extra, cannot show.
@@ -97,7 +98,13 @@ PHASES: tuple[Phase, ...] = (
     Phase(
         "tests-main",
         ["suite-main"],
-        after=("install-dev", "install-vllm", "install-openenv", "debian-packages"),
+        after=(
+            "install-dev",
+            "install-vllm",
+            "install-openenv",
+            "install-verifiers",
+            "debian-packages",
+        ),
         suite="main",
     ),
     Phase(

@@ -14,7 +14,8 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
     "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
-    "viewer", "train", "track", "skyrl", "verl", "reasoning-gym", "openenv", "all", "dev",
+    "viewer", "train", "track", "skyrl", "verl", "reasoning-gym", "openenv", "verifiers",
+    "all", "dev",
 }  # fmt: skip
 
 
@@ -43,9 +44,10 @@ def test_all_extra_covers_every_feature_extra() -> None:
     # harbor needs Python 3.12 and is installed on its own; train pins the local CPU torch
     # build, which a plain `[all]` install elsewhere would fetch as the multi-GB CUDA one;
     # skyrl needs Python 3.12 and a GPU install of SkyRL, verl a GPU training stack: both
-    # are installed on the training cluster; openenv pins mcp < 2, which the agent
-    # frameworks' extras do not take: it goes in an environment of its own.
-    assert included == set(EXTRA_DISTRIBUTIONS) - {"harbor", "train", "skyrl", "verl", "openenv"}
+    # are installed on the training cluster; openenv pins mcp < 2 and verifiers openai < 3,
+    # which the agent frameworks' extras do not take: each goes in an environment of its own.
+    left_out = {"harbor", "train", "skyrl", "verl", "openenv", "verifiers"}
+    assert included == set(EXTRA_DISTRIBUTIONS) - left_out
 
 
 def test_missing_optional_module_names_the_extra_to_install() -> None:

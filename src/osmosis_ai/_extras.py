@@ -30,6 +30,7 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "viewer": (),
     "reasoning-gym": (("reasoning-gym", "reasoning_gym"),),
     "openenv": (("openenv", "openenv"),),
+    "verifiers": (("verifiers", "verifiers"),),
     "train": (
         ("torch", "torch"),
         ("transformers", "transformers"),

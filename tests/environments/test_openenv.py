@@ -93,7 +93,7 @@ async def test_an_episode_is_played_step_by_step_and_its_return_is_the_grade(
         {"role": "assistant", "content": "3"},
     ]
     trajectory = json.loads((run_dir / "trajectories" / "row_3_run_0.json").read_text())
-    assert "episode_return" in json.dumps(trajectory)
+    assert "environment_reward" in json.dumps(trajectory)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ ENVIRONMENT_ROLLOUT_DIR = Path(__file__).resolve().parent / "rollout"
 _TASK_NAME = re.compile(r"[A-Za-z0-9_]+")
 _CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 #: The keys that name an environment, one of which a section sets.
-_KINDS = ("reasoning_gym", "openenv")
+_KINDS = ("reasoning_gym", "openenv", "verifiers")
 
 
 def _task_settings(src: ConfigSource, table: TOMLTable, section: str) -> dict[str, Any]:
@@ -58,6 +58,14 @@ class EnvironmentConfig:
     )
     """An OpenEnv ``Environment`` subclass, as ``module:Class``."""
 
+    verifiers: str | None = setting(
+        None,
+        docs="or a [verifiers](https://github.com/PrimeIntellect-ai/verifiers) environment: "
+        'the module of its `v1` taskset (`"my_taskset"`), played by its own agent loop '
+        "with its tools; its rubric's reward is the grade",
+    )
+    """A verifiers taskset id: an importable module exporting one ``Taskset``."""
+
     python: str | None = setting(
         None,
         docs="the Python that serves the environment's rollout, when its library lives in an "
@@ -70,7 +78,8 @@ class EnvironmentConfig:
         200,
         comment="rows generated, each a different question",
         docs="rows generated: that many different questions (a repeated question is "
-        "skipped, so no split of the rows shares one); OpenEnv: that many episodes",
+        "skipped, so no split of the rows shares one); OpenEnv: that many episodes; "
+        "verifiers: the taskset's first that many tasks",
     )
     """Distinct rows to generate (OpenEnv: episodes)."""
 
@@ -101,9 +110,10 @@ class EnvironmentConfig:
 
     max_turns: int = setting(
         8,
-        docs="OpenEnv: the steps an episode may take before it is cut off",
+        docs="OpenEnv and verifiers: the steps (model calls) an episode may take before it "
+        "is cut off",
     )
-    """OpenEnv: steps per episode at most."""
+    """OpenEnv and verifiers: steps per episode at most."""
 
     settings: dict[str, Any] = setting(
         factory=dict,
@@ -120,14 +130,20 @@ class EnvironmentConfig:
         if len(named) != 1:
             raise SettingError(
                 "reasoning_gym",
-                'names one environment: reasoning_gym = "<task>" or '
-                'openenv = "<module>:<Class>"' + (f", not {' and '.join(named)}" if named else ""),
+                'names one environment: reasoning_gym = "<task>", openenv = "<module>:<Class>" '
+                'or verifiers = "<taskset>"' + (f", not {' and '.join(named)}" if named else ""),
             )
         if self.reasoning_gym is not None and not _TASK_NAME.fullmatch(self.reasoning_gym):
             raise SettingError(
                 "reasoning_gym",
                 f"reasoning_gym {self.reasoning_gym!r} is not a task name (letters, digits "
                 "and '_')",
+            )
+        if self.prompt != "default" and self.reasoning_gym is None:
+            raise SettingError("prompt", "prompt names a reasoning-gym system prompt; remove it")
+        if self.settings and self.verifiers is not None:
+            raise SettingError(
+                "settings", "settings: a verifiers taskset takes none here; remove the table"
             )
         if self.openenv is not None and not _CLASS_PATH.fullmatch(self.openenv):
             raise SettingError(
@@ -138,7 +154,7 @@ class EnvironmentConfig:
 
     @property
     def kind(self) -> str:
-        """``reasoning_gym`` or ``openenv``: the library the section names."""
+        """``reasoning_gym``, ``openenv`` or ``verifiers``: the library the section names."""
         return next(key for key in _KINDS if getattr(self, key) is not None)
 
 

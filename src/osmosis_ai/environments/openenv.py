@@ -1,10 +1,11 @@
 """OpenEnv environments: served on 127.0.0.1 from their package (no Docker), played through
 ``reset`` and ``step`` over OpenEnv's own client, the model's reply as the action and the
-episode's rewards as the grade (each step's as the reward of the call that made it).
+episode's return as the environment's reward (each step's as the reward of the call that
+made it).
 
 This module runs in the rollout server's process, in the Python that has ``openenv``
-installed; ``python -m osmosis_ai.environments.openenv module:Class`` is the check the
-controller runs there before a run (`openenv_check`).
+installed; ``python -m osmosis_ai.environments.openenv check module:Class`` is the check
+the controller runs there before a run (`rows.make_rows`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai._serving import running_server
-from osmosis_ai.environments.served import policy_client, served_environment
+from osmosis_ai.environments.served import ENVIRONMENT_REWARD, policy_client, served_environment
 from osmosis_ai.errors import MissingExtraError
-from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext, Grader, GraderContext
+from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext
 from osmosis_ai.rollout.sample import AgentWorkflowOutput
 
-__all__ = ["EpisodeReturnGrader", "OpenEnvClass", "OpenEnvWorkflow", "load_class"]
+__all__ = ["OpenEnvClass", "OpenEnvWorkflow", "load_class"]
 
 #: The metadata key of an episode row (its seed).
 ROW_KEY = "openenv"
@@ -194,26 +195,18 @@ class OpenEnvWorkflow(AgentWorkflow):
             messages=messages,
             turn_rewards=turn_rewards,
             metrics={
-                "episode_return": sum(turn_rewards.values()),
+                ENVIRONMENT_REWARD: sum(turn_rewards.values()),
                 "steps": float(turn + 1),
                 "done": float(done),
             },
         )
 
 
-class EpisodeReturnGrader(Grader):
-    """The episode's return (the sum of its steps' rewards) as the sample's reward."""
-
-    async def grade(self, ctx: GraderContext) -> None:
-        assert ctx.sample is not None
-        ctx.set_reward(float(ctx.sample.metrics["episode_return"]))
-
-
 def main(argv: list[str]) -> int:
-    """``module:Class``: print what the adapter will play (one JSON line), or why not (one
-    line on stderr, exit 2)."""
+    """``check module:Class``: print what the adapter will play (one JSON line), or why not
+    (one line on stderr, exit 2)."""
     try:
-        played = OpenEnvClass(argv[0])
+        played = OpenEnvClass(argv[-1])
     except OpenEnvClassError as exc:
         print(str(exc), file=sys.stderr)
         return 2

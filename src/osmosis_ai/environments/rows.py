@@ -7,17 +7,23 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from osmosis_ai.config.source import ConfigSource
 from osmosis_ai.environments.config import EnvironmentConfig
+from osmosis_ai.environments.served import workspace_path
+from osmosis_ai.errors import ConfigError
 
 __all__ = ["check_environment", "environment_rows", "make_rows", "rows_file"]
 
 #: Bumped when the rows a file holds change for the same settings.
 _ROWS_FORMAT = 1
+#: How long the library may take to check a class or list its tasks (imports included).
+_LIBRARY_TIMEOUT_SEC = 300
 
 
 def rows_file(workspace: Path, environment: EnvironmentConfig) -> Path:
@@ -25,7 +31,8 @@ def rows_file(workspace: Path, environment: EnvironmentConfig) -> Path:
     recipe = {"format": _ROWS_FORMAT, **dataclasses.asdict(environment)}
     text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    name = environment.reasoning_gym or str(environment.openenv).rpartition(":")[2]
+    named = environment.reasoning_gym or environment.verifiers or str(environment.openenv)
+    name = named.rpartition(":")[2].rpartition(".")[2]
     return workspace / ".osmosis" / "environments" / f"{name}-{digest}.jsonl"
 
 
@@ -41,16 +48,19 @@ def check_environment(src: ConfigSource, environment: EnvironmentConfig) -> None
         check_task(src, environment)
 
 
-def environment_rows(environment: EnvironmentConfig) -> Iterator[dict[str, Any]]:
-    """The rows, in dataset form: reasoning-gym's questions, or one row per OpenEnv episode
-    (the seed its ``reset`` gets)."""
+def environment_rows(environment: EnvironmentConfig, workspace: Path) -> Iterator[dict[str, Any]]:
+    """The rows, in dataset form: reasoning-gym's questions, one row per OpenEnv episode
+    (the seed its ``reset`` gets), or a verifiers taskset's first tasks."""
     if environment.reasoning_gym is not None:
         from osmosis_ai.environments.reasoning_gym import task_rows
 
         yield from task_rows(environment)
-        return
-    for index in range(environment.size):
-        yield {"metadata": {"openenv": {"seed": environment.seed + index}}}
+    elif environment.verifiers is not None:
+        size = str(environment.size)
+        yield from map(json.loads, _in_its_python(environment, workspace, "rows", size))
+    else:
+        for index in range(environment.size):
+            yield {"metadata": {"openenv": {"seed": environment.seed + index}}}
 
 
 def make_rows(environment: EnvironmentConfig, path: Path, workspace: Path) -> Path:
@@ -62,14 +72,38 @@ def make_rows(environment: EnvironmentConfig, path: Path, workspace: Path) -> Pa
             cannot make that many rows.
     """
     if environment.openenv is not None:
-        from osmosis_ai.environments.openenv_check import check_class
-
-        check_class(environment, workspace)
+        _in_its_python(environment, workspace, "check")
     if path.is_file():
         return path
-    rows = "".join(json.dumps(row) + "\n" for row in environment_rows(environment))
+    rows = "".join(json.dumps(row) + "\n" for row in environment_rows(environment, workspace))
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(rows)
     partial.replace(path)  # whole or absent: a run stopped midway never reads half a file
     return path
+
+
+def _in_its_python(environment: EnvironmentConfig, workspace: Path, *args: str) -> list[str]:
+    """The output lines of the library's module (``osmosis_ai.environments.<kind>``) run
+    with ``args`` in the environment's Python, the workspace leading its import path.
+
+    Raises:
+        ConfigError: It failed; the message is its last line (the module prints one).
+    """
+    kind = environment.kind
+    python = environment.python or sys.executable
+    argv = [python, "-m", f"osmosis_ai.environments.{kind}", *args, str(getattr(environment, kind))]
+    env = {**os.environ, "PYTHONPATH": workspace_path(workspace)}
+    where = f"environment.{kind} {getattr(environment, kind)!r}"
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_LIBRARY_TIMEOUT_SEC, check=False,
+            cwd=workspace, env=env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{where}: {python} took over {_LIBRARY_TIMEOUT_SEC} s") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        why = lines[-1] if lines else f"{python} exited with status {done.returncode}"
+        raise ConfigError(f"{where}: {why}")
+    return done.stdout.splitlines()

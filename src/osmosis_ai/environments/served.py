@@ -15,11 +15,13 @@ from typing import Any
 import httpx2
 
 from osmosis_ai.environments.config import EnvironmentConfig
-from osmosis_ai.rollout import get_rollout_context
+from osmosis_ai.rollout import Grader, GraderContext, get_rollout_context
 from osmosis_ai.rollout.model_pool import tls_context
 
 __all__ = [
     "ENVIRONMENT_ENV",
+    "ENVIRONMENT_REWARD",
+    "EnvironmentRewardGrader",
     "Policy",
     "policy_client",
     "served_environment",
@@ -29,6 +31,9 @@ __all__ = [
 
 #: The variable that gives the rollout server its ``[environment]`` (as JSON).
 ENVIRONMENT_ENV = "OSMOSIS_ENVIRONMENT"
+#: The sample metric holding the environment's own reward (an OpenEnv episode's return, a
+#: verifiers rubric's weighted sum), which `EnvironmentRewardGrader` makes the reward.
+ENVIRONMENT_REWARD = "environment_reward"
 
 
 def server_env(
@@ -38,7 +43,11 @@ def server_env(
     ``max_tokens`` (``None``: the policy decides, as the trainer's `[sampling]` does), and
     the workspace leads the import path (an OpenEnv class may be a module of it)."""
     served = {**dataclasses.asdict(environment), "max_tokens": max_tokens}
-    return {ENVIRONMENT_ENV: json.dumps(served), "PYTHONPATH": workspace_path(workspace)}
+    env = {ENVIRONMENT_ENV: json.dumps(served), "PYTHONPATH": workspace_path(workspace)}
+    if environment.python is not None:  # its venv's commands (verifiers runs uv) come first
+        folder = os.path.dirname(environment.python)
+        env["PATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PATH", "")) if p)
+    return env
 
 
 def workspace_path(workspace: Path) -> str:
@@ -84,3 +93,12 @@ async def policy_client() -> AsyncIterator[Policy]:
     # A call waits as long as the policy needs: the backend's deadline bounds the rollout.
     async with httpx2.AsyncClient(timeout=None, verify=tls_context()) as http:
         yield Policy(http, url, headers)
+
+
+class EnvironmentRewardGrader(Grader):
+    """The reward the environment gave (the sample's ``environment_reward`` metric, which
+    the workflow set) as the sample's reward."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        ctx.set_reward(float(ctx.sample.metrics[ENVIRONMENT_REWARD]))

@@ -7,7 +7,7 @@ import os
 
 import uvicorn
 
-from osmosis_ai.environments.served import served_environment
+from osmosis_ai.environments.served import EnvironmentRewardGrader, served_environment
 from osmosis_ai.rollout import AgentWorkflow, Grader, LocalBackend
 from osmosis_ai.rollout.server import create_rollout_server
 
@@ -16,9 +16,13 @@ def _played() -> tuple[type[AgentWorkflow], type[Grader]]:
     """The workflow and grader of the library the section names (imported alone: each
     runs in the Python that has its library)."""
     if served_environment()["openenv"] is not None:
-        from osmosis_ai.environments.openenv import EpisodeReturnGrader, OpenEnvWorkflow
+        from osmosis_ai.environments.openenv import OpenEnvWorkflow
 
-        return OpenEnvWorkflow, EpisodeReturnGrader
+        return OpenEnvWorkflow, EnvironmentRewardGrader
+    if served_environment()["verifiers"] is not None:
+        from osmosis_ai.environments.verifiers import VerifiersWorkflow
+
+        return VerifiersWorkflow, EnvironmentRewardGrader
     from osmosis_ai.environments.reasoning_gym import ReasoningGymGrader, ReasoningGymWorkflow
 
     return ReasoningGymWorkflow, ReasoningGymGrader
