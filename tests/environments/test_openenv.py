@@ -10,9 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from osmosis_ai.testing import ChatStub, StubReply
+from osmosis_ai.viewer import Viewer
 from tests.eval.conftest import OSMOSIS
 from tests.subprocesses import communicate_within
 from tests.train.training_project import config_text, lines
@@ -94,6 +96,16 @@ async def test_an_episode_is_played_step_by_step_and_its_return_is_the_grade(
     ]
     trajectory = json.loads((run_dir / "trajectories" / "row_3_run_0.json").read_text())
     assert "environment_reward" in json.dumps(trajectory)
+    # The viewer shows the run like any other: row 0's episode, its three tries.
+    async with (
+        Viewer(tmp_path / ".osmosis" / "evals") as viewer,
+        httpx2.AsyncClient(base_url=viewer.served_url, timeout=30) as http,
+    ):
+        (run,) = (await http.get("/api/runs")).json()
+        assert run["name"] == run_dir.name and run["status"] == "finished"
+        path = f"/api/runs/{run_dir.name}/rollouts/{index[0]['rollout_id']}"
+        steps = (await http.get(path)).json()["trajectory"]["steps"]
+    assert [step["source"] for step in steps] == ["user", "agent"] * 3
 
 
 @pytest.mark.parametrize(
