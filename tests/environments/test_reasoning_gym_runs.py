@@ -19,7 +19,7 @@ from tests.eval.conftest import OSMOSIS
 from tests.subprocesses import communicate_within
 from tests.train.training_project import config_text, lines
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ENVIRONMENT = """[environment]
 reasoning_gym = "chain_sum"

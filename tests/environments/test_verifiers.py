@@ -18,7 +18,7 @@ from tests.eval.conftest import OSMOSIS
 from tests.subprocesses import communicate_within
 from tests.train.training_project import config_text, lines
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 VERIFIERS_PYTHON = ROOT / ".venv-verifiers" / "bin" / "python"
