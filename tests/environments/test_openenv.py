@@ -5,7 +5,6 @@ tiny model (training)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -15,24 +14,24 @@ import pytest
 
 from osmosis_ai.testing import ChatStub, StubReply
 from osmosis_ai.viewer import Viewer
-from tests.eval.conftest import OSMOSIS
-from tests.subprocesses import communicate_within
-from tests.train.training_project import config_text, lines
+from tests.environments.environment_runs import (
+    eval_config,
+    eval_run_dir,
+    library_python,
+    osmosis,
+    training_config,
+)
+from tests.train.training_project import lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
-OPENENV_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"
 ENVS = Path(__file__).resolve().parent / "openenv_envs"
 
 
 @pytest.fixture
 def openenv_python(monkeypatch: pytest.MonkeyPatch) -> Path:
     """The Python with ``openenv``, and the tests' environments on the import path."""
-    if not OPENENV_PYTHON.is_file():
-        pytest.fail("the OpenEnv tests need .venv-openenv: run `make install-openenv`")
-    monkeypatch.setenv("PYTHONPATH", str(ENVS))
-    return OPENENV_PYTHON
+    return library_python(".venv-openenv", "install-openenv", ENVS, monkeypatch)
 
 
 def _environment(name: str, python: Path | None, extra: str = "") -> str:
@@ -41,28 +40,7 @@ def _environment(name: str, python: Path | None, extra: str = "") -> str:
 
 
 def _eval_config(root: Path, model: str, environment: str) -> Path:
-    path = root / "configs" / "eval" / "env.toml"
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        f'[experiment]\nrollout = "env"\nmodel_path = "{model}"\n{environment}'
-        "[evaluation]\nagent_workflow_timeout_s = 60\n"
-    )
-    return path
-
-
-async def _osmosis(cwd: Path, *args: str, limit_sec: float = 180) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    out, _ = await communicate_within(process, limit_sec)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
-
-
-def _run_dir(root: Path) -> Path:
-    evals = root / ".osmosis" / "evals"
-    (run_dir,) = (p for p in evals.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return run_dir
+    return eval_config(root, "env", model, environment, "agent_workflow_timeout_s = 60")
 
 
 def _always_three(body: dict[str, Any]) -> StubReply:
@@ -75,10 +53,10 @@ async def test_an_episode_is_played_step_by_step_and_its_return_is_the_grade(
     async with ChatStub(respond=_always_three) as stub:
         model = f"openai:{stub.base_url}:stub-model"
         config = _eval_config(tmp_path, model, _environment("GuessEnvironment", openenv_python))
-        code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+        code, out = await osmosis(tmp_path, "eval", "run", str(config))
         calls = [r["body"] for r in stub.requests if "Guess" in json.dumps(r["body"])]
     assert code == 0, out
-    run_dir = _run_dir(tmp_path)
+    run_dir = eval_run_dir(tmp_path)
     index = {item["row_index"]: item for item in lines(run_dir / "index.jsonl")}
     # Row i is episode seed i: the number is i, so "3" wins row 3 at once and no other.
     assert {row: item["reward"] for row, item in index.items()} == {
@@ -123,7 +101,7 @@ async def test_a_class_it_cannot_play_is_one_line_before_anything_starts(
 ) -> None:
     environment = _environment(name, openenv_python if python else None)
     config = _eval_config(tmp_path, "openai:http://127.0.0.1:9/v1:none", environment)
-    code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+    code, out = await osmosis(tmp_path, "eval", "run", str(config))
     assert code == 2 and out.strip().count("\n") == 0, out
     assert f"environment.openenv 'envs:{name}'" in out and expected in out, out
     assert not (tmp_path / ".osmosis" / "evals").exists()
@@ -136,9 +114,9 @@ async def test_an_environment_that_raises_is_a_failed_rollout_never_a_zero(
         model = f"openai:{stub.base_url}:stub-model"
         environment = _environment("BrokenEnvironment", openenv_python)
         config = _eval_config(tmp_path, model, environment)
-        code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+        code, out = await osmosis(tmp_path, "eval", "run", str(config))
     assert code == 3, out  # every rollout failed
-    for item in lines(_run_dir(tmp_path) / "index.jsonl"):
+    for item in lines(eval_run_dir(tmp_path) / "index.jsonl"):
         assert item["status"] == "failed" and "reward" not in item, item
         assert item["error_type"] == "agent_error", item
 
@@ -149,13 +127,11 @@ async def test_each_steps_reward_reaches_turn_credit(
 ) -> None:
     """Every episode's return is 1 and only its steps' rewards differ: under outcome credit
     no group has a gradient (no update in two steps); under turn credit each step trains."""
-    config = tmp_path / "configs" / "training" / "env.toml"
-    config.parent.mkdir(parents=True)
     turn_credit = "[algorithm.turn_credit]\n" if credit == "turn" else ""
-    text = config_text(tiny_model_dir, f"steps = 2\n[eval]\nrows = 2\n{turn_credit}")
-    text = text.replace('entrypoint = "main.py"\n', "").replace('dataset = "data/rows.jsonl"\n', "")
-    config.write_text(text + _environment("SplitEnvironment", openenv_python, "max_turns = 2\n"))
-    code, out = await _osmosis(tmp_path, "train", "run", str(config), limit_sec=300)
+    settings = f"steps = 2\n[eval]\nrows = 2\n{turn_credit}"
+    environment = _environment("SplitEnvironment", openenv_python, "max_turns = 2\n")
+    config = training_config(tmp_path, "env", tiny_model_dir, settings, environment)
+    code, out = await osmosis(tmp_path, "train", "run", str(config), limit_sec=300)
     assert code == 0, out
     metrics = lines(tmp_path / ".osmosis" / "train" / "env" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]

@@ -15,9 +15,13 @@ import pytest_asyncio
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.loop.rows import dataset_rows
-from tests.eval.conftest import OSMOSIS
-from tests.subprocesses import communicate_within
-from tests.train.training_project import config_text, lines
+from tests.environments.environment_runs import (
+    eval_config,
+    eval_run_dir,
+    osmosis,
+    training_config,
+)
+from tests.train.training_project import lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -52,39 +56,18 @@ async def stub() -> AsyncIterator[ChatStub]:
 
 
 def _eval_config(root: Path, stub: ChatStub, evaluation: str = "") -> Path:
-    path = root / "configs" / "eval" / "gym.toml"
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        f'[experiment]\nrollout = "gym"\nmodel_path = "openai:{stub.base_url}:stub-model"\n'
-        f"{ENVIRONMENT}[evaluation]\n{evaluation or 'agent_workflow_timeout_s = 30'}\n"
-    )
-    return path
-
-
-async def _osmosis(cwd: Path, *args: str, limit_sec: float = 120) -> tuple[int, str]:
-    import asyncio
-
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    out, _ = await communicate_within(process, limit_sec)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
-
-
-def _run_dir(root: Path) -> Path:
-    evals = root / ".osmosis" / "evals"
-    (run_dir,) = (p for p in evals.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return run_dir
+    model = f"openai:{stub.base_url}:stub-model"
+    keys = evaluation or "agent_workflow_timeout_s = 30"
+    return eval_config(root, "gym", model, ENVIRONMENT, keys)
 
 
 async def test_a_task_evaluates_with_its_own_scorer_and_no_code(
     tmp_path: Path, stub: ChatStub
 ) -> None:
     config = _eval_config(tmp_path, stub)
-    code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+    code, out = await osmosis(tmp_path, "eval", "run", str(config))
     assert code == 0, out
-    run_dir = _run_dir(tmp_path)
+    run_dir = eval_run_dir(tmp_path)
     (rows_file,) = (tmp_path / ".osmosis" / "environments").iterdir()
     questions = [json.loads(line)["user_prompt"] for line in rows_file.read_text().splitlines()]
     assert len(questions) == 24
@@ -119,9 +102,9 @@ async def test_a_rollout_that_fails_is_recorded_failed_never_a_zero(
 
     async with ChatStub(respond=respond) as stub:
         config = _eval_config(tmp_path, stub, "limit = 2\nagent_workflow_timeout_s = 2")
-        code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+        code, out = await osmosis(tmp_path, "eval", "run", str(config))
     assert code == 3, out  # every rollout failed
-    run_dir = _run_dir(tmp_path)
+    run_dir = eval_run_dir(tmp_path)
     index = lines(run_dir / "index.jsonl")
     assert len(index) == 2
     for item in index:
@@ -139,7 +122,7 @@ async def test_without_reasoning_gym_installed_it_is_one_line_naming_the_install
     )
     monkeypatch.setenv("PYTHONPATH", str(blocked.parent))
     config = _eval_config(tmp_path / "ws", stub)
-    code, out = await _osmosis(tmp_path / "ws", "eval", "run", str(config))
+    code, out = await osmosis(tmp_path / "ws", "eval", "run", str(config))
     assert code == 2 and out.strip().count("\n") == 0, out
     assert "missing 'reasoning_gym'" in out and "pip install 'osmosis-ai[reasoning-gym]'" in out
     assert not (tmp_path / "ws" / ".osmosis").exists()
@@ -148,13 +131,9 @@ async def test_without_reasoning_gym_installed_it_is_one_line_naming_the_install
 async def test_a_task_trains_two_steps_on_rows_disjoint_from_the_held_out_ones(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    config = tmp_path / "configs" / "training" / "gym.toml"
-    config.parent.mkdir(parents=True)
-    text = config_text(tiny_model_dir, "steps = 2\n[eval]\nrows = 6\nevery = 2")
-    # No rollouts/ folder and no dataset: the [environment] has both.
-    text = text.replace('entrypoint = "main.py"\n', "").replace('dataset = "data/rows.jsonl"\n', "")
-    config.write_text(text.replace('rollout = "tiny"', 'rollout = "gym"') + ENVIRONMENT)
-    code, out = await _osmosis(tmp_path, "train", "run", str(config), limit_sec=300)
+    settings = "steps = 2\n[eval]\nrows = 6\nevery = 2"
+    config = training_config(tmp_path, "gym", tiny_model_dir, settings, ENVIRONMENT)
+    code, out = await osmosis(tmp_path, "train", "run", str(config), limit_sec=300)
     assert code == 0, out
     run_dir = tmp_path / ".osmosis" / "train" / "gym"
     assert [m["step"] for m in lines(run_dir / "metrics.jsonl")] == [1, 2]

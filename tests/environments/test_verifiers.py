@@ -1,11 +1,10 @@
 """A verifiers environment (its v1 API; ``examples/verifiers``' taskset, with a tool)
 evaluated and trained from a config alone, in an environment of its own (``.venv-verifiers``,
 `make install-verifiers`: verifiers pins openai < 3): real CLI runs, its own agent loop and
-tool server, a real stub model server (eval) and the tiny model (training)."""
+tool server, a real stub model server (eval) and the embedded model (training)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
@@ -14,14 +13,18 @@ from typing import Any
 import pytest
 
 from osmosis_ai.testing import ChatStub, StubReply
-from tests.eval.conftest import OSMOSIS
-from tests.subprocesses import communicate_within
-from tests.train.training_project import config_text, lines
+from tests.environments.environment_runs import (
+    ROOT,
+    eval_config,
+    eval_run_dir,
+    library_python,
+    osmosis,
+    training_config,
+)
+from tests.train.training_project import lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
-VERIFIERS_PYTHON = ROOT / ".venv-verifiers" / "bin" / "python"
 TASKSETS = ROOT / "examples" / "verifiers"
 _PAIR = re.compile(r"compute (\d+)\+(\d+)")
 
@@ -29,23 +32,11 @@ _PAIR = re.compile(r"compute (\d+)\+(\d+)")
 @pytest.fixture
 def verifiers_python(monkeypatch: pytest.MonkeyPatch) -> Path:
     """The Python with ``verifiers``, and the example's taskset on the import path."""
-    if not VERIFIERS_PYTHON.is_file():
-        pytest.fail("the verifiers tests need .venv-verifiers: run `make install-verifiers`")
-    monkeypatch.setenv("PYTHONPATH", str(TASKSETS))
-    return VERIFIERS_PYTHON
+    return library_python(".venv-verifiers", "install-verifiers", TASKSETS, monkeypatch)
 
 
 def _environment(python: Path, extra: str = "") -> str:
     return f'[environment]\nverifiers = "add_tasks"\npython = "{python}"\nsize = 8\n{extra}'
-
-
-async def _osmosis(cwd: Path, *args: str, limit_sec: float = 300) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    out, _ = await communicate_within(process, limit_sec)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
 
 
 def _adder(body: dict[str, Any]) -> StubReply:
@@ -69,18 +60,14 @@ def _adder(body: dict[str, Any]) -> StubReply:
 async def test_a_taskset_with_a_tool_evaluates_through_the_gateway(
     tmp_path: Path, verifiers_python: Path
 ) -> None:
-    config = tmp_path / "configs" / "eval" / "add.toml"
-    config.parent.mkdir(parents=True)
     async with ChatStub(respond=_adder) as stub:
-        config.write_text(
-            f'[experiment]\nrollout = "add"\nmodel_path = "openai:{stub.base_url}:stub-model"\n'
-            f"{_environment(verifiers_python)}[evaluation]\nagent_workflow_timeout_s = 120\n"
-        )
-        code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+        model = f"openai:{stub.base_url}:stub-model"
+        environment = _environment(verifiers_python)
+        config = eval_config(tmp_path, "add", model, environment, "agent_workflow_timeout_s = 120")
+        code, out = await osmosis(tmp_path, "eval", "run", str(config))
         calls = [r["body"] for r in stub.requests if _PAIR.search(json.dumps(r["body"]))]
     assert code == 0, out
-    evals = tmp_path / ".osmosis" / "evals"
-    (run_dir,) = (p for p in evals.iterdir() if p.is_dir() and not p.name.startswith("."))
+    run_dir = eval_run_dir(tmp_path)
     index = {item["row_index"]: item for item in lines(run_dir / "index.jsonl")}
     (rows,) = (tmp_path / ".osmosis" / "environments").iterdir()
     prompts = [json.loads(line)["user_prompt"] for line in rows.read_text().splitlines()]
@@ -107,22 +94,27 @@ async def test_a_taskset_with_a_tool_evaluates_through_the_gateway(
     assert "reward_correct" in text and "tool_calls" in text and "environment_reward" in text
 
 
-async def test_a_taskset_trains_two_steps_with_no_drift(
-    tmp_path: Path, tiny_model_dir: Path, verifiers_python: Path
+async def test_a_taskset_trains_two_steps_its_tool_turns_one_exact_sequence(
+    tmp_path: Path, verifiers_python: Path
 ) -> None:
-    config = tmp_path / "configs" / "training" / "add.toml"
-    config.parent.mkdir(parents=True)
-    text = config_text(tiny_model_dir, "steps = 2\n[eval]\nrows = 2\n")
-    text = text.replace('entrypoint = "main.py"\n', "").replace('dataset = "data/rows.jsonl"\n', "")
-    config.write_text(text + _environment(verifiers_python, "max_turns = 3\n"))
-    code, out = await _osmosis(tmp_path, "train", "run", str(config), limit_sec=600)
+    """The embedded model (SmolLM2, which calls the tool): each rollout's calls, the tool's
+    result between them, chain into one sequence with no drift."""
+    environment = _environment(verifiers_python, "max_turns = 3\n")
+    settings = (
+        "steps = 2\nprompts_per_step = 2\ngroup_size = 2\n[sampling]\nmax_tokens = 48\n"
+        "[eval]\nrows = 1\n"
+    )
+    config = training_config(tmp_path, "add", Path("embedded"), settings, environment)
+    code, out = await osmosis(tmp_path, "train", "run", str(config), limit_sec=600)
     assert code == 0, out
     run_dir = tmp_path / ".osmosis" / "train" / "add"
     metrics = lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     for line in metrics:
         assert (line["drift"], line["new_contexts"], line["excluded"]) == (0, 0, {}), line
-        assert line["tokens_generated"] > 0, line
+        assert line["sequences"] == 4, line  # one a rollout
+    # Some rollouts called the tool and answered after it: several calls, one sequence.
+    assert sum(line["merges"] for line in metrics) > 0, metrics
     statuses = [r["status"] for r in lines(run_dir / "rollouts.jsonl")]
     assert statuses and all(status == "success" for status in statuses), statuses
 
@@ -138,16 +130,11 @@ async def test_a_taskset_trains_two_steps_with_no_drift(
 async def test_a_taskset_it_cannot_load_is_one_line_before_anything_starts(
     tmp_path: Path, verifiers_python: Path, taskset: str, python: bool, expected: str
 ) -> None:
-    config = tmp_path / "configs" / "eval" / "add.toml"
-    config.parent.mkdir(parents=True)
     environment = _environment(verifiers_python).replace('"add_tasks"', f'"{taskset}"')
     if not python:
         environment = environment.replace(f'python = "{verifiers_python}"\n', "")
-    config.write_text(
-        '[experiment]\nrollout = "add"\nmodel_path = "openai:http://127.0.0.1:9/v1:none"\n'
-        + environment
-    )
-    code, out = await _osmosis(tmp_path, "eval", "run", str(config))
+    config = eval_config(tmp_path, "add", "openai:http://127.0.0.1:9/v1:none", environment, "")
+    code, out = await osmosis(tmp_path, "eval", "run", str(config))
     assert code == 2 and out.strip().count("\n") == 0, out
     assert f"environment.verifiers '{taskset}'" in out and expected in out, out
     assert not (tmp_path / ".osmosis" / "evals").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from osmosis_ai.config.schema import Setting
 from osmosis_ai.config.source import ConfigSource, TOMLTable, kind_of
@@ -20,12 +20,12 @@ __all__ = [
     "ENTRYPOINT",
     "PASS_THRESHOLD",
     "ROLLOUT",
+    "RolloutSource",
     "SharedExperiment",
     "dataset_path",
     "env_table",
     "provenance",
     "rollout_location",
-    "entrypoint_file",
     "secret_names",
     "shared_experiment",
 ]
@@ -82,7 +82,7 @@ class SharedExperiment(NamedTuple):
 
     rollout: str
     entrypoint: str | None
-    """``None``: the ``[environment]``'s own rollout (`rollout_source`)."""
+    """``None``: the ``[environment]``'s own rollout (`RolloutSource`)."""
     dataset: Path
     """With an ``[environment]``, the file its rows are written to."""
     branch: str | None
@@ -128,12 +128,33 @@ def shared_experiment(
     return SharedExperiment(rollout, None, dataset, *provenance(src, table))
 
 
-def entrypoint_file(workspace: Path, rollout: str, entrypoint: str | None) -> Path:
-    """The file the rollout server starts from, in its folder: the workspace's rollout's, or
-    (``entrypoint`` ``None``) the ``[environment]``'s own."""
-    if entrypoint is None:
-        return ENVIRONMENT_ROLLOUT_DIR / "main.py"
-    return workspace / "rollouts" / rollout / entrypoint
+class _Experiment(Protocol):
+    @property
+    def rollout(self) -> str: ...
+
+    @property
+    def entrypoint(self) -> str | None: ...
+
+
+class RolloutSource:
+    """Where a config's rollout server starts from (both configs have it): the workspace's
+    rollout, or (no ``entrypoint``) the ``[environment]``'s own."""
+
+    workspace: Path
+    experiment: _Experiment
+
+    @property
+    def rollout_dir(self) -> Path:
+        """The rollout's directory, ``<workspace>/rollouts/<rollout>`` (or the
+        ``[environment]``'s own rollout's)."""
+        return self.entrypoint_path.parent
+
+    @property
+    def entrypoint_path(self) -> Path:
+        """The file that starts the rollout server, inside :attr:`rollout_dir`."""
+        if self.experiment.entrypoint is None:
+            return ENVIRONMENT_ROLLOUT_DIR / "main.py"
+        return self.workspace / "rollouts" / self.experiment.rollout / self.experiment.entrypoint
 
 
 def _check_segment(src: ConfigSource, key: str, value: str, hint: str) -> None:

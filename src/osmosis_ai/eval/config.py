@@ -14,7 +14,7 @@ from osmosis_ai.config.experiment import (
     ENTRYPOINT,
     PASS_THRESHOLD,
     ROLLOUT,
-    entrypoint_file,
+    RolloutSource,
     env_table,
     secret_names,
     shared_experiment,
@@ -130,7 +130,7 @@ EVALUATION = section_of(EvaluationConfig, "evaluation")
 
 
 @dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(RolloutSource):
     """A validated eval config file."""
 
     path: Path
@@ -151,18 +151,6 @@ class EvalConfig:
 
     advanced: TOMLTable = field(default_factory=dict)
     """The ``[advanced]`` table, kept verbatim as provenance; ignored by local runs."""
-
-    @property
-    def rollout_dir(self) -> Path:
-        """The rollout's directory, ``<workspace>/rollouts/<rollout>`` (or the
-        ``[environment]``'s own rollout's)."""
-        return self.entrypoint_path.parent
-
-    @property
-    def entrypoint_path(self) -> Path:
-        """The file that starts the rollout server, inside :attr:`rollout_dir`."""
-        experiment = self.experiment
-        return entrypoint_file(self.workspace, experiment.rollout, experiment.entrypoint)
 
 
 def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:

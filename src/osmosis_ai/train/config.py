@@ -26,8 +26,8 @@ from osmosis_ai.config.experiment import (
     ENTRYPOINT,
     PASS_THRESHOLD,
     ROLLOUT,
+    RolloutSource,
     dataset_path,
-    entrypoint_file,
     env_table,
     secret_names,
     shared_experiment,
@@ -566,7 +566,7 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(RolloutSource):
     """A validated training config file."""
 
     path: Path
@@ -590,18 +590,6 @@ class TrainConfig:
     """The ``--set`` flags applied over the file."""
     notes: tuple[str, ...] = ()
     """What the flags changed beyond their own key, one line each (the run says them)."""
-
-    @property
-    def rollout_dir(self) -> Path:
-        """The rollout's directory, ``<workspace>/rollouts/<rollout>`` (or the
-        ``[environment]``'s own rollout's)."""
-        return self.entrypoint_path.parent
-
-    @property
-    def entrypoint_path(self) -> Path:
-        """The file that starts the rollout server, inside :attr:`rollout_dir`."""
-        experiment = self.experiment
-        return entrypoint_file(self.workspace, experiment.rollout, experiment.entrypoint)
 
     def settings(self) -> dict[str, dict[str, object]]:
         """Every section after ``[experiment]`` as plain values, by section name (the
