@@ -16,6 +16,7 @@ VLLM_PYTHON ?= python3.11
 # OpenEnv pins mcp < 2 (through fastmcp), which the agent frameworks' extras do not take: a
 # fifth environment, the Python of the OpenEnv tests' rollout servers ([environment] python).
 OPENENV_VENV ?= .venv-openenv
+LIBRARY_PYTHON ?= python3.11
 OPENENV_BIN := $(OPENENV_VENV)/bin
 # verifiers pins openai < 3, which the agent frameworks' extras do not take: a sixth.
 VERIFIERS_VENV ?= .venv-verifiers
@@ -67,14 +68,14 @@ install-vllm: $(VLLM_BIN)/python
 	$(VLLM_BIN)/python -m pip install -q --no-deps "llguidance==1.9.1"
 
 $(OPENENV_BIN)/python:
-	python3.11 -m venv $(OPENENV_VENV)
+	$(LIBRARY_PYTHON) -m venv $(OPENENV_VENV)
 	$(OPENENV_BIN)/python -m pip install -q --upgrade pip
 
 install-openenv: $(OPENENV_BIN)/python
 	$(OPENENV_BIN)/python -m pip install -q -e '.[openenv]'
 
 $(VERIFIERS_BIN)/python:
-	python3.11 -m venv $(VERIFIERS_VENV)
+	$(LIBRARY_PYTHON) -m venv $(VERIFIERS_VENV)
 	$(VERIFIERS_BIN)/python -m pip install -q --upgrade pip
 
 # uv: verifiers runs its harness as a script whose own dependencies uv installs (once, then

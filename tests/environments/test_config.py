@@ -25,7 +25,7 @@ def _config(tmp_path: Path, environment: str) -> Path:
     [
         (
             'openenv = "a:B"\nverifiers = "c"',
-            'line 4: [environment] names one environment: reasoning_gym = "<task>", openenv = '
+            'line 6: [environment] names one environment: reasoning_gym = "<task>", openenv = '
             '"<module>:<Class>" or verifiers = "<taskset>", not openenv and verifiers',
         ),
         ('openenv = "a.B"', "line 5: environment.openenv 'a.B' must name a class as module:Class"),
@@ -38,11 +38,23 @@ def _config(tmp_path: Path, environment: str) -> Path:
             "environment.settings: a verifiers taskset takes none here; remove the table",
         ),
         (
+            'reasoning_gym = "chain_sum"\npython = "/usr/bin/python3"',
+            "line 6: environment.python: reasoning-gym runs in this Python",
+        ),
+        (
+            'openenv = "a:B"\n[environment.settings]\nseed = 3',
+            "environment.settings: each episode's seed is [environment] seed + its row",
+        ),
+        (
+            'openenv = "a:B"\n[environment.settings]\nwhen = 2026-12-06',
+            "environment.settings: a date or time cannot be passed on; write it as a string",
+        ),
+        (
             'openenv = "a:B"\npython = ".venv-x/bin/python"',
             "line 6: environment.python '.venv-x/bin/python': there is no file",
         ),
     ],
-    ids=["two", "class", "prompt", "settings", "python"],
+    ids=["two", "class", "prompt", "settings", "gym-python", "seed", "date", "python"],
 )
 def test_a_bad_section_is_one_line_at_its_key(
     tmp_path: Path, environment: str, expected: str
@@ -61,7 +73,8 @@ def test_the_python_is_the_workspaces_and_leads_the_servers_path(tmp_path: Path)
         _config(tmp_path, 'openenv = "guess:Env"\npython = ".venv-x/bin/python"')
     )
     assert config.environment is not None and config.environment.python == str(python)
-    env = server_env(config.environment, tmp_path, max_tokens=5)
+    env = server_env(config.environment, tmp_path, {"PYTHONPATH": "/mine"}, max_tokens=5)
     assert env["PATH"].split(":")[0] == str(python.parent), "its venv's commands first"
-    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path), "the workspace's modules import"
+    # The workspace's modules import, and an [env] PYTHONPATH is kept after it.
+    assert env["PYTHONPATH"] == f"{tmp_path}:/mine"
     assert '"max_tokens": 5' in env[ENVIRONMENT_ENV]

@@ -4,6 +4,7 @@ workflow code. Shared by the eval and the training config, as ``[experiment]`` i
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -31,6 +32,13 @@ def _task_settings(src: ConfigSource, table: TOMLTable, section: str) -> dict[st
     value = table["settings"]
     if not isinstance(value, dict):
         raise src.type_error(section, "settings", value, "a table ([environment.settings])")
+    try:  # they travel as JSON (to the rollout server, into the rows' metadata)
+        json.dumps(value)
+    except TypeError:
+        raise src.error(
+            (section, "settings"),
+            f"{section}.settings: a date or time cannot be passed on; write it as a string",
+        ) from None
     return dict(value)
 
 
@@ -129,9 +137,19 @@ class EnvironmentConfig:
         named = [key for key in _KINDS if getattr(self, key) is not None]
         if len(named) != 1:
             raise SettingError(
-                "reasoning_gym",
+                (named or ["reasoning_gym"])[-1],
                 'names one environment: reasoning_gym = "<task>", openenv = "<module>:<Class>" '
                 'or verifiers = "<taskset>"' + (f", not {' and '.join(named)}" if named else ""),
+            )
+        if self.python is not None and self.reasoning_gym is not None:
+            raise SettingError(
+                "python",
+                "python: reasoning-gym runs in this Python (its rows are made here, and graded "
+                "from the same generator); remove it",
+            )
+        if self.openenv is not None and {"seed", "episode_id"} & set(self.settings):
+            raise SettingError(
+                "settings", "settings: each episode's seed is [environment] seed + its row"
             )
         if self.reasoning_gym is not None and not _TASK_NAME.fullmatch(self.reasoning_gym):
             raise SettingError(

@@ -21,7 +21,12 @@ from typing import Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai._serving import running_server
-from osmosis_ai.environments.served import ENVIRONMENT_REWARD, policy_client, served_environment
+from osmosis_ai.environments.served import (
+    ENVIRONMENT_REWARD,
+    missing_library,
+    policy_client,
+    served_environment,
+)
 from osmosis_ai.errors import MissingExtraError
 from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext
 from osmosis_ai.rollout.sample import AgentWorkflowOutput
@@ -31,6 +36,7 @@ __all__ = ["OpenEnvClass", "OpenEnvWorkflow", "load_class"]
 #: The metadata key of an episode row (its seed).
 ROW_KEY = "openenv"
 _START_TIMEOUT_SEC = 60.0
+_CAPACITY_TRIES = 50
 
 
 class OpenEnvClassError(Exception):
@@ -121,14 +127,13 @@ class _EnvServer:
             raise RuntimeError(f"the OpenEnv server of {played.path} failed: {self._error}")
 
     def _serve(self) -> None:
-        app = _openenv().create_app(
-            self.played.env_cls,
-            self.played.action_cls,
-            self.played.observation_cls,
-            max_concurrent_envs=self.sessions,
-        )
-
         async def serve() -> None:
+            app = _openenv().create_app(
+                self.played.env_cls,
+                self.played.action_cls,
+                self.played.observation_cls,
+                max_concurrent_envs=self.sessions,
+            )
             async with running_server(app) as server:
                 self.url = server.base_url
                 self._ready.set()
@@ -136,14 +141,42 @@ class _EnvServer:
 
         try:
             asyncio.run(serve())
-        except BaseException as exc:  # reported to the first rollout, which fails with it
+        except BaseException as exc:  # reported to the rollouts, which fail with it
             self._error = exc
             self._ready.set()
 
 
-@functools.cache
+_servers: dict[str, _EnvServer | RuntimeError] = {}
+_servers_lock = threading.Lock()
+
+
 def _env_server(path: str) -> _EnvServer:
-    return _EnvServer(OpenEnvClass(path))
+    """The one server of ``path`` in this process (blocking: call it in a thread). A start
+    that failed is not tried again: every rollout after fails with the same error."""
+    with _servers_lock:
+        if path not in _servers:
+            try:
+                _servers[path] = _EnvServer(OpenEnvClass(path))
+            except (RuntimeError, OpenEnvClassError) as exc:
+                _servers[path] = RuntimeError(str(exc))
+        server = _servers[path]
+    if isinstance(server, RuntimeError):
+        raise server
+    return server
+
+
+async def _reset(env: Any, seed: Any, settings: dict[str, Any]) -> Any:
+    """``reset``, waiting (a few seconds at most) for the session an episode before this one
+    held to be let go: OpenEnv frees it after the connection closes, which may come after
+    the next connection is made, and an environment of one session refuses the next."""
+    for _ in range(_CAPACITY_TRIES - 1):
+        try:
+            return await env.reset(seed=seed, **settings)
+        except RuntimeError as exc:
+            if "CAPACITY" not in str(exc):
+                raise
+        await asyncio.sleep(0.1)
+    return await env.reset(seed=seed, **settings)
 
 
 @functools.cache
@@ -177,7 +210,7 @@ class OpenEnvWorkflow(AgentWorkflow):
             client_module.GenericEnvClient(base_url=server.url) as env,
             policy_client() as policy,
         ):
-            result = await env.reset(seed=seed, **spec["settings"])
+            result = await _reset(env, seed, spec["settings"])
             messages.append({"role": "user", "content": _observation_text(result.observation)})
             for turn in range(spec["max_turns"]):
                 reply = await policy.reply(messages)
@@ -203,22 +236,16 @@ class OpenEnvWorkflow(AgentWorkflow):
 
 
 def main(argv: list[str]) -> int:
-    """``check module:Class``: print what the adapter will play (one JSON line), or why not
-    (one line on stderr, exit 2)."""
+    """``check module:Class``: exit 0 when the adapter can play it, else say why (one line
+    on stderr, exit 2)."""
     try:
-        played = OpenEnvClass(argv[-1])
+        OpenEnvClass(argv[-1])
     except OpenEnvClassError as exc:
         print(str(exc), file=sys.stderr)
         return 2
     except MissingExtraError as exc:
-        print(f"{exc} (in an environment of its own: set [environment] python)", file=sys.stderr)
+        print(missing_library(exc), file=sys.stderr)
         return 2
-    described = {
-        "action": played.action_cls.__name__,
-        "text_field": played.text_field,
-        "concurrent": played.concurrent,
-    }
-    print(json.dumps(described))
     return 0
 
 

@@ -3,7 +3,6 @@ writing them once (blocking: call it in a worker thread)."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -15,7 +14,7 @@ from typing import Any
 
 from osmosis_ai.config.source import ConfigSource
 from osmosis_ai.environments.config import EnvironmentConfig
-from osmosis_ai.environments.served import workspace_path
+from osmosis_ai.environments.served import library_env
 from osmosis_ai.errors import ConfigError
 
 __all__ = ["check_environment", "environment_rows", "make_rows", "rows_file"]
@@ -27,8 +26,10 @@ _LIBRARY_TIMEOUT_SEC = 300
 
 
 def rows_file(workspace: Path, environment: EnvironmentConfig) -> Path:
-    """Where the rows of ``environment`` are kept: the same section, the same file."""
-    recipe = {"format": _ROWS_FORMAT, **dataclasses.asdict(environment)}
+    """Where the rows of ``environment`` are kept: the same keys that make the rows, the
+    same file (its caps and its Python make none of them)."""
+    made_by = ("reasoning_gym", "openenv", "verifiers", "size", "seed", "prompt", "settings")
+    recipe = {"format": _ROWS_FORMAT, **{key: getattr(environment, key) for key in made_by}}
     text = json.dumps(recipe, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     named = environment.reasoning_gym or environment.verifiers or str(environment.openenv)
@@ -39,8 +40,8 @@ def rows_file(workspace: Path, environment: EnvironmentConfig) -> Path:
 def check_environment(src: ConfigSource, environment: EnvironmentConfig) -> None:
     """What the environment's library says of the section, at its line, before a run.
 
-    An OpenEnv class is checked when its rows are made (`make_rows`): its library is in
-    the environment's own Python, not necessarily in this one.
+    An OpenEnv class and a verifiers taskset are checked when the rows are made
+    (`make_rows`): their library is in the environment's own Python, not in this one.
     """
     if environment.reasoning_gym is not None:
         from osmosis_ai.environments.reasoning_gym import check_task
@@ -56,8 +57,12 @@ def environment_rows(environment: EnvironmentConfig, workspace: Path) -> Iterato
 
         yield from task_rows(environment)
     elif environment.verifiers is not None:
-        size = str(environment.size)
-        yield from map(json.loads, _in_its_python(environment, workspace, "rows", size))
+        for line in _in_its_python(environment, workspace, "rows", str(environment.size)):
+            try:
+                yield json.loads(line)
+            except ValueError:
+                where = f"environment.verifiers {environment.verifiers!r}"
+                raise ConfigError(f"{where}: its rows came back unreadable: {line[:200]}") from None
     else:
         for index in range(environment.size):
             yield {"metadata": {"openenv": {"seed": environment.seed + index}}}
@@ -93,7 +98,7 @@ def _in_its_python(environment: EnvironmentConfig, workspace: Path, *args: str) 
     kind = environment.kind
     python = environment.python or sys.executable
     argv = [python, "-m", f"osmosis_ai.environments.{kind}", *args, str(getattr(environment, kind))]
-    env = {**os.environ, "PYTHONPATH": workspace_path(workspace)}
+    env = library_env(environment, workspace, {})
     where = f"environment.{kind} {getattr(environment, kind)!r}"
     try:
         done = subprocess.run(
@@ -102,6 +107,8 @@ def _in_its_python(environment: EnvironmentConfig, workspace: Path, *args: str) 
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         raise ConfigError(f"{where}: {python} took over {_LIBRARY_TIMEOUT_SEC} s") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot run {python}: {exc.strerror or exc}") from None
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         why = lines[-1] if lines else f"{python} exited with status {done.returncode}"

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 
 from osmosis_ai.environments.config import EnvironmentConfig
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout import Grader, GraderContext, get_rollout_context
 from osmosis_ai.rollout.model_pool import tls_context
 
@@ -23,10 +24,11 @@ __all__ = [
     "ENVIRONMENT_REWARD",
     "EnvironmentRewardGrader",
     "Policy",
+    "missing_library",
     "policy_client",
     "served_environment",
+    "library_env",
     "server_env",
-    "workspace_path",
 ]
 
 #: The variable that gives the rollout server its ``[environment]`` (as JSON).
@@ -37,27 +39,48 @@ ENVIRONMENT_REWARD = "environment_reward"
 
 
 def server_env(
-    environment: EnvironmentConfig, workspace: Path, *, max_tokens: int | None
+    environment: EnvironmentConfig,
+    workspace: Path,
+    env: Mapping[str, str],
+    *,
+    max_tokens: int | None,
 ) -> dict[str, str]:
-    """The rollout server's variables for ``environment``: each reply asks for at most
-    ``max_tokens`` (``None``: the policy decides, as the trainer's `[sampling]` does), and
-    the workspace leads the import path (an OpenEnv class may be a module of it)."""
+    """The rollout server's variables for ``environment``, over ``env`` (the config's
+    ``[env]``): each reply asks for at most ``max_tokens`` (``None``: the policy decides, as
+    the trainer's `[sampling]` does)."""
     served = {**dataclasses.asdict(environment), "max_tokens": max_tokens}
-    env = {ENVIRONMENT_ENV: json.dumps(served), "PYTHONPATH": workspace_path(workspace)}
-    if environment.python is not None:  # its venv's commands (verifiers runs uv) come first
-        folder = os.path.dirname(environment.python)
-        env["PATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PATH", "")) if p)
-    return env
+    paths = library_env(environment, workspace, env)
+    return {"PYTHONPATH": paths["PYTHONPATH"], "PATH": paths.get("PATH", ""),
+            ENVIRONMENT_ENV: json.dumps(served)}  # fmt: skip
 
 
-def workspace_path(workspace: Path) -> str:
-    """``PYTHONPATH`` with ``workspace`` first."""
-    return os.pathsep.join(p for p in (str(workspace), os.environ.get("PYTHONPATH", "")) if p)
+def library_env(
+    environment: EnvironmentConfig, workspace: Path, env: Mapping[str, str]
+) -> dict[str, str]:
+    """``env`` (over this process's variables) as the library's Python needs it: the
+    workspace leading the import path (an OpenEnv class or a taskset may be a module of it),
+    its venv's commands first (verifiers runs ``uv``), no other venv's ``VIRTUAL_ENV``."""
+    merged = {k: v for k, v in {**os.environ, **env}.items() if k != "VIRTUAL_ENV"}
+    first = {"PYTHONPATH": str(workspace)}
+    if environment.python is not None:
+        first["PATH"] = os.path.dirname(environment.python)
+    for name, value in first.items():
+        merged[name] = os.pathsep.join(p for p in (value, merged.get(name, "")) if p)
+    return merged
 
 
 @functools.cache
 def served_environment() -> dict[str, Any]:
-    """The section the rollout server was started for (in the server's process)."""
+    """The section the rollout server was started for (in the server's process).
+
+    Raises:
+        ConfigError: The server was not started for an ``[environment]``.
+    """
+    if ENVIRONMENT_ENV not in os.environ:
+        raise ConfigError(
+            "the environments' workflows run in a rollout server started for an "
+            "[environment] (osmosis eval run or train run with that section)"
+        )
     return dict(json.loads(os.environ[ENVIRONMENT_ENV]))
 
 
@@ -102,3 +125,9 @@ class EnvironmentRewardGrader(Grader):
     async def grade(self, ctx: GraderContext) -> None:
         assert ctx.sample is not None
         ctx.set_reward(float(ctx.sample.metrics[ENVIRONMENT_REWARD]))
+
+
+def missing_library(exc: Exception) -> str:
+    """The one line a library's module prints when its library is missing from the Python
+    it runs in."""
+    return f"{exc} (in an environment of its own: set [environment] python)"

@@ -20,7 +20,11 @@ import sys
 from typing import Any
 
 from osmosis_ai._extras import import_optional
-from osmosis_ai.environments.served import ENVIRONMENT_REWARD, served_environment
+from osmosis_ai.environments.served import (
+    ENVIRONMENT_REWARD,
+    missing_library,
+    served_environment,
+)
 from osmosis_ai.errors import MissingExtraError
 from osmosis_ai.rollout import AgentWorkflow, AgentWorkflowContext, get_rollout_context
 from osmosis_ai.rollout.sample import AgentWorkflowOutput
@@ -111,8 +115,14 @@ class VerifiersWorkflow(AgentWorkflow):
         vf = _vf()
         spec = served_environment()
         environment = await _serve()
-        index = int((ctx.metadata or {})[ROW_KEY]["index"])
-        task = (await asyncio.to_thread(_tasks, spec["size"]))[index]
+        recipe = (ctx.metadata or {}).get(ROW_KEY)
+        tasks = await asyncio.to_thread(_tasks, spec["size"])
+        if not isinstance(recipe, dict) or not 0 <= int(recipe.get("index", -1)) < len(tasks):
+            raise ValueError(
+                f"the row has no {ROW_KEY}.index metadata of one of the taskset's first "
+                f"{len(tasks)} tasks: the rows of an [environment] verifiers come from it"
+            )
+        task = tasks[int(recipe["index"])]
         rollout = get_rollout_context()
         assert rollout is not None, "run() is called inside a rollout context"
         variable = _KEY_VARIABLE.format(next(_keys))
@@ -155,9 +165,10 @@ def main(argv: list[str]) -> int:
     exit 2)."""
     size, taskset = int(argv[1]), argv[2]
     try:
-        rows = _rows(taskset, size)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the rows' alone
+            rows = _rows(taskset, size)
     except MissingExtraError as exc:
-        print(f"{exc} (in an environment of its own: set [environment] python)", file=sys.stderr)
+        print(missing_library(exc), file=sys.stderr)
         return 2
     except Exception as exc:  # the library's own error, whatever it is: one line
         print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)

@@ -386,7 +386,9 @@ def _server(
         env={
             **config.env,
             **(
-                server_env(environment, config.workspace, max_tokens=environment.max_tokens)
+                server_env(
+                    environment, config.workspace, config.env, max_tokens=environment.max_tokens
+                )
                 if environment
                 else {}
             ),

@@ -308,7 +308,11 @@ async def _serve(
         env={
             **config.env,
             # The trainer's [sampling] max_tokens caps each call, not the section's.
-            **(server_env(environment, config.workspace, max_tokens=None) if environment else {}),
+            **(
+                server_env(environment, config.workspace, config.env, max_tokens=None)
+                if environment
+                else {}
+            ),
             **secrets,
             SECRET_ENV_NAMES_ENV: ",".join(sorted(secrets)),
             BACKEND_ENV: inputs.backend,
