@@ -24,10 +24,10 @@ __all__ = [
     "ENVIRONMENT_REWARD",
     "EnvironmentRewardGrader",
     "Policy",
+    "library_env",
     "missing_library",
     "policy_client",
     "served_environment",
-    "library_env",
     "server_env",
 ]
 
@@ -50,8 +50,8 @@ def server_env(
     the trainer's `[sampling]` does)."""
     served = {**dataclasses.asdict(environment), "max_tokens": max_tokens}
     paths = library_env(environment, workspace, env)
-    return {"PYTHONPATH": paths["PYTHONPATH"], "PATH": paths.get("PATH", ""),
-            ENVIRONMENT_ENV: json.dumps(served)}  # fmt: skip
+    changed: dict[str, str] = {k: paths[k] for k in ("PYTHONPATH", "PATH") if k in paths}
+    return {**changed, ENVIRONMENT_ENV: json.dumps(served)}
 
 
 def library_env(
