@@ -1,9 +1,9 @@
-"""The gateway's ASGI application: rollout-scoped OpenAI-compatible chat completions."""
+"""The gateway's ASGI application: rollout-scoped model calls (chat completions, OpenAI's
+Responses, Anthropic's Messages), every one recorded."""
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
 import time
@@ -22,15 +22,12 @@ from starlette.types import Receive, Scope, Send
 
 from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.errors import ChatRequestError, GatewayError
-from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response, strip_for_caller
+from osmosis_ai.gateway.apis import Api, ApiCall, ChatCompletionsApi, MessagesApi, ResponsesApi
+from osmosis_ai.gateway.apis.base import openai_error_body
+from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecord, CallRecords
-from osmosis_ai.gateway.request import (
-    ChatRequest,
-    check_sampling,
-    messages_sha256,
-    parse_chat_request,
-)
+from osmosis_ai.gateway.request import ChatRequest, check_sampling, messages_sha256
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.json_body import BodyError, asgi_body_chunks, read_json_body
@@ -42,11 +39,22 @@ logger = logging.getLogger(__name__)
 _MAX_ERROR_MESSAGE = 1000
 _MAX_ID_LENGTH = 256
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_DONE = b"data: [DONE]\n\n"
-#: The chat-completions route as Starlette matches ``{rollout_id}`` (one non-empty segment).
-_CHAT_PATH = re.compile(r"/v1/rollouts/([^/]+)/chat/completions")
-#: Request headers the chat handler reads (ASGI servers send names in lower case).
-_CHAT_HEADERS = frozenset({b"authorization", b"content-type", b"content-length"})
+#: The APIs a rollout's endpoint speaks, by the route after ``/v1/rollouts/{rollout_id}/``;
+#: the ``anthropic`` client posts to ``<base_url>/v1/messages``.
+_APIS: dict[str, Api] = {
+    "chat/completions": ChatCompletionsApi(),
+    "responses": ResponsesApi(),
+    "messages": MessagesApi(),
+}
+_API_PATHS = {**{path: path for path in _APIS}, "v1/messages": "messages"}
+#: The model-call routes as Starlette matches ``{rollout_id}`` (one non-empty segment).
+_CALL_PATH = re.compile(
+    r"/v1/rollouts/([^/]+)/(" + "|".join(re.escape(path) for path in _API_PATHS) + ")"
+)
+#: Errors of the gateway's own routes are in OpenAI's shape.
+_OPENAI_SHAPED = _APIS["chat/completions"]
+#: Request headers the call handler reads (ASGI servers send names in lower case).
+_CALL_HEADERS = frozenset({b"authorization", b"x-api-key", b"content-type", b"content-length"})
 
 
 @dataclass
@@ -82,10 +90,6 @@ class GatewayState:
 def _state(request: Request) -> GatewayState:
     state: GatewayState = request.app.state.gateway
     return state
-
-
-def _error_body(message: str, error_type: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": None}}
 
 
 class _Unauthorized(GatewayError):
@@ -132,11 +136,11 @@ def _rollout_id(request: Request) -> str:
     return _checked_rollout_id(request.path_params["rollout_id"])
 
 
-def _chat_headers(scope: Scope) -> dict[bytes, str]:
-    """The first value of each header in ``_CHAT_HEADERS`` (as Starlette's ``Headers.get``)."""
+def _call_headers(scope: Scope) -> dict[bytes, str]:
+    """The first value of each header in ``_CALL_HEADERS`` (as Starlette's ``Headers.get``)."""
     found: dict[bytes, str] = {}
     for name, value in scope["headers"]:
-        if name in _CHAT_HEADERS and name not in found:
+        if name in _CALL_HEADERS and name not in found:
             found[name] = value.decode("latin-1")
     return found
 
@@ -171,10 +175,6 @@ def _as_gateway_error(exc: Exception) -> GatewayError:
     return GatewayError("internal gateway error", status_code=500, error_type="internal_error")
 
 
-def _sse(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-
-
 class _Call:
     """Bookkeeping of one call: its record is written exactly once, when it ends."""
 
@@ -206,16 +206,17 @@ class _Call:
         )
 
 
-class _ChatCompletions:
-    """``POST /v1/rollouts/{rollout_id}/chat/completions`` as a plain ASGI handler.
+class _ApiRoute:
+    """``POST /v1/rollouts/{rollout_id}/<api.path>`` as a plain ASGI handler.
 
     Every model call of every rollout comes here, so the app serves it ahead of Starlette's
     middleware, router and ``Request`` (``_GatewayApp``); its error answers are the ones the
-    other routes get from the app's exception handlers.
+    other routes get from the app's exception handlers, in the API's own shape.
     """
 
-    def __init__(self, state: GatewayState) -> None:
+    def __init__(self, state: GatewayState, api: Api) -> None:
         self.state = state
+        self.api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Reached through the router: an app mounted under a root path."""
@@ -224,39 +225,37 @@ class _ChatCompletions:
     async def serve(self, rollout_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one call of ``rollout_id`` (the raw path segment)."""
         try:
-            response = await _chat_completions(self.state, rollout_id, scope, receive)
+            response = await _serve_call(self.state, self.api, rollout_id, scope, receive)
         except GatewayError as exc:
-            response = _gateway_error_response(self.state, exc)
+            response = _gateway_error_response(self.state, exc, self.api)
         except Exception as exc:
-            response = _unexpected_error_response(self.state, exc)
+            response = _unexpected_error_response(self.state, exc, self.api)
         await response(scope, receive, send)
 
 
-async def _chat_completions(
-    state: GatewayState, rollout_id: str, scope: Scope, receive: Receive
+async def _serve_call(
+    state: GatewayState, api: Api, rollout_id: str, scope: Scope, receive: Receive
 ) -> Response:
-    headers = _chat_headers(scope)
-    _authorize(headers.get(b"authorization", ""), state)
+    headers = _call_headers(scope)
+    _authorize(api.credential(headers), state)
     rollout_id = _checked_rollout_id(rollout_id)
     payload = await _read_json(headers, receive)
-    chat = parse_chat_request(
-        payload, sampling=state.sampling_of(rollout_id), rollout_id=rollout_id
-    )
+    translated = api.parse(payload, sampling=state.sampling_of(rollout_id), rollout_id=rollout_id)
+    chat = translated.chat
     call = _Call(state, rollout_id, chat)
     if chat.stream:
-        return await _stream(state, chat, call)
+        return await _stream(state, translated, call)
     try:
         response = await state.policy.complete(chat)
     except Exception as exc:
         call.finish(error=exc)
         raise _as_gateway_error(exc) from None
     call.finish(data=call_data_from_response(response))
-    strip_for_caller(response, chat)
-    return JSONResponse(response)
+    return JSONResponse(translated.answer(response))
 
 
-async def _stream(state: GatewayState, chat: ChatRequest, call: _Call) -> Response:
-    chunks = aiter(state.policy.stream(chat))
+async def _stream(state: GatewayState, translated: ApiCall, call: _Call) -> Response:
+    chunks = aiter(state.policy.stream(translated.chat))
     try:
         # The first chunk is awaited before answering, so an upstream refusal keeps its status.
         first = await anext(chunks, None)
@@ -271,19 +270,22 @@ async def _stream(state: GatewayState, chat: ChatRequest, call: _Call) -> Respon
             chunk = first
             while chunk is not None:
                 accumulator.feed(chunk)
-                if (visible := strip_for_caller(chunk, chat)) is not None:
-                    yield _sse(visible)
+                for event in translated.feed(chunk):
+                    yield event
                 chunk = await anext(chunks, None)
             error = None
         except Exception as exc:
             error = exc
             answer = _as_gateway_error(exc)
-            yield _sse(_error_body(state.error_message(answer), answer.error_type))
+            for event in translated.fail(state.error_message(answer), answer.error_type):
+                yield event
         finally:
             with anyio.CancelScope(shield=True):  # cleanup must finish even if cancelled
                 await chunks.aclose()  # type: ignore[attr-defined]
             call.finish(data=accumulator.data, error=error)
-        yield _DONE
+        if error is None:
+            for event in translated.end(accumulator.data):
+                yield event
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
@@ -341,14 +343,17 @@ async def health(request: Request) -> Response:
     )
 
 
-def _gateway_error_response(state: GatewayState, exc: GatewayError) -> Response:
-    message = state.error_message(exc)
-    return JSONResponse(_error_body(message, exc.error_type, exc.param), exc.status_code)
+def _gateway_error_response(
+    state: GatewayState, exc: GatewayError, api: Api = _OPENAI_SHAPED
+) -> Response:
+    return JSONResponse(api.error_body(state.error_message(exc), exc), exc.status_code)
 
 
-def _unexpected_error_response(state: GatewayState, exc: Exception) -> Response:
+def _unexpected_error_response(
+    state: GatewayState, exc: Exception, api: Api = _OPENAI_SHAPED
+) -> Response:
     logger.error("gateway error %s: %s", type(exc).__name__, state.error_message(exc))
-    return JSONResponse(_error_body("internal gateway error", "internal_error"), 500)
+    return _gateway_error_response(state, _as_gateway_error(exc), api)
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -358,7 +363,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse(_error_body(exc.detail, "invalid_request_error"), exc.status_code)
+    return JSONResponse(openai_error_body(exc.detail, "invalid_request_error"), exc.status_code)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
@@ -366,22 +371,22 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 
 
 class _GatewayApp(Starlette):
-    """The gateway's Starlette app, with rollouts' chat completions served ahead of it.
+    """The gateway's Starlette app, with rollouts' model calls served ahead of it.
 
     Starlette's middleware, router and ``Request`` cost about 0.07 ms of CPU per request;
-    on the chat route that is paid on every model call of every rollout.
-    Under a root path (a mounted app) the router serves the same handler.
+    on the call routes that is paid on every model call of every rollout.
+    Under a root path (a mounted app) the router serves the same handlers.
     """
 
-    def __init__(self, chat: _ChatCompletions, **options: Any) -> None:
+    def __init__(self, calls: dict[str, _ApiRoute], **options: Any) -> None:
         super().__init__(**options)
-        self._chat = chat
+        self._calls = calls
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            match = _CHAT_PATH.fullmatch(scope["path"])
+            match = _CALL_PATH.fullmatch(scope["path"])
             if match is not None:
-                await self._chat.serve(match[1], scope, receive, send)
+                await self._calls[match[2]].serve(match[1], scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -434,11 +439,14 @@ def create_gateway_app(
     state.records.on_release.append(policy.forget)
     state.records.on_release.append(state.forget_sampling)
 
-    chat = _ChatCompletions(state)
+    calls = {path: _ApiRoute(state, _APIS[api]) for path, api in _API_PATHS.items()}
     app = _GatewayApp(
-        chat,
+        calls,
         routes=[
-            Route("/v1/rollouts/{rollout_id}/chat/completions", chat, methods=["POST"]),
+            *(
+                Route(f"/v1/rollouts/{{rollout_id}}/{path}", route, methods=["POST"])
+                for path, route in calls.items()
+            ),
             Route("/v1/rollouts/{rollout_id}/calls", list_calls, methods=["GET"]),
             Route("/v1/rollouts/{rollout_id}/calls", release_calls, methods=["DELETE"]),
             Route(
