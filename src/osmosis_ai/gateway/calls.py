@@ -36,6 +36,9 @@ class CallData:
     them): the learner scores its tokens under the same distribution."""
     top_p: float | None = None
     top_k: int | None = None
+    history_rewritten: bool = False
+    """The chat template rendered an earlier call of the rollout otherwise in this prompt
+    (``chat_front.Prompt.history_rewritten``)."""
 
     def absorb_choice(self, choice: dict[str, Any]) -> None:
         """Add one choice's (or one streamed delta's) tokens and finish reason."""
@@ -67,6 +70,8 @@ class CallData:
             self.policy_version = obj["policy_version"]
         if isinstance(obj.get("grammar"), str):
             self.grammar = obj["grammar"]
+        if obj.get("history_rewritten") is True:
+            self.history_rewritten = True
         sampling = obj.get("sampling")
         if isinstance(sampling, dict):
             self.temperature = _number(sampling.get("temperature"), float)
@@ -116,6 +121,7 @@ def strip_for_caller(obj: dict[str, Any], request: ChatRequest) -> dict[str, Any
     obj.pop("policy_version", None)
     obj.pop("grammar", None)
     obj.pop("sampling", None)
+    obj.pop("history_rewritten", None)
     if not request.want_token_ids:
         obj.pop("prompt_token_ids", None)
     choices = obj.get("choices")

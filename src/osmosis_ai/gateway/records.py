@@ -51,6 +51,9 @@ class CallRecord:
     """The top-p the engine cut the distribution to (1: none), when it reports it."""
     top_k: int | None = None
     """The top-k the engine cut the distribution to (0: none), when it reports it."""
+    history_rewritten: bool = False
+    """The call continues an earlier one of its rollout, but the chat template rendered that
+    earlier call otherwise in this prompt (its ids are no extension of the earlier ones)."""
 
     @classmethod
     def from_call(
@@ -89,6 +92,7 @@ class CallRecord:
             temperature=data.temperature,
             top_p=data.top_p,
             top_k=data.top_k,
+            history_rewritten=data.history_rewritten,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +117,7 @@ class CallRecord:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
+            "history_rewritten": self.history_rewritten,
         }
 
     def to_llm_call_metrics(self) -> LlmCallMetrics:

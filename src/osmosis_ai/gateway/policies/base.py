@@ -86,7 +86,8 @@ def chunks_of(response: dict[str, Any]) -> list[dict[str, Any]]:
             }
         ],
     }
-    for recorded in ("policy_version", "grammar", "sampling"):  # call-record fields, stripped later
+    # Call-record fields, stripped before the caller sees them.
+    for recorded in ("policy_version", "grammar", "sampling", "history_rewritten"):
         if recorded in response:
             first[recorded] = response[recorded]
     last = {

@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TOKENS = 1_024
+#: Why an earlier call's text cannot be replayed (`ChatFront._replayed_text`).
+_CUT_SHORT = object()
+_RENDERED_OTHERWISE = object()
 #: How one request uses tools: in the instruction format or the model's own.
 Plan = ToolPlan | NativePlan
 
@@ -123,6 +126,7 @@ def completion_response(
     version: int | None = None,
     grammar: str | None = None,
     sampling: Sampling | None = None,
+    history_rewritten: bool = False,
 ) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` carrying the exact token data of one generation.
 
@@ -131,8 +135,10 @@ def completion_response(
     ``pieces`` the entries hold only ids and logprobs (what the call record needs).
     ``version`` is reported as ``policy_version``, ``grammar`` (the Lark text the engine
     constrained the completion with) as ``grammar`` and the temperature, top-p and top-k the
-    engine sampled with as ``sampling``: all are recorded, then removed from what the caller
-    gets. The id lists are used as they are (an
+    engine sampled with as ``sampling``, and ``history_rewritten`` (the prompt continues an
+    earlier call whose text the chat template rendered otherwise this time) as
+    ``history_rewritten``: all are recorded, then removed from what the caller gets. The id
+    lists are used as they are (an
     answer is built once per call, on a hot path), not copied.
     """
     entries: list[dict[str, Any]]
@@ -181,6 +187,8 @@ def completion_response(
         response["policy_version"] = version
     if grammar is not None:
         response["grammar"] = grammar
+    if history_rewritten:
+        response["history_rewritten"] = True
     if sampling is not None:
         response["sampling"] = {
             "temperature": sampling.temperature,
@@ -199,6 +207,10 @@ class Prompt:
     rollout_id: str | None
     messages: tuple[Hashable, ...]
     """The meanings of the request's messages (``_history.message_meaning``)."""
+    history_rewritten: bool = False
+    """The messages continue an earlier call of the rollout, but the chat template renders
+    that call's prompt and reply otherwise now (a template that drops earlier reasoning):
+    the prompt is rendered afresh, and a trainer starts a new sequence at it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +224,18 @@ class PromptParts:
     """An earlier call's prompt and completion ids this prompt continues (or none)."""
     rest: str
     """The template's text after them, still to encode."""
+    history_rewritten: bool = False
+    """See `Prompt.history_rewritten`."""
 
     def prompt(self, rest_ids: list[int]) -> Prompt:
         """The prompt, given the ids of `rest`."""
-        return Prompt([*self.replayed, *rest_ids], self.text, self.rollout_id, self.messages)
+        return Prompt(
+            [*self.replayed, *rest_ids],
+            self.text,
+            self.rollout_id,
+            self.messages,
+            self.history_rewritten,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,33 +431,40 @@ class ChatFront:
         then its reply up to an end-of-turn token that ends the completion too, the ids
         start with that call's prompt ids + completion ids, and only the text after that
         token is new: the model's reply is replayed as it generated it, not re-tokenised.
+        When the template renders that earlier call otherwise now (it drops earlier reasoning
+        once a new user turn follows, say), the prompt is the fresh rendering, marked
+        ``history_rewritten``: its ids are the template's, never spliced or invented.
         """
         text = self.render(rendered(request.messages), tools)
         messages = tuple(message_meaning(message) for message in request.messages)
         rollout = request.rollout_id
         turn = self.history.continued(rollout, messages) if rollout is not None else None
+        rewritten = False
         if turn is not None:
             through = rendered(request.messages[: len(turn.messages) + 1])
             replayed = self._replayed_text(turn, through, tools)
-            if replayed is not None and text.startswith(replayed):
+            if isinstance(replayed, str) and text.startswith(replayed):
                 ids = [*turn.prompt_ids, *turn.completion_ids]
                 return PromptParts(text, rollout, messages, ids, text[len(replayed) :])
-        return PromptParts(text, rollout, messages, [], text)
+            rewritten = replayed is not _CUT_SHORT
+        return PromptParts(text, rollout, messages, [], text, rewritten)
 
     def _replayed_text(
         self, turn: Turn, through_reply: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> str | None:
+    ) -> str | object:
         """The template's text of ``turn``'s conversation up to the end-of-turn token that
         closes its reply, when the completion ended with that token and the template renders
-        the turn's prompt unchanged before it; else ``None``."""
+        the turn's prompt unchanged before it; ``_CUT_SHORT`` when the completion has no
+        end-of-turn token to cut at; ``_RENDERED_OTHERWISE`` when the template renders the
+        turn's prompt or reply otherwise now."""
         if not turn.completion_ids or turn.completion_ids[-1] not in self._special_ids:
-            return None  # cut short (max_tokens, a stop string): no token to cut at
+            return _CUT_SHORT  # max_tokens, a stop string
         end = self.tokenizer.convert_ids_to_tokens(turn.completion_ids[-1])
         history = self.render(through_reply, tools, generation_prompt=False)
         if not history.startswith(turn.prompt_text):
-            return None  # the template renders the earlier prompt otherwise now
+            return _RENDERED_OTHERWISE
         position = history.find(end, len(turn.prompt_text))
-        return None if position < 0 else history[: position + len(end)]
+        return _RENDERED_OTHERWISE if position < 0 else history[: position + len(end)]
 
     def remember(self, prompt: Prompt, message: dict[str, Any], completion_ids: list[int]) -> None:
         """Keep an answered call of a rollout, for the calls that continue it."""
@@ -502,6 +529,7 @@ class ChatFront:
             version=generation.version,
             grammar=generation.grammar,
             sampling=call.generation.sampling,
+            history_rewritten=call.prompt.history_rewritten,
         )
 
 

@@ -12,8 +12,13 @@ few sequences as the token ids allow:
   a separate sequence with the call's own prompt; ``drift="realign"`` cuts the sequence at the
   longest common prefix, appends the rest of the new prompt as context (mask 0) and drops the
   cut policy tokens from training (counted).
-- **new context**: the prompt diverges before the last completion (rewritten history, another
-  conversation): a separate sequence, unless ``one_sequence=True``.
+- **new context**: the prompt diverges before the last completion (history the agent edited,
+  another conversation): a separate sequence, unless ``one_sequence=True``.
+- **history rewritten by the template**: the gateway marks a call whose messages continue an
+  earlier call while the chat template renders that call otherwise now (Qwen3-style templates
+  drop earlier ``<think>`` blocks once a new user turn follows). Its prompt is a separate
+  sequence whatever ``drift`` says: the earlier tokens stay trained as generated, none is
+  invented or cut (counted in ``history_rewrites``, not as drift).
 - **one sequence** (``one_sequence=True``, with ``drift="realign"``): engines that train one
   sequence per trajectory (verl) get every call chained into one: a call that would start a
   new sequence is realigned like drift, so policy tokens of earlier calls that its prompt no
@@ -188,6 +193,9 @@ class SequenceStats:
     """Policy tokens cut from training by ``drift="realign"``."""
     new_contexts: int = 0
     """Calls that started a separate sequence because their history was not a prefix."""
+    history_rewrites: int = 0
+    """Calls that started a separate sequence (or, with ``one_sequence``, were realigned)
+    because the chat template rendered an earlier call otherwise in their prompt."""
     sequences: int = 0
     tokens: int = 0
     policy_tokens: int = 0
@@ -206,6 +214,7 @@ class SequenceStats:
             "drift": self.drift,
             "realign_dropped_tokens": self.realign_dropped_tokens,
             "new_contexts": self.new_contexts,
+            "history_rewrites": self.history_rewrites,
             "sequences": self.sequences,
             "tokens": self.tokens,
             "policy_tokens": self.policy_tokens,
@@ -223,6 +232,7 @@ class _CallTokens:
     top_p: float = 1.0
     finish_reason: str | None = None
     index: int = 0
+    history_rewritten: bool = False
 
 
 @dataclass(slots=True)
@@ -376,6 +386,14 @@ def _chain(
         if best is not None and shared == len(best.tokens):
             stats.merges += 1
             best.append(call.prompt[shared:], policy=None)
+        elif best is not None and call.history_rewritten:
+            stats.history_rewrites += 1
+            if one_sequence:
+                stats.realign_dropped_tokens += sum(best.mask[shared:])
+                best.truncate(shared)
+                best.append(call.prompt[shared:], policy=None)
+            else:
+                best = None
         elif best is not None and (
             one_sequence or best.last_completion_start <= shared < len(call.prompt)
         ):
@@ -437,6 +455,7 @@ def _call_tokens(
         top_k: object = call.top_k
         top_p: object = call.top_p
         finish: object = call.finish_reason
+        rewritten: object = call.history_rewritten
     else:
         status = call.get("status", "ok")
         prompt = call.get("prompt_token_ids")
@@ -447,6 +466,7 @@ def _call_tokens(
         top_k = call.get("top_k")
         top_p = call.get("top_p")
         finish = call.get("finish_reason")
+        rewritten = call.get("history_rewritten", False)
     if status == "error":
         return None
     if prompt is None:
@@ -497,4 +517,5 @@ def _call_tokens(
         top_p=1.0 if top_p is None else float(top_p),
         finish_reason=finish if isinstance(finish, str) else None,
         index=index,
+        history_rewritten=rewritten is True,
     )

@@ -344,6 +344,7 @@ def batch_metrics(
 
     ``reward_mean`` over rollouts with a reward; ``drift`` transitions where re-tokenisation
     broke a prefix; ``new_contexts`` calls that left the conversation before its last reply;
+    ``history_rewrites`` calls whose chat template rendered an earlier call otherwise;
     ``calls_per_rollout`` mean; ``rollout_seconds_mean``/``_max``;
     ``failed`` rollouts and ``failed/<category>``; ``excluded/<reason>`` counts.
     """
@@ -355,6 +356,7 @@ def batch_metrics(
         "rewarded": float(len(rewards)),
         "drift": float(sum(r.stats.drift for r in rollouts)),
         "new_contexts": float(sum(r.stats.new_contexts for r in rollouts)),
+        "history_rewrites": float(sum(r.stats.history_rewrites for r in rollouts)),
         "calls_per_rollout": statistics.fmean(len(r.calls) for r in rollouts) if rollouts else 0.0,
         "rollout_seconds_mean": statistics.fmean(seconds) if seconds else 0.0,
         "rollout_seconds_max": max(seconds, default=0.0),

@@ -127,6 +127,7 @@ class StepReport:
             "generator_idle_fraction": _idle(times.policy_busy, times.wall),
             "drift": stats.drift,
             "new_contexts": stats.new_contexts,
+            "history_rewrites": stats.history_rewrites,
             "merges": stats.merges,
             "sequences": stats.sequences,
             "excluded": dict(stats.excluded),
