@@ -1,8 +1,8 @@
 """OpenAI Agents SDK calculator rollout: an agent with one function tool, run by `Runner.run`.
 
-`OsmosisAgent` binds the `OsmosisRolloutModel` placeholder to the rollout's OpenAI-compatible
-endpoint, and `OsmosisMemorySession` records the conversation as the sample, so `run()`
-returns nothing. The grader reads the session's items (Responses-API shape) and compares the
+`OsmosisAgent` binds the `OsmosisRolloutModel` placeholder to the rollout's endpoint, in the
+SDK's default Responses API, and `OsmosisMemorySession` records the conversation as the
+sample, so `run()` returns nothing. The grader reads the session's items (Responses-API shape) and compares the
 last number of the final answer with the dataset's ground truth.
 """
 
@@ -13,7 +13,7 @@ import re
 from typing import Any, Literal
 
 from agents import ModelSettings, Runner, function_tool
-from agents.exceptions import MaxTurnsExceeded
+from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 
 from osmosis_ai.rollout import (
     AgentWorkflow,
@@ -75,8 +75,11 @@ class OpenAIAgentsCalculatorWorkflow(AgentWorkflow[OpenAIAgentsCalculatorConfig]
         session = OsmosisMemorySession()
         try:
             await Runner.run(agent, ctx.prompt, session=session, max_turns=config.max_turns)
-        except MaxTurnsExceeded:
-            pass  # the conversation so far is in the session and is graded like any other
+        except (MaxTurnsExceeded, ModelBehaviorError):
+            # Out of turns, or a reply cut at max_tokens (the Responses API's `incomplete`,
+            # which the SDK raises on): the conversation so far is in the session and is
+            # graded like any other.
+            pass
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

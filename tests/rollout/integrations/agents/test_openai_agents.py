@@ -1,4 +1,6 @@
-"""OsmosisAgent and OsmosisMemorySession against a real OpenAI-compatible stub."""
+"""OsmosisAgent and OsmosisMemorySession against a real OpenAI-compatible stub, behind a real
+gateway where the agent calls the model: in the SDK's default Responses API and in chat
+completions."""
 
 from __future__ import annotations
 
@@ -24,12 +26,20 @@ from osmosis_ai.rollout import (
     RolloutStatus,
 )
 from osmosis_ai.rollout.integrations.agents.openai_agents import (
+    ModelApi,
     OsmosisAgent,
     OsmosisMemorySession,
     OsmosisRolloutModel,
 )
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
-from tests.rollout.integrations.agents.conftest import API_KEY, rollout, tool_call
+from tests.rollout.integrations.agents.conftest import (
+    API_KEY,
+    UPSTREAM_KEY,
+    gateway_rollout,
+    rollout,
+    stub_gateway,
+    tool_call,
+)
 
 PROMPT: list[Any] = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -63,13 +73,18 @@ async def _streamed(agent: OsmosisAgent[Any], session: OsmosisMemorySession) -> 
     return result.final_output
 
 
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_tool_round_trip_gives_native_items_and_chat_trajectory(
-    stub: ChatStub, stream: bool
+    stub: ChatStub, stream: bool, api: ModelApi
 ) -> None:
     stub.push(tool_call("add", {"a": 2, "b": 3}), StubReply(content="5"))
-    async with rollout(stub) as rollout_ctx:
-        agent = _agent(tools=[add], model_settings=ModelSettings(temperature=0.5, max_tokens=64))
+    async with gateway_rollout(stub) as rollout_ctx:
+        agent = _agent(
+            tools=[add],
+            model=OsmosisRolloutModel(api=api),
+            model_settings=ModelSettings(temperature=0.5, max_tokens=64),
+        )
         session = OsmosisMemorySession()
         if stream:
             output = await _streamed(agent, session)
@@ -77,9 +92,10 @@ async def test_tool_round_trip_gives_native_items_and_chat_trajectory(
             output = (await Runner.run(agent, PROMPT, session=session)).final_output
         sample = await rollout_ctx.get_sample()
     assert output == "5"
+    # The gateway passed the SDK's calls on as chat completions, in the SDK's mode.
     for request in stub.requests:
         assert bool(request["body"].get("stream")) is stream
-        assert request["headers"]["authorization"] == f"Bearer {API_KEY}"
+        assert request["headers"]["authorization"] == f"Bearer {UPSTREAM_KEY}"
         assert request["body"]["model"] == "osmosis-rollout"
         assert request["body"]["temperature"] == 0.5
         assert request["body"]["messages"][0] == {"role": "system", "content": "Use the tools."}
@@ -93,20 +109,35 @@ async def test_tool_round_trip_gives_native_items_and_chat_trajectory(
     assert chat[2]["content"] == "5"
 
 
+def test_an_unknown_api_is_refused() -> None:
+    with pytest.raises(ConfigError, match="'responses' or 'chat_completions'"):
+        OsmosisRolloutModel(api="completions")  # type: ignore[arg-type]
+
+
 async def test_a_failed_call_is_sent_once(stub: ChatStub) -> None:
     """A retried call would be a second sample of the prompt that the agent never sees."""
     stub.push(StubFailure(500))
-    async with rollout(stub):
+    async with gateway_rollout(stub):
         with pytest.raises(Exception, match="stub failure"):
             await Runner.run(_agent(), PROMPT, session=OsmosisMemorySession())
     assert len(stub.requests) == 1
 
 
-async def test_agent_without_a_model_is_bound_inside_a_rollout(stub: ChatStub) -> None:
-    async with rollout(stub):
-        agent = OsmosisAgent(name="default")
-        await Runner.run(agent, PROMPT, session=OsmosisMemorySession())
+async def test_agent_without_a_model_is_bound_inside_a_rollout_in_responses_mode(
+    stub: ChatStub,
+) -> None:
+    async with stub_gateway(stub) as gateway:
+        url = gateway.chat_completions_url("r1")
+        with RolloutContext(
+            chat_completions_url=url, api_key=gateway.token, rollout_id="r1"
+        ) as rollout_ctx:
+            agent = OsmosisAgent(name="default")
+            await Runner.run(agent, PROMPT, session=OsmosisMemorySession())
+            await rollout_ctx.run_cleanups()  # as a backend does: closes the agent's client
+        (record,) = gateway.records.calls("r1")
+    assert type(agent.model).__name__ == "OpenAIResponsesModel"
     assert stub.requests[0]["body"]["model"] == "osmosis-rollout"
+    assert record.status == "ok"
 
 
 async def test_second_session_in_one_rollout_is_refused(stub: ChatStub) -> None:
@@ -118,7 +149,7 @@ async def test_second_session_in_one_rollout_is_refused(stub: ChatStub) -> None:
 
 async def test_several_agents_share_one_rollout(stub: ChatStub) -> None:
     stub.push(StubReply(content="from the specialist"))
-    async with rollout(stub) as rollout_ctx:
+    async with gateway_rollout(stub) as rollout_ctx:
         specialist = _agent()
         triage = _agent(handoffs=[specialist])
         session = OsmosisMemorySession()
@@ -197,8 +228,10 @@ async def test_tool_that_raises_is_reported_to_the_model_and_the_rollout_goes_on
 ) -> None:
     stub.push(tool_call("lookup", {"key": "missing"}), StubReply(content="not found"))
     request = ExecutionRequest(id="r1", prompt=PROMPT, label="x")
-    with RolloutContext(chat_completions_url=stub.base_url, api_key=API_KEY, rollout_id="r1"):
-        result = (await LocalBackend(workflow=_Failing).execute(request)).result
+    async with stub_gateway(stub) as gateway:
+        url = gateway.chat_completions_url("r1")
+        with RolloutContext(chat_completions_url=url, api_key=gateway.token, rollout_id="r1"):
+            result = (await LocalBackend(workflow=_Failing).execute(request)).result
     assert result.status is RolloutStatus.SUCCESS
     assert result.sample is not None
     output = next(i for i in result.sample.messages if i.get("type") == "function_call_output")

@@ -11,9 +11,11 @@ Construct both inside ``AgentWorkflow.run()``::
     session = OsmosisMemorySession()
     await Runner.run(agent, ctx.prompt, session=session)
 
-The placeholder becomes an ``OpenAIChatCompletionsModel`` on the rollout's OpenAI-compatible
-endpoint (``Runner.run`` and ``Runner.run_streamed`` both work), and the session registers the
-conversation as the rollout's sample source, so ``run()`` can return ``None``.
+The placeholder becomes the SDK's own ``OpenAIResponsesModel`` on the rollout's endpoint (the
+gateway serves the Responses API), or its ``OpenAIChatCompletionsModel`` with
+``OsmosisRolloutModel(api="chat_completions")``; ``Runner.run`` and ``Runner.run_streamed``
+both work. The session registers the conversation as the rollout's sample source, so ``run()``
+can return ``None``.
 
 The SDK's default trace export (to OpenAI's servers) is switched off the first time an agent is
 bound to a rollout: prompts of a training run should not leave the machine unasked. Opt in by
@@ -27,9 +29,10 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Hashable, Iterable
-from typing import Any, Generic
+from typing import Any, Generic, Literal
 
 from osmosis_ai._extras import import_optional
+from osmosis_ai.errors import ConfigError
 from osmosis_ai.rollout.deep_copy import deep_copy
 
 import_optional("agents", extra="openai-agents", feature="The OpenAI Agents integration")
@@ -39,6 +42,7 @@ from agents.memory.session import SessionABC  # noqa: E402
 from agents.models.chatcmpl_converter import Converter  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # noqa: E402
+from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 from agents.run_context import TContext  # noqa: E402
 
 from osmosis_ai.rollout.context import RolloutContext, SampleSource, get_rollout_context  # noqa: E402
@@ -50,19 +54,42 @@ from osmosis_ai.rollout.integrations.agents._binding import (  # noqa: E402
 )
 from osmosis_ai.rollout.sample import RolloutSample  # noqa: E402
 
-__all__ = ["OsmosisAgent", "OsmosisMemorySession", "OsmosisRolloutModel", "SessionSampleSource"]
+__all__ = [
+    "ModelApi",
+    "OsmosisAgent",
+    "OsmosisMemorySession",
+    "OsmosisRolloutModel",
+    "SessionSampleSource",
+]
 
 logger = logging.getLogger(__name__)
 
 _TRACING_ENV = "OPENAI_AGENTS_DISABLE_TRACING"
 _tracing_decided = False
 
+#: How the bound model calls the rollout's endpoint: the SDK's default Responses API, or
+#: chat completions.
+ModelApi = Literal["responses", "chat_completions"]
+
 
 class OsmosisRolloutModel(Model):
     """Placeholder for the rollout's policy model; ``OsmosisAgent`` binds it.
 
     Sampling parameters belong in the agent's ``ModelSettings``.
+
+    Args:
+        api: ``responses`` (the SDK's default model, ``OpenAIResponsesModel``) or
+            ``chat_completions`` (``OpenAIChatCompletionsModel``). Both are served by the
+            rollout's gateway and recorded alike.
+
+    Raises:
+        ConfigError: Another ``api``.
     """
+
+    def __init__(self, api: ModelApi = "responses") -> None:
+        if api not in ("responses", "chat_completions"):
+            raise ConfigError(f"api must be 'responses' or 'chat_completions', not {api!r}")
+        self.api: ModelApi = api
 
     async def get_response(self, *args: Any, **kwargs: Any) -> Any:
         raise _unbound()
@@ -96,9 +123,9 @@ class OsmosisAgent(Agent[TContext], Generic[TContext]):
         placeholder = isinstance(self.model, OsmosisRolloutModel)
         if placeholder or (self.model is None and get_rollout_context() is not None):
             rollout_ctx = require_rollout_context("OsmosisRolloutModel")
-            self.model = OpenAIChatCompletionsModel(
-                model=ROLLOUT_MODEL_NAME, openai_client=rollout_client(rollout_ctx)
-            )
+            api = self.model.api if isinstance(self.model, OsmosisRolloutModel) else "responses"
+            bound = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
+            self.model = bound(model=ROLLOUT_MODEL_NAME, openai_client=rollout_client(rollout_ctx))
             _disable_default_trace_export()
 
 
