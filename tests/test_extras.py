@@ -13,9 +13,9 @@ from osmosis_ai.errors import MissingExtraError, OsmosisError
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 DECLARED_EXTRAS = {
-    "server", "gateway", "litellm", "strands", "openai-agents", "eval", "ray", "harbor",
-    "viewer", "train", "track", "skyrl", "verl", "reasoning-gym", "openenv", "verifiers",
-    "all", "dev",
+    "server", "gateway", "litellm", "strands", "openai-agents", "langgraph", "pydantic-ai",
+    "eval", "ray", "harbor", "viewer", "train", "track", "skyrl", "verl", "reasoning-gym",
+    "openenv", "verifiers", "all", "dev",
 }  # fmt: skip
 
 

@@ -24,6 +24,13 @@ EXTRA_DISTRIBUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "litellm": (("litellm", "litellm"),),
     "strands": (("strands-agents", "strands"), ("openai", "openai")),
     "openai-agents": (("openai-agents", "agents"), ("openai", "openai")),
+    "langgraph": (
+        ("langgraph", "langgraph"),
+        ("langchain-core", "langchain_core"),
+        ("langchain-openai", "langchain_openai"),
+        ("openai", "openai"),
+    ),
+    "pydantic-ai": (("pydantic-ai-slim", "pydantic_ai"), ("openai", "openai")),
     "eval": (("pyarrow", "pyarrow"),),
     "ray": (("ray", "ray"),),
     "harbor": (("harbor", "harbor"),),

@@ -19,7 +19,12 @@ from tests.train.training_project import run as _run
 pytestmark = [pytest.mark.slow, pytest.mark.whole_run, pytest.mark.timeout(600)]
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-FRAMEWORKS = ("strands_calculator", "openai_agents_calculator")
+FRAMEWORKS = (
+    "strands_calculator",
+    "openai_agents_calculator",
+    "langgraph_calculator",
+    "pydantic_ai_calculator",
+)
 #: Two steps of 2 rows x 4 rollouts (the configs train 4 x 8), one held-out row.
 SMALL = (
     "training.steps=2",
@@ -111,3 +116,20 @@ async def test_a_framework_example_trains_as_shipped(tmp_path: Path, example: st
     logs = (run_dir / "logs.txt").read_text()
     assert "Application startup complete" in logs
     assert "HTTP Request:" not in logs and '"GET /rollout' not in logs, logs[-3000:]
+
+
+async def test_agents_on_the_responses_and_messages_apis_train(tmp_path: Path) -> None:
+    """The official ``openai`` client's Responses API and ``anthropic`` client's Messages API
+    (streamed), through the rollout's endpoint: their tokens train as one exact sequence per
+    rollout. Even rows speak Responses, odd rows Messages (``api_agents/``)."""
+    workspace = tmp_path / "api_agents"
+    shutil.copytree(Path(__file__).parent / "api_agents", workspace)
+    config = workspace / "configs" / "training" / "api_agents.toml"
+    code, out = await _run(config, *flags("algorithm.resample_zero_gradient=1"), limit_sec=600)
+    assert code == 0, out
+    run_dir = workspace / ".osmosis" / "train" / "api_agents"
+    check_one_exact_sequence_per_rollout(run_dir, steps=2)
+    rows = {
+        r["row"] for r in _lines(run_dir / "rollouts.jsonl") if r["rollout_id"].startswith("step")
+    }
+    assert {row % 2 for row in rows} == {0, 1}, rows  # both APIs trained

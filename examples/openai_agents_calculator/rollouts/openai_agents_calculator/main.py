@@ -2,12 +2,13 @@
 
 `OsmosisAgent` binds the `OsmosisRolloutModel` placeholder to the rollout's endpoint, in the
 SDK's default Responses API, and `OsmosisMemorySession` records the conversation as the
-sample, so `run()` returns nothing. The grader reads the session's items (Responses-API shape) and compares the
-last number of the final answer with the dataset's ground truth.
+sample, so `run()` returns nothing. The grader reads the session's items (Responses-API
+shape) and compares the last number of the final answer with the dataset's ground truth.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any, Literal
@@ -73,13 +74,11 @@ class OpenAIAgentsCalculatorWorkflow(AgentWorkflow[OpenAIAgentsCalculatorConfig]
             tools=[calculate],
         )
         session = OsmosisMemorySession()
-        try:
+        # Out of turns, or a reply cut at max_tokens (the Responses API's `incomplete`, which
+        # the SDK raises on): the conversation so far is in the session and is graded like
+        # any other.
+        with contextlib.suppress(MaxTurnsExceeded, ModelBehaviorError):
             await Runner.run(agent, ctx.prompt, session=session, max_turns=config.max_turns)
-        except (MaxTurnsExceeded, ModelBehaviorError):
-            # Out of turns, or a reply cut at max_tokens (the Responses API's `incomplete`,
-            # which the SDK raises on): the conversation so far is in the session and is
-            # graded like any other.
-            pass
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
