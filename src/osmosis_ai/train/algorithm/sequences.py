@@ -386,19 +386,17 @@ def _chain(
         if best is not None and shared == len(best.tokens):
             stats.merges += 1
             best.append(call.prompt[shared:], policy=None)
-        elif best is not None and call.history_rewritten:
-            stats.history_rewrites += 1
-            if one_sequence:
-                stats.realign_dropped_tokens += sum(best.mask[shared:])
-                best.truncate(shared)
-                best.append(call.prompt[shared:], policy=None)
-            else:
-                best = None
         elif best is not None and (
-            one_sequence or best.last_completion_start <= shared < len(call.prompt)
+            call.history_rewritten
+            or one_sequence
+            or best.last_completion_start <= shared < len(call.prompt)
         ):
-            stats.drift += 1
-            if drift == "realign":
+            # A rewrite is the template's doing, not drift: realigned only into one_sequence.
+            if call.history_rewritten:
+                stats.history_rewrites += 1
+            else:
+                stats.drift += 1
+            if drift == "realign" and (one_sequence or not call.history_rewritten):
                 stats.realign_dropped_tokens += sum(best.mask[shared:])
                 best.truncate(shared)
                 best.append(call.prompt[shared:], policy=None)
