@@ -213,6 +213,7 @@ def _record(
     top_k: int | None = None,
     top_p: float | None = None,
     finish_reason: str | None = None,
+    history_rewritten: bool = False,
 ) -> CallRecord:
     data = CallData(
         prompt_token_ids=prompt,
@@ -222,6 +223,7 @@ def _record(
         top_k=top_k,
         top_p=top_p,
         finish_reason=finish_reason,
+        history_rewritten=history_rewritten,
     )
     return CallRecord.from_call(
         rollout_id="r",
@@ -253,6 +255,33 @@ async def test_retrying_the_same_prompt_is_a_new_sequence_not_drift() -> None:
     sequences, stats = _build(calls, drift="realign")
     assert [s.token_ids for s in sequences] == [(1, 2, 3), (1, 2, 4)]
     assert (stats.drift, stats.new_contexts, stats.realign_dropped_tokens) == (0, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("options", "sequences", "dropped"),
+    [
+        # A new sequence at the rewritten call, whatever the drift policy: nothing cut.
+        ({"drift": "fork"}, [(1, 2, 3, 4), (1, 2, 9, 5)], 0),
+        ({"drift": "realign"}, [(1, 2, 3, 4), (1, 2, 9, 5)], 0),
+        # One sequence per rollout (verl): realigned, the cut reply's tokens counted.
+        ({"drift": "realign", "one_sequence": True}, [(1, 2, 9, 5)], 2),
+    ],
+)
+async def test_a_call_whose_history_the_template_rewrote_is_counted_apart_from_drift(
+    options: dict[str, Any], sequences: list[tuple[int, ...]], dropped: int
+) -> None:
+    # The second prompt leaves the first at its reply (3, 4 rendered otherwise as 9): as
+    # drift would, but the gateway marked it.
+    calls = [
+        _record(0, [1, 2], [3, 4], [-0.1, -0.2]),
+        _record(1, [1, 2, 9], [5], [-0.3], history_rewritten=True),
+    ]
+    built, stats = _build(calls, **options)
+    assert [s.token_ids for s in built] == sequences
+    assert (stats.history_rewrites, stats.drift, stats.new_contexts) == (1, 0, 0)
+    assert stats.realign_dropped_tokens == dropped
+    _, unmarked_stats = _build([calls[0], _record(1, [1, 2, 9], [5], [-0.3])], **options)
+    assert (unmarked_stats.history_rewrites, unmarked_stats.drift) == (0, 1)
 
 
 async def test_unusable_rollouts_are_excluded_with_counted_reasons() -> None:
