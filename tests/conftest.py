@@ -86,14 +86,30 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _shared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The converted-model cache of the whole run: in the temporary root every xdist worker
+    shares (`embedded_model_dir` converts under an inter-process lock, so a worker or child
+    process that asks meanwhile waits and reuses it)."""
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "embedded-models"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
 @pytest.fixture(autouse=True)
-def isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Clear osmosis variables, point HOME and the artifact root into ``tmp_path``."""
+def isolated_environment(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """Clear osmosis variables, point HOME and the artifact root into ``tmp_path``.
+
+    HOME's converted-model cache (``~/.osmosis/models``) is the run's shared one: each run of
+    ``osmosis train`` on the embedded model would otherwise convert it again (~20 s)."""
     for name in list(os.environ):
         if name.startswith(_ISOLATED_PREFIXES):
             monkeypatch.delenv(name)
     home = tmp_path / "home"
-    home.mkdir()
+    (home / ".osmosis").mkdir(parents=True)
+    (home / ".osmosis" / "models").symlink_to(_shared_models(tmp_path_factory))
     monkeypatch.setenv("HOME", str(home))
     root = tmp_path / "artifact-root"
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(root))
@@ -115,14 +131,11 @@ async def stub() -> AsyncIterator[ChatStub]:
 
 @pytest.fixture(scope="session")
 def embedded_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded model converted to a HuggingFace directory once for the whole run (~18 s):
-    in the temporary root every xdist worker shares (`embedded_model_dir` converts under an
-    inter-process lock, so a worker that asks meanwhile waits and reuses it)."""
+    """The embedded model converted to a HuggingFace directory once for the whole run (~18 s),
+    in the run's shared cache (`_shared_models`, also every test's ``~/.osmosis/models``)."""
     from osmosis_ai.train.model import embedded_model_dir
 
-    root = tmp_path_factory.getbasetemp()
-    shared = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-    return embedded_model_dir(shared / "embedded-models")
+    return embedded_model_dir(_shared_models(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")

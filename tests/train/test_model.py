@@ -105,10 +105,12 @@ def test_a_missing_directory_is_named(tmp_path: Path) -> None:
         resolve_model(tmp_path / "nowhere")
 
 
-def test_missing_torch_names_the_train_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_torch_names_the_train_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'osmosis-ai\[train\]'"):
-        embedded_model_dir()
+        embedded_model_dir(tmp_path / "models")  # an empty cache: converting needs torch
 
 
 def test_importing_the_model_source_and_policy_loads_no_torch() -> None:

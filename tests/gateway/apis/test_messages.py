@@ -56,8 +56,8 @@ async def test_tool_use_its_result_and_an_answer_are_recorded_and_chain(
     rollout = f"tools-{next(_ROLLOUTS)}"
     async with _client(gateway, rollout) as client:
         first = await _create(
-            client, stream, model="m", max_tokens=64, system=SYSTEM, tools=[TOOL],
-            tool_choice={"type": "any"}, extra_body={"temperature": 0.7},
+            client, stream, model="m", max_tokens=160, system=SYSTEM, tools=[TOOL],
+            tool_choice={"type": "any"}, extra_body={"temperature": 0},
             messages=[{"role": "user", "content": QUESTION}],
         )  # fmt: skip
         assert first.stop_reason == "tool_use"
@@ -95,7 +95,7 @@ async def test_streamed_tool_use_records_the_ids_and_logprobs_of_a_non_streamed_
         rollout = f"same-{next(_ROLLOUTS)}"
         async with _client(gateway, rollout) as client:
             await _create(
-                client, stream, model="m", max_tokens=64, tools=[TOOL],
+                client, stream, model="m", max_tokens=160, tools=[TOOL],
                 extra_body={"temperature": 0}, tool_choice={"type": "any"},
                 messages=[{"role": "user", "content": QUESTION}],
             )  # fmt: skip

@@ -68,7 +68,7 @@ async def _round_trip(client: openai.AsyncOpenAI, stream: bool) -> tuple[Any, An
     """A forced tool call, then the answer after its output."""
     first = await _create(
         client, stream, model="m", input=QUESTION, tools=[TOOL], tool_choice="required",
-        max_output_tokens=64, temperature=0.7, instructions="Use the tool.",
+        max_output_tokens=160, temperature=0, instructions="Use the tool.",
     )  # fmt: skip
     (call,) = [item for item in first.output if item.type == "function_call"]
     assert call.name == "calculator" and call.status == "completed"
@@ -98,7 +98,7 @@ async def test_a_streamed_tool_call_records_the_ids_and_logprobs_of_a_non_stream
         async with _client(gateway, rollout) as client:
             await _create(
                 client, stream, model="m", input=QUESTION, tools=[TOOL],
-                tool_choice="required", max_output_tokens=64, temperature=0,
+                tool_choice="required", max_output_tokens=160, temperature=0,
             )  # fmt: skip
         (record,) = gateway.records.calls(rollout)
         records.append(record)
