@@ -4,10 +4,8 @@ sample, the requests, no retries, what Pydantic AI sends after an empty reply), 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import runpy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +13,8 @@ import pytest
 
 from osmosis_ai.rollout import ExecutionRequest, LocalBackend, RolloutContext, RolloutStatus
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
-from tests.eval.conftest import OSMOSIS, ROOT
-from tests.rollout.integrations.agents.conftest import API_KEY, tool_call
-from tests.subprocesses import communicate_within
+from tests.eval.conftest import ROOT
+from tests.rollout.integrations.agents.conftest import API_KEY, check_example_evaluates, tool_call
 
 EXAMPLE = "pydantic_ai_calculator"
 MAIN = ROOT / "examples" / EXAMPLE / "rollouts" / EXAMPLE / "main.py"
@@ -156,32 +153,4 @@ async def test_an_empty_reply_is_left_out_of_the_next_request(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_the_example_evaluates_on_the_embedded_model(tmp_path: Path) -> None:
-    workspace = tmp_path / EXAMPLE
-    shutil.copytree(
-        ROOT / "examples" / EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis")
-    )
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", f"configs/eval/{EXAMPLE}.toml", "--rows", "0-1", "--json",
-        cwd=workspace,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await communicate_within(process, 240)
-    assert process.returncode == 0, (err or b"").decode()
-    payload = json.loads(out)
-    assert payload["complete"] and payload["dispatched"] == 2
-    summary = payload["metrics"]["summary"]
-    assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
-    assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
-    run_dir = Path(payload["output_path"])
-    logs = (run_dir / "logs.txt").read_text()
-    assert "HTTP Request: POST" not in logs and '"GET /rollout' not in logs, logs[-3000:]
-    # The returned chat messages became the trajectory: the agent's calls, with the
-    # gateway's token ids, and the tool call with its result.
-    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
-    agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
-    assert agent and all(
-        len(step["metrics"]["completion_token_ids"]) == step["metrics"]["completion_tokens"]
-        for step in agent
-    )
-    assert any(step.get("tool_calls") and step.get("observation") for step in agent)
+    await check_example_evaluates(tmp_path, EXAMPLE)
