@@ -23,6 +23,8 @@ ROLLOUT_NAMES = {
     "Grader",
     "GraderConfig",
     "GraderContext",
+    "JudgeGrader",
+    "JudgeGraderConfig",
     "LocalBackend",
     "RolloutContext",
     "RolloutErrorCategory",

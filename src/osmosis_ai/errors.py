@@ -15,7 +15,8 @@ OsmosisError
 └── RolloutFailure              a rollout ended without a usable result     -> agent_error
     ├── DeadlineExceeded        the workflow or grader missed its deadline  -> timeout
     ├── OutputShapeError        run() returned something that is no sample  -> validation_error
-    └── GradingError            the grader could not run or set no reward   -> validation_error
+    ├── GradingError            the grader could not run or set no reward   -> validation_error
+    └── JudgeError              a model judge failed or gave no valid score -> judge_error
 ```
 
 Every class declares the wire category it maps to (``category``), so turning an exception
@@ -36,6 +37,7 @@ __all__ = [
     "GatewayError",
     "GradingError",
     "InvalidIdError",
+    "JudgeError",
     "MissingExtraError",
     "OsmosisError",
     "OutputShapeError",
@@ -198,6 +200,12 @@ class GradingError(RolloutFailure):
     """The grader could not run, or finished without rewarding a kept sample."""
 
     category = "validation_error"
+
+
+class JudgeError(RolloutFailure):
+    """A model judge failed, timed out, or answered no score in its declared range."""
+
+    category = "judge_error"
 
 
 class CredentialScrubError(OsmosisError):

@@ -26,7 +26,11 @@ def rows(count: int = 160, seed: int = 17) -> list[dict[str, str]]:
             a, b = rng.randint(10, 199), rng.randint(2, 99)
         value = {"+": a + b, "-": a - b, "*": a * b}[op]
         out.append(
-            {"system_prompt": SYSTEM, "user_prompt": f"What is {a} {op} {b}?", "ground_truth": str(value)}
+            {
+                "system_prompt": SYSTEM,
+                "user_prompt": f"What is {a} {op} {b}?",
+                "ground_truth": str(value),
+            }
         )
     return out
 

@@ -19,6 +19,7 @@ from osmosis_ai.config.experiment import (
     secret_names,
     shared_experiment,
 )
+from osmosis_ai.config.judge import JudgeConfig, parse_judge
 from osmosis_ai.config.schema import check_keys, declared, parse_section, section_of, setting
 from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
 from osmosis_ai.environments.config import EnvironmentConfig, parse_environment
@@ -33,7 +34,7 @@ __all__ = [
     "load_eval_config",
 ]
 
-_SECTIONS = ("experiment", "environment", "evaluation", "env", "secrets", "advanced")
+_SECTIONS = ("experiment", "environment", "evaluation", "judge", "env", "secrets", "advanced")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +144,8 @@ class EvalConfig(RolloutSource):
     evaluation: EvaluationConfig
     environment: EnvironmentConfig | None = None
     """The ``[environment]`` whose task makes the rows (and, with no entrypoint, grades)."""
+    judge: JudgeConfig | None = None
+    """The ``[judge]``: the model a ``JudgeGrader`` (and the group judge) asks."""
     env: dict[str, str] = field(default_factory=dict)
     """Literal environment variables for the rollout server (``[env]``)."""
 
@@ -192,6 +195,7 @@ def load_eval_config(path: Path, overrides: Sequence[str] = ()) -> EvalConfig:
         experiment=_experiment(src, tables["experiment"], workspace, environment),
         evaluation=_evaluation(src, tables["evaluation"]),
         environment=environment,
+        judge=parse_judge(src, data, tables["judge"]),
         env=env,
         secrets=secret_names(src, tables["secrets"], env),
         advanced=tables["advanced"],

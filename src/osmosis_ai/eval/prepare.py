@@ -9,17 +9,26 @@ from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
 
+from osmosis_ai.config.judge import JudgeConfig
 from osmosis_ai.environments.rows import make_rows
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.eval.config import EvalConfig, load_eval_config
 from osmosis_ai.eval.datasets import Dataset, load_dataset
 from osmosis_ai.eval.run_dir import canonical_digest, source_digest
-from osmosis_ai.gateway import Policy, build_policy, displayable_policy_spec
+from osmosis_ai.gateway import Judge, Policy, build_policy, displayable_policy_spec
 from osmosis_ai.redact import Redactor, credential_env_values
 from osmosis_ai.rollout.scrub import scrub_files
 from osmosis_ai.rollout.server.app import parse_backend_spec
 
-__all__ = ["EvalOptions", "PreparedRun", "RunKeys", "prepare_run", "secret_values"]
+__all__ = [
+    "EvalOptions",
+    "PreparedRun",
+    "RunKeys",
+    "build_judge",
+    "judge_keys",
+    "prepare_run",
+    "secret_values",
+]
 
 _ROLLOUT_PROTOCOL = "0.4"
 
@@ -82,6 +91,8 @@ class PreparedRun:
     """The ``[secrets]`` values, by name."""
     policy: Policy
     keys: RunKeys
+    judge: Judge | None = None
+    """The ``[judge]``'s model with its limits, served on every rollout's judge route."""
 
     @property
     def run_dir(self) -> Path:
@@ -133,6 +144,45 @@ def secret_values(names: tuple[str, ...]) -> dict[str, str]:
     return {name: os.environ[name] for name in names}
 
 
+def build_judge(config: JudgeConfig | None) -> Judge | None:
+    """The run's judge from its ``[judge]`` (not started; the gateway starts it).
+
+    Raises:
+        ConfigError: ``api_key_env`` names a variable that is not set, or the model cannot be
+            served (a torch directory without its files...).
+    """
+    if config is None:
+        return None
+    key = None
+    if config.api_key_env is not None:
+        key = os.environ.get(config.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"judge.api_key_env: {config.api_key_env} is not set in the environment; set "
+                "it to the judge's key, or remove the key"
+            )
+    try:
+        policy = build_policy(config.model, api_key=key, timeout_sec=config.timeout_s)
+    except ConfigError as exc:
+        raise ConfigError(f"judge.model: {exc}") from None
+    return Judge(
+        policy,
+        label=displayable_policy_spec(config.model),
+        concurrency=config.concurrency,
+        timeout_sec=config.timeout_s,
+        retries=config.retries,
+        max_tokens=config.max_tokens,
+    )
+
+
+def judge_keys(judge: Judge | None, config: JudgeConfig | None) -> tuple[str, ...]:
+    """The judge's credentials: withheld from the rollout server and redacted everywhere."""
+    if judge is None or config is None:
+        return ()
+    named = os.environ.get(config.api_key_env) if config.api_key_env else None
+    return tuple(key for key in (*judge.policy.secrets(), named) if key)
+
+
 def _policy_credentials(policy: Policy, api_key: str | None) -> tuple[str, ...]:
     # The key from the environment counts even when the caller passed none.
     candidates = (*policy.secrets(), api_key, os.environ.get("OSMOSIS_POLICY_API_KEY"))
@@ -169,7 +219,11 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
         api_key=options.policy_api_key,
         timeout_sec=options.upstream_timeout_sec,
     )
-    policy_keys = _policy_credentials(policy, options.policy_api_key)
+    judge = build_judge(config.judge)
+    policy_keys = (
+        *_policy_credentials(policy, options.policy_api_key),
+        *judge_keys(judge, config.judge),
+    )
     _refuse_policy_keys(config, secrets, policy_keys)
     rollout_key = token_urlsafe(32)
     # Credentials in the environment are the run's secrets too, passed on or not: a
@@ -195,4 +249,5 @@ def prepare_run(options: EvalOptions) -> PreparedRun:
         secrets=secrets,
         policy=policy,
         keys=RunKeys(rollout_key, policy_keys, redactor),
+        judge=judge,
     )

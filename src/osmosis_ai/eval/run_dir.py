@@ -23,6 +23,7 @@ from osmosis_ai.redact import RedactingFilter, Redactor
 from osmosis_ai.rollout.ids import is_single_path_segment
 
 __all__ = [
+    "GROUP_JUDGE_FILE",
     "MANIFEST",
     "PREVIEWS_DIR",
     "RunLockedError",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
+#: The group judge's verdict of one rollout, written beside its trajectory.
+GROUP_JUDGE_FILE = "group_judge.json"
 #: Where the rollout server publishes live previews of a run's in-flight rollouts.
 PREVIEWS_DIR = "previews"
 # Room for ".archive-<stamp>-<n>" and ".lock" within the usual 255-byte file name limit.

@@ -24,6 +24,7 @@ from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.environments.served import server_env
 from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.eval.datasets import DatasetItem
+from osmosis_ai.eval.group_judge import judge_group
 from osmosis_ai.eval.hooks import EvalHooks, ItemProgress, QuietHooks
 from osmosis_ai.eval.journal import STORAGE_ERROR, Journal, JournalRecord, pending_items
 from osmosis_ai.eval.metrics import passes
@@ -150,15 +151,32 @@ class EvalRun:
         agent, grader = evaluation.agent_timeout_sec, evaluation.grader_timeout_sec
         return max(agent or 0, 0) + max(grader or 0, 0) + _ITEM_SLACK_SEC
 
+    @property
+    def _group_judged(self) -> bool:
+        judge = self.prepared.config.judge
+        return self.stack.gateway.judge is not None and bool(judge and judge.group_rubric)
+
+    def _work(self, pending: list[Item]) -> list[tuple[int, tuple[int, ...]]]:
+        """``pending`` as units of work: one item each, or, under the group judge, a row's
+        pending runs together (a resumed row's group is the runs that run again)."""
+        if not self._group_judged:
+            return [(row, (run,)) for row, run in pending]
+        rows: dict[int, list[int]] = {}
+        for row, run in pending:
+            rows.setdefault(row, []).append(run)
+        return [(row, tuple(runs)) for row, runs in rows.items()]
+
     async def supervise(self, pending: list[Item], concurrency: int) -> None:
-        """Run ``pending`` with up to ``concurrency`` workers, until done or halted."""
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-        for item in pending:
-            queue.put_nowait(item)
+        """Run ``pending`` with up to ``concurrency`` rollouts in flight, until done or
+        halted."""
+        work = self._work(pending)
+        queue: asyncio.Queue[tuple[int, tuple[int, ...]]] = asyncio.Queue()
+        for unit in work:
+            queue.put_nowait(unit)
         outcome = self.outcome
-        workers = {
-            asyncio.create_task(self.worker(queue)) for _ in range(min(concurrency, len(pending)))
-        }
+        widest = max((len(runs) for _, runs in work), default=1)
+        count = min(max(1, concurrency // widest), len(work))
+        workers = {asyncio.create_task(self.worker(queue)) for _ in range(count)}
         server_exit = asyncio.create_task(self.stack.server.wait())
         try:
             remaining = set(workers)
@@ -179,14 +197,14 @@ class EvalRun:
                 task.cancel()
             await asyncio.gather(*workers, server_exit, return_exceptions=True)
 
-    async def worker(self, queue: asyncio.Queue[Item]) -> None:
-        """Run items from ``queue`` one at a time; store and count each one."""
+    async def worker(self, queue: asyncio.Queue[tuple[int, tuple[int, ...]]]) -> None:
+        """Run units from ``queue`` one at a time; store and count each item."""
         while not queue.empty() and self.outcome.halted is None:
-            row_index, run_index = queue.get_nowait()
-            record = await self.run_item(row_index, run_index)
-            if not await self._store(record):
-                return
-            self._count(record)
+            row_index, runs = queue.get_nowait()
+            for record in await self.run_items(row_index, runs):
+                if not await self._store(record):
+                    return
+                self._count(record)
 
     async def _store(self, record: JournalRecord) -> bool:
         """Scrub and journal ``record``; False (and the run halted) when storage failed."""
@@ -224,9 +242,31 @@ class EvalRun:
         progress = ItemProgress(self.done, self.outcome.total, self.passed, self.failed)
         self.hooks.item_finished(record, progress)
 
-    async def run_item(self, row_index: int, run_index: int) -> JournalRecord:
-        """One rollout of one item, to its journal record (not yet stored)."""
-        attempt = _Attempt(self.by_row[row_index], run_index)
+    async def run_items(self, row_index: int, runs: tuple[int, ...]) -> list[JournalRecord]:
+        """Runs ``runs`` of one row at once, to their journal records (not yet stored); under
+        the group judge, their rewards are its scores of them against each other."""
+        attempts = [_Attempt(self.by_row[row_index], run_index) for run_index in runs]
+        ended = await asyncio.gather(*(self._run(attempt) for attempt in attempts))
+        results = [result for result in ended if not isinstance(result, JournalRecord)]
+        judge, config = self.stack.gateway.judge, self.prepared.config.judge
+        if self._group_judged and judge is not None and config is not None:
+            results = await judge_group(
+                judge,
+                config,
+                results,
+                label=attempts[0].item.label,
+                files=self.outcome.run_dir / "rollout_trials",
+            )
+        judged = iter(results)
+        return [
+            result
+            if isinstance(result, JournalRecord)
+            else self._result_record(attempt, next(judged))
+            for attempt, result in zip(attempts, ended, strict=True)
+        ]
+
+    async def _run(self, attempt: _Attempt) -> RolloutResultResponse | JournalRecord:
+        """One rollout of one item: its result, or its failed record when it has none."""
         if attempt.item.error is not None:
             # Found unsendable when the dataset was read (named by file and row): the row
             # fails alone, nothing is sent, and the other rows run.
@@ -238,12 +278,11 @@ class EvalRun:
             return handle
         try:
             async with asyncio.timeout(self._item_deadline):
-                result = await handle
+                return await handle
         except TimeoutError:
             with contextlib.suppress(RolloutProtocolError):
                 await handle.cancel()
             return attempt.record("failed", error_type="timeout")
-        return self._result_record(attempt, result)
 
     async def _send(self, attempt: _Attempt) -> RolloutHandle | JournalRecord:
         """Start the rollout; a refusal of this item (4xx) is its failed record."""
@@ -437,11 +476,16 @@ async def _dispatch(
                 model_label=prepared.model_label,
                 log=log,
                 say=say,
+                judge=prepared.judge,
             ) as stack:
                 concurrency = _concurrency(prepared, options, stack.capacity)
                 say(f"running {len(pending)} work items, up to {concurrency} in flight")
                 run = EvalRun(prepared, stack, journal, outcome, log, hooks, done=outcome.resumed)
-                await run.supervise(pending, concurrency)
+                try:
+                    await run.supervise(pending, concurrency)
+                finally:
+                    if prepared.judge is not None:
+                        say(f"judge {prepared.judge.label}: {prepared.judge.usage.line()}")
         except RolloutStackError as exc:
             outcome.halted = str(exc)
         finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.eval.server_process import RolloutServerError, RolloutServerProcess
-from osmosis_ai.gateway import Gateway, Policy, preflight
+from osmosis_ai.gateway import Gateway, Judge, Policy, preflight
 from osmosis_ai.rollout.client import RolloutClient
 
 __all__ = ["RolloutStack", "RolloutStackError", "rollout_stack"]
@@ -53,22 +53,32 @@ async def rollout_stack(
     log: logging.Logger,
     say: Callable[[str], None],
     sampling: Mapping[str, Any] | None = None,
+    judge: Judge | None = None,
 ) -> AsyncIterator[RolloutStack]:
     """Start the gateway (with ``token`` and the ``[secrets]`` values to redact), check the
     model, start ``server`` and connect a client to it.
 
     ``say`` announces each step; ``model_label`` names the model there (no credentials).
     ``sampling`` fields replace the callers' own on every model call (a trainer's sampling).
+    ``judge`` is served on every rollout's judge route (checked like the model).
 
     Raises:
         RolloutStackError: A fatal model preflight, or a server that did not start.
     """
-    async with Gateway(policy, token=token, secrets=secrets, sampling=sampling) as gateway:
+    async with Gateway(
+        policy, token=token, secrets=secrets, sampling=sampling, judge=judge
+    ) as gateway:
         say(f"checking model {model_label}")
         check = await preflight(policy)  # needs the policy the gateway started
         log.info("model preflight: %s", check.message, extra={"step": "preflight"})
         if check.fatal:
             raise RolloutStackError(f"model preflight failed: {check.message}")
+        if judge is not None:
+            say(f"checking judge {judge.label}")
+            check = await preflight(judge.policy)
+            log.info("judge preflight: %s", check.message, extra={"step": "preflight"})
+            if check.fatal:
+                raise RolloutStackError(f"judge preflight failed: {check.message}")
         say(f"starting rollout server ({server.entrypoint})")
         try:
             try:

@@ -6,6 +6,7 @@ LiteLLM provider, or live torch weights) and records usage, token ids and logpro
 """
 
 from osmosis_ai.gateway.app import create_gateway_app
+from osmosis_ai.gateway.judge import Judge, JudgeUsage
 from osmosis_ai.gateway.policies import (
     EmbeddedPolicy,
     LiteLLMPolicy,
@@ -28,6 +29,8 @@ __all__ = [
     "ChatRequest",
     "EmbeddedPolicy",
     "Gateway",
+    "Judge",
+    "JudgeUsage",
     "LiteLLMPolicy",
     "OpenAICompatiblePolicy",
     "Policy",

@@ -3,6 +3,7 @@ Responses, Anthropic's Messages), every one recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import re
@@ -21,16 +22,18 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from osmosis_ai._log_redaction import registered_secrets
-from osmosis_ai.errors import ChatRequestError, GatewayError
+from osmosis_ai.errors import ChatRequestError, GatewayError, JudgeError, PolicyError
 from osmosis_ai.gateway.apis import Api, ApiCall, ChatCompletionsApi, MessagesApi, ResponsesApi
 from osmosis_ai.gateway.apis.base import openai_error_body
 from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response
+from osmosis_ai.gateway.judge import Judge
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecord, CallRecords
 from osmosis_ai.gateway.request import ChatRequest, check_sampling, messages_sha256
 from osmosis_ai.redact import Redactor
 from osmosis_ai.rollout.ids import is_single_path_segment
 from osmosis_ai.rollout.json_body import BodyError, asgi_body_chunks, read_json_body
+from osmosis_ai.rollout.judge import JUDGE_ROUTE
 
 __all__ = ["GatewayState", "create_gateway_app"]
 
@@ -47,9 +50,13 @@ _APIS: dict[str, Api] = {
     "messages": MessagesApi(),
 }
 _API_PATHS = {**{path: path for path in _APIS}, "v1/messages": "messages"}
+#: A rollout's judge (``rollout/judge.py``), served apart from its policy and not recorded.
+_JUDGE_PATH = f"{JUDGE_ROUTE}/chat/completions"
 #: The model-call routes as Starlette matches ``{rollout_id}`` (one non-empty segment).
 _CALL_PATH = re.compile(
-    r"/v1/rollouts/([^/]+)/(" + "|".join(re.escape(path) for path in _API_PATHS) + ")"
+    r"/v1/rollouts/([^/]+)/("
+    + "|".join(re.escape(path) for path in (*_API_PATHS, _JUDGE_PATH))
+    + ")"
 )
 #: Errors of the gateway's own routes are in OpenAI's shape.
 _OPENAI_SHAPED = _APIS["chat/completions"]
@@ -66,6 +73,8 @@ class GatewayState:
     records: CallRecords
     redactor: Redactor
     sampling: dict[str, Any]
+    judge: Judge | None = None
+    """The run's judge model, served on each rollout's judge route; ``None``: none."""
     rollout_sampling: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Sampling fields imposed on one rollout's calls instead of ``sampling`` (until its
     records are released)."""
@@ -165,6 +174,13 @@ async def _read_json(headers: dict[bytes, str], receive: Receive) -> object:
         raise ChatRequestError(exc.detail, status_code=status) from exc
 
 
+def _as_judge_error(exc: Exception) -> GatewayError:
+    """A judge's failure (every try failed or timed out) as the gateway answers it."""
+    if isinstance(exc, JudgeError):
+        return PolicyError(str(exc))
+    return _as_gateway_error(exc)
+
+
 def _as_gateway_error(exc: Exception) -> GatewayError:
     """``exc`` as an answerable error; anything unexpected becomes an opaque 500.
 
@@ -206,13 +222,8 @@ class _Call:
         )
 
 
-class _ApiRoute:
-    """``POST /v1/rollouts/{rollout_id}/<api.path>`` as a plain ASGI handler.
-
-    Every model call of every rollout comes here, so the app serves it ahead of Starlette's
-    middleware, router and ``Request`` (``_GatewayApp``); its error answers are the ones the
-    other routes get from the app's exception handlers, in the API's own shape.
-    """
+class _Route:
+    """A plain ASGI handler of one of a rollout's model-call routes (see `_ApiRoute`)."""
 
     def __init__(self, state: GatewayState, api: Api) -> None:
         self.state = state
@@ -225,33 +236,71 @@ class _ApiRoute:
     async def serve(self, rollout_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one call of ``rollout_id`` (the raw path segment)."""
         try:
-            response = await _serve_call(self.state, self.api, rollout_id, scope, receive)
+            response = await self.answer(rollout_id, scope, receive)
         except GatewayError as exc:
             response = _gateway_error_response(self.state, exc, self.api)
         except Exception as exc:
             response = _unexpected_error_response(self.state, exc, self.api)
         await response(scope, receive, send)
 
+    async def answer(self, rollout_id: str, scope: Scope, receive: Receive) -> Response:
+        """The answer to one call (errors are answered by `serve`)."""
+        raise NotImplementedError
 
-async def _serve_call(
-    state: GatewayState, api: Api, rollout_id: str, scope: Scope, receive: Receive
-) -> Response:
-    headers = _call_headers(scope)
-    _authorize(api.credential(headers), state)
-    rollout_id = _checked_rollout_id(rollout_id)
-    payload = await _read_json(headers, receive)
-    translated = api.parse(payload, sampling=state.sampling_of(rollout_id), rollout_id=rollout_id)
-    chat = translated.chat
-    call = _Call(state, rollout_id, chat)
-    if chat.stream:
-        return await _stream(state, translated, call)
-    try:
-        response = await state.policy.complete(chat)
-    except Exception as exc:
-        call.finish(error=exc)
-        raise _as_gateway_error(exc) from None
-    call.finish(data=call_data_from_response(response))
-    return JSONResponse(translated.answer(response))
+
+class _ApiRoute(_Route):
+    """``POST /v1/rollouts/{rollout_id}/<api.path>`` as a plain ASGI handler.
+
+    Every model call of every rollout comes here, so the app serves it ahead of Starlette's
+    middleware, router and ``Request`` (``_GatewayApp``); its error answers are the ones the
+    other routes get from the app's exception handlers, in the API's own shape.
+    """
+
+    async def answer(self, rollout_id: str, scope: Scope, receive: Receive) -> Response:
+        state, api = self.state, self.api
+        headers = _call_headers(scope)
+        _authorize(api.credential(headers), state)
+        rollout_id = _checked_rollout_id(rollout_id)
+        payload = await _read_json(headers, receive)
+        translated = api.parse(
+            payload, sampling=state.sampling_of(rollout_id), rollout_id=rollout_id
+        )
+        chat = translated.chat
+        call = _Call(state, rollout_id, chat)
+        if chat.stream:
+            return await _stream(state, translated, call)
+        try:
+            response = await state.policy.complete(chat)
+        except Exception as exc:
+            call.finish(error=exc)
+            raise _as_gateway_error(exc) from None
+        call.finish(data=call_data_from_response(response))
+        return JSONResponse(translated.answer(response))
+
+
+class _JudgeRoute(_Route):
+    """``POST /v1/rollouts/{rollout_id}/judge/chat/completions``: the run's judge model, with
+    the rollout's key; nothing is recorded for the rollout (the judge's tokens are no
+    policy's), the caller's sampling is kept (the trainer's applies to the policy only)."""
+
+    async def answer(self, rollout_id: str, scope: Scope, receive: Receive) -> Response:
+        state = self.state
+        headers = _call_headers(scope)
+        _authorize(headers.get(b"authorization", ""), state)
+        _checked_rollout_id(rollout_id)
+        if state.judge is None:
+            raise GatewayError(
+                "this run serves no judge: give its config a [judge] section with the judge's "
+                "model (docs/judges.md)",
+                status_code=404,
+                error_type="not_found_error",
+            )
+        chat = state.judge.request(await _read_json(headers, receive))
+        try:
+            response = await state.judge.complete(chat)
+        except Exception as exc:
+            raise _as_judge_error(exc) from None
+        return JSONResponse(self.api.parse(chat.body, sampling={}, rollout_id="").answer(response))
 
 
 async def _stream(state: GatewayState, translated: ApiCall, call: _Call) -> Response:
@@ -378,7 +427,7 @@ class _GatewayApp(Starlette):
     Under a root path (a mounted app) the router serves the same handlers.
     """
 
-    def __init__(self, calls: dict[str, _ApiRoute], **options: Any) -> None:
+    def __init__(self, calls: dict[str, _Route], **options: Any) -> None:
         super().__init__(**options)
         self._calls = calls
 
@@ -396,11 +445,12 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     state: GatewayState = app.state.gateway
     # The token and the policy's keys are scrubbed from every log record of the package.
     with registered_secrets(state.redactor.secrets):
-        await state.policy.start()
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            for policy in (state.policy, state.judge.policy if state.judge else None):
+                if policy is not None:
+                    await policy.start()
+                    stack.push_async_callback(policy.aclose)
             yield
-        finally:
-            await state.policy.aclose()
 
 
 def create_gateway_app(
@@ -410,10 +460,11 @@ def create_gateway_app(
     records: CallRecords | None = None,
     secrets: Iterable[str] = (),
     sampling: Mapping[str, Any] | None = None,
+    judge: Judge | None = None,
 ) -> Starlette:
     """The gateway ASGI app serving ``policy``.
 
-    The policy is started when the app starts and closed when it stops.
+    The policy (and the judge's) is started when the app starts and closed when it stops.
 
     Args:
         policy: What answers the calls.
@@ -423,6 +474,8 @@ def create_gateway_app(
             and the policy's own keys.
         sampling: Sampling fields imposed on every call, replacing the caller's (see
             ``check_sampling``).
+        judge: The run's judge, served on each rollout's ``judge/chat/completions`` route
+            (its policy's keys are redacted too).
 
     Raises:
         ConfigError: An unknown or invalid sampling field.
@@ -433,13 +486,19 @@ def create_gateway_app(
         policy=policy,
         token=token,
         records=records if records is not None else CallRecords(),
-        redactor=Redactor((token, *policy.secrets(), *secrets)),
+        redactor=Redactor(
+            (token, *policy.secrets(), *(judge.policy.secrets() if judge else ()), *secrets)
+        ),
         sampling=check_sampling(sampling or {}),
+        judge=judge,
     )
     state.records.on_release.append(policy.forget)
     state.records.on_release.append(state.forget_sampling)
 
-    calls = {path: _ApiRoute(state, _APIS[api]) for path, api in _API_PATHS.items()}
+    calls: dict[str, _Route] = {
+        path: _ApiRoute(state, _APIS[api]) for path, api in _API_PATHS.items()
+    }
+    calls[_JUDGE_PATH] = _JudgeRoute(state, _OPENAI_SHAPED)
     app = _GatewayApp(
         calls,
         routes=[

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from osmosis_ai._serving import ServedApp, new_token
 from osmosis_ai.gateway.app import create_gateway_app
+from osmosis_ai.gateway.judge import Judge
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecords
 from osmosis_ai.gateway.request import check_sampling
@@ -22,6 +23,7 @@ class Gateway(ServedApp):
     ``chat_completions_url(rollout_id)`` the URL a rollout is given. The bearer ``token`` is
     random per gateway unless one is passed. ``sampling`` fields (e.g. ``{"temperature": 0}``)
     replace the callers' own on every call, as a trainer imposes its sampling on rollouts.
+    A ``judge`` is served on each rollout's ``judge/chat/completions`` route, unrecorded.
 
     Example:
         ```python
@@ -38,14 +40,21 @@ class Gateway(ServedApp):
         records: CallRecords | None = None,
         secrets: Iterable[str] = (),
         sampling: Mapping[str, Any] | None = None,
+        judge: Judge | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.policy = policy
         self.token = token or new_token()
         self.records = records if records is not None else CallRecords()
+        self.judge = judge
         app = create_gateway_app(
-            policy, token=self.token, records=self.records, secrets=secrets, sampling=sampling
+            policy,
+            token=self.token,
+            records=self.records,
+            secrets=secrets,
+            sampling=sampling,
+            judge=judge,
         )
         super().__init__(app, host=host, port=port)
 

@@ -24,6 +24,7 @@ from osmosis_ai.rollout.context import (
     get_rollout_context,
 )
 from osmosis_ai.rollout.grader import Grader
+from osmosis_ai.rollout.judge import JudgeGrader, JudgeGraderConfig
 from osmosis_ai.rollout.sample import AgentWorkflowOutput, RolloutSample
 from osmosis_ai.rollout.spec import RolloutSpec
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
@@ -43,6 +44,8 @@ __all__ = [
     "Grader",
     "GraderConfig",
     "GraderContext",
+    "JudgeGrader",
+    "JudgeGraderConfig",
     "LocalBackend",
     "RolloutContext",
     "RolloutErrorCategory",

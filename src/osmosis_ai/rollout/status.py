@@ -36,6 +36,9 @@ class RolloutErrorCategory(StrEnum):
     GRADER_ERROR = "grader_error"
     """The grader raised or crashed (an osmosis_ai extension of the reference's vocabulary:
     there a grader's exception is an ``agent_error``)."""
+    JUDGE_ERROR = "judge_error"
+    """A model judge the grader asked failed, timed out or answered no valid score (ours too):
+    never a silent 0."""
     LEASE_EXPIRED = "lease_expired"
     INTERNAL_ERROR = "internal_error"
 

@@ -32,6 +32,7 @@ from osmosis_ai.config.experiment import (
     secret_names,
     shared_experiment,
 )
+from osmosis_ai.config.judge import JUDGE, JudgeConfig, parse_judge
 from osmosis_ai.config.schema import (
     Section,
     check_keys,
@@ -582,6 +583,8 @@ class TrainConfig(RolloutSource):
     tracking: TrackingConfig = subsection(TrackingConfig)
     environment: EnvironmentConfig | None = None
     """The ``[environment]`` whose task makes the rows (and, with no entrypoint, grades)."""
+    judge: JudgeConfig | None = None
+    """The ``[judge]``: the model a ``JudgeGrader`` (and the group judge) asks."""
     eval_dataset: Path | None = None
     """``[eval] dataset`` resolved: the held-out rows, instead of a split of ``dataset``."""
     env: dict[str, str] = field(default_factory=dict)
@@ -596,9 +599,10 @@ class TrainConfig(RolloutSource):
         journal's ``start`` line and the trackers' parameters), ``[environment]`` first when
         the run has one."""
         sections = {s.name: asdict(getattr(self, s.name)) for s in TRAIN_SECTIONS}
+        judge = {} if self.judge is None else {"judge": asdict(self.judge)}
         if self.environment is None:
-            return sections
-        return {"environment": asdict(self.environment), **sections}
+            return {**sections, **judge}
+        return {"environment": asdict(self.environment), **sections, **judge}
 
     def update_settings(self, *, bf16: bool = False) -> UpdateSettings:
         """What the update takes; ``bf16`` is ``[learner] precision`` as the device resolved it.
@@ -626,6 +630,7 @@ _TOP = (
     "experiment",
     "environment",
     *(section.name for section in TRAIN_SECTIONS),
+    "judge",
     "env",
     "secrets",
 )
@@ -674,6 +679,7 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         workspace=workspace,
         experiment=_experiment(src, tables["experiment"], workspace, environment),
         environment=environment,
+        judge=parse_judge(src, data, tables["judge"]),
         eval_dataset=(
             dataset_path(src, held_out, workspace, "eval", "dataset")
             if "dataset" in held_out
@@ -737,6 +743,8 @@ def resolved_toml(config: TrainConfig) -> str:
         text += "\n" + settings_toml(ENVIRONMENT, config.environment)
     for section in TRAIN_SECTIONS:
         text += "\n" + settings_toml(section, values[section.name])
+    if config.judge is not None:
+        text += "\n" + settings_toml(JUDGE, config.judge)
     if config.env:
         text += "\n[env]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in config.env.items())
     if config.secrets:

@@ -18,7 +18,7 @@ from typing import Any
 
 from osmosis_ai.eval.journal import JournalCorruptError, JournalRecord, WorkItem, read_records
 from osmosis_ai.eval.metrics import IndexRow, index_rows, pass_at_k_points, summarize
-from osmosis_ai.eval.run_dir import MANIFEST, PREVIEWS_DIR
+from osmosis_ai.eval.run_dir import GROUP_JUDGE_FILE, MANIFEST, PREVIEWS_DIR
 from osmosis_ai.rollout.status import TERMINAL_STATUSES
 from osmosis_ai.rollout.trajectory.preview import PREVIEW_FILENAME, preview_id_allowed
 
@@ -331,13 +331,29 @@ def rollout_detail(
     if not trial.is_dir() and preview is None:
         return None
     artifacts = trial / "artifacts"
+    trajectory = _read_json(trial / "trajectory.json", run_dir)
     return {
         "rollout_id": rollout_id,
-        "trajectory": _read_json(trial / "trajectory.json", run_dir),
+        "trajectory": trajectory,
         "diagnostics": _read_json(trial / "diagnostics.json", run_dir),
         "artifacts": _artifacts(artifacts) if _unlinked(artifacts, run_dir) else [],
         "preview": preview,
+        "judges": _verdicts(trajectory, _read_json(trial / GROUP_JUDGE_FILE, run_dir)),
     }
+
+
+def _verdicts(trajectory: Any, group: Any) -> list[dict[str, Any]]:
+    """The judges' verdicts of a rollout, shown with its grade: its grader's judge (the
+    sample's ``extra_fields["judge"]``) and the group judge's (beside the trajectory)."""
+    found = []
+    extra = trajectory.get("extra") if isinstance(trajectory, dict) else None
+    osmosis = extra.get("osmosis") if isinstance(extra, dict) else None
+    fields = osmosis.get("sample_extra_fields") if isinstance(osmosis, dict) else None
+    verdict = fields.get("judge") if isinstance(fields, dict) else None
+    for kind, value in (("judge", verdict), ("group judge", group)):
+        if isinstance(value, dict):
+            found.append({"kind": kind, **value})
+    return found
 
 
 def artifact_file(

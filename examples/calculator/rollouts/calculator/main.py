@@ -2,7 +2,9 @@
 
 The workflow talks to the rollout's OpenAI-compatible endpoint with plain HTTP, so it runs
 unchanged under local evaluation and under training. The grader compares the last number of
-the final answer with the dataset's ground truth.
+the final answer with the dataset's ground truth; with ``CALCULATOR_GRADER=judge`` (an
+``[env]`` of the config) a model judge grades it instead, given the ground truth as reference
+(the config's ``[judge]`` names the judge's model).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from osmosis_ai.rollout import (
     AgentWorkflowContext,
     Grader,
     GraderContext,
+    JudgeGrader,
+    JudgeGraderConfig,
     LocalBackend,
     get_rollout_context,
 )
@@ -151,10 +155,23 @@ class CloseAnswer(Grader):
             ctx.set_reward(0.5 / (1 + abs(answer - truth) / max(1.0, abs(truth))))
 
 
-calculator_config = CalculatorConfig()
-backend = LocalBackend(
-    workflow=CalculatorWorkflow, workflow_config=calculator_config, grader=ExactAnswer
+JUDGE_RUBRIC = (
+    "The agent was asked an arithmetic question and could use a calculator. Score 1 if its "
+    "final answer states the same number as the reference answer, and 0 otherwise."
 )
+
+calculator_config = CalculatorConfig()
+if os.environ.get("CALCULATOR_GRADER", "exact") == "judge":
+    backend = LocalBackend(
+        workflow=CalculatorWorkflow,
+        workflow_config=calculator_config,
+        grader=JudgeGrader,
+        grader_config=JudgeGraderConfig(rubric=JUDGE_RUBRIC),
+    )
+else:
+    backend = LocalBackend(
+        workflow=CalculatorWorkflow, workflow_config=calculator_config, grader=ExactAnswer
+    )
 app = create_rollout_server(backend=backend)
 
 if __name__ == "__main__":

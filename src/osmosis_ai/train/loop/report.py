@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from osmosis_ai.eval.metrics import passes
@@ -69,6 +69,9 @@ class StepReport:
     groups_waited: int
     probe_gap: float | None
     memory: dict[str, float]
+    judge: dict[str, float] = field(default_factory=dict)
+    """The judge's ``judge_*`` counts over the step (calls, cache hits, tokens, seconds);
+    empty when the run has none."""
 
     @property
     def rollout_ids(self) -> list[str]:
@@ -135,6 +138,7 @@ class StepReport:
             "resampled_groups": self.resampled_groups,
             "groups_without_sequences": stats.groups_without_sequences,
             **self.memory,
+            **self.judge,
         }
 
 

@@ -1,6 +1,7 @@
 """Rollouts of a training run through the rollout stack: one rollout of a row (graded, its
-call records taken from the gateway, its line in ``rollouts.jsonl``), a step's rollouts all in
-flight at once, and a held-out evaluation."""
+call records taken from the gateway), a step's rollouts all in flight at once (each group
+scored by the group judge when the run has one, then each rollout's line written to
+``rollouts.jsonl``), and a held-out evaluation."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import asyncio
 import logging
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem
+from osmosis_ai.eval.group_judge import judge_group
 from osmosis_ai.eval.metrics import failure_line, pass_at_k, passes
 from osmosis_ai.eval.stack import RolloutStack
 from osmosis_ai.gateway.records import CallRecord
@@ -56,7 +58,7 @@ class Run:
 
     async def rollout(
         self, row: int, rollout_id: str, sampling: dict[str, Any] | None = None
-    ) -> RolloutRecords:
+    ) -> _Finished:
         """One rollout of ``row``, graded, with its call records (taken from the gateway);
         ``sampling`` replaces the gateway's imposed sampling for its calls."""
         item, gateway = self.items[row], self.stack.gateway
@@ -81,10 +83,34 @@ class Run:
         await asyncio.to_thread(
             scrub_files, self.run_dir / RUN_FILES.rollouts / rollout_id, secrets
         )
-        line = _rollout_line(rollout_id, row, result, calls, self.redactor)
-        line["started_version"] = version
-        await asyncio.to_thread(append, self.run_dir / RUN_FILES.rollout_lines, line)
-        return RolloutRecords(result=result, group_id=group_id(row), calls=calls)
+        return _Finished(result, calls, row, version)
+
+    async def _judged(self, finished: list[_Finished]) -> list[_Finished]:
+        """``finished`` with each group's rewards given by the group judge, when the run has
+        one: one call per group, as soon as its rollouts are in (so it overlaps the updates
+        that ``max_staleness`` lets run meanwhile; a group run again is judged again)."""
+        judge, config = self.stack.gateway.judge, self.config.judge
+        if judge is None or config is None or config.group_rubric is None:
+            return finished
+        groups: dict[str, list[int]] = {}
+        for index, done in enumerate(finished):
+            groups.setdefault(group_id(done.row), []).append(index)
+
+        async def judged(indices: list[int]) -> None:
+            group = [finished[index] for index in indices]
+            results = await judge_group(
+                judge,
+                config,
+                [done.result for done in group],
+                label=self.items[group[0].row].label,
+                files=self.run_dir / RUN_FILES.rollouts,
+            )
+            for index, result in zip(indices, results, strict=True):
+                done = finished[index]
+                finished[index] = replace(done, result=result)
+
+        await asyncio.gather(*(judged(indices) for indices in groups.values()))
+        return finished
 
     async def rollouts(
         self, jobs: list[tuple[int, str]], sampling: dict[str, Any] | None = None
@@ -108,13 +134,16 @@ class Run:
                 raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
             if self.generator.lost:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(await self.generator.why_lost())
-            done: list[RolloutRecords] = await running
+            finished = await self._judged(await running)
+            for done in finished:
+                line = _rollout_line(done, self.redactor)
+                await asyncio.to_thread(append, self.run_dir / RUN_FILES.rollout_lines, line)
             if self.generator.engine.out_of_memory:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(
                     "out of memory generating the rollouts; lower [sampling] max_tokens (now "
                     f"{self.config.sampling.max_tokens}) so each call's cache holds fewer tokens"
                 )
-            return done
+            return [done.records for done in finished]
         except (OsmosisError, OSError, TimeoutError) as exc:
             if isinstance(exc, TrainingStopped):
                 raise
@@ -189,18 +218,29 @@ def _category(result: RolloutResultResponse) -> str | None:
     return result.err_category.value if result.err_category else None
 
 
-def _rollout_line(
-    rollout_id: str,
-    row: int,
-    result: RolloutResultResponse,
-    calls: Sequence[CallRecord],
-    redactor: Redactor,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Finished:
+    """A rollout that ended: its result and calls, its row, and the weight version it
+    started with."""
+
+    result: RolloutResultResponse
+    calls: list[CallRecord]
+    row: int
+    version: int
+
+    @property
+    def records(self) -> RolloutRecords:
+        """What the trainer learns from."""
+        return RolloutRecords(result=self.result, group_id=group_id(self.row), calls=self.calls)
+
+
+def _rollout_line(done: _Finished, redactor: Redactor) -> dict[str, Any]:
     """A finished rollout's line of ``rollouts.jsonl`` (what the viewer lists per step)."""
+    result, calls = done.result, done.calls
     failed = result.status is not RolloutStatus.SUCCESS
     return {
-        "rollout_id": rollout_id,
-        "row": row,
+        "rollout_id": result.rollout_id,
+        "row": done.row,
         "status": rollout_status(result),
         "reward": rollout_reward(result),
         "tokens": sum(int((call.usage or {}).get("total_tokens") or 0) for call in calls),
@@ -208,4 +248,5 @@ def _rollout_line(
         "policy_versions": sorted({c.policy_version for c in calls} - {None}),
         "error_type": _category(result) if failed else None,
         "error_message": redactor.text(result.err_message) if result.err_message else None,
+        "started_version": done.version,
     }

@@ -44,10 +44,11 @@ from secrets import token_urlsafe
 from typing import Any
 
 from osmosis_ai.environments.served import server_env
-from osmosis_ai.eval.prepare import secret_values
+from osmosis_ai.eval.prepare import build_judge, judge_keys, secret_values
 from osmosis_ai.eval.run_dir import check_run_name, run_lock, run_log
 from osmosis_ai.eval.server_process import RolloutServerProcess
 from osmosis_ai.eval.stack import RolloutStackError, rollout_stack
+from osmosis_ai.gateway import Judge
 from osmosis_ai.gateway.policies.chat_front import ChatFront
 from osmosis_ai.gateway.policies.engine_policy import EnginePolicy
 from osmosis_ai.gateway.policies.hf_dir import (
@@ -164,12 +165,16 @@ async def run_training(options: TrainOptions, hooks: TrainHooks | None = None) -
             await asyncio.to_thread(shutil.rmtree, run_dir, True)
         await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
         secrets = secret_values(config.secrets)
+        judge = build_judge(config.judge)
+        withheld = judge_keys(judge, config.judge)
         key = token_urlsafe(32)
         # The trackers' credentials (WANDB_API_KEY...) and any other in the environment.
         credentials = credential_env_values(os.environ)
-        redactor = Redactor((key, *secrets.values(), *credentials))
+        redactor = Redactor((key, *secrets.values(), *withheld, *credentials))
         log = held.enter_context(run_log(run_dir / RUN_FILES.logs, redactor))
-        stack = _StackInputs(key, secrets, redactor, options.backend, log, options.request_logs)
+        stack = _StackInputs(
+            key, secrets, redactor, options.backend, log, options.request_logs, judge, withheld
+        )
         return await _train(config, run_dir, device, stack, hooks)
 
 
@@ -208,6 +213,10 @@ class _StackInputs:
     backend: str
     log: logging.Logger
     request_logs: bool
+    judge: Judge | None
+    """The ``[judge]``'s model, served on every rollout's judge route."""
+    withheld: tuple[str, ...]
+    """The judge's keys: never given to the rollout server."""
 
 
 async def _train(
@@ -320,6 +329,7 @@ async def _serve(
         artifact_root=run_dir / RUN_FILES.rollouts,
         log=lambda line: log.info("%s", line, extra={"step": "rollout-server"}),
         redact=redactor.text,
+        withheld=inputs.withheld,
         request_logs=inputs.request_logs,
     )
     front = ChatFront.of_model(
@@ -348,6 +358,7 @@ async def _serve(
                 log=log,
                 say=hooks.message,
                 sampling={"temperature": sampling.temperature, "max_tokens": sampling.max_tokens},
+                judge=inputs.judge,
             ) as stack,
         ):  # fmt: skip
             run = Run(config, run_dir, rows.items, generator, stack, log, hooks, redactor, trackers)

@@ -57,8 +57,9 @@ async def run_step(
             engine did not take the new weights.
         NonFiniteStepError: The update's loss or gradient is not finite.
     """
-    engine = run.generator.engine
+    engine, judge = run.generator.engine, run.stack.gateway.judge
     started, busy = time.monotonic(), engine.busy_sec
+    judged = judge.usage.copy() if judge is not None else None
     taken = await taking
     done, batch, resampled, dropped = await _sample(run, learner, step, taken)
     generated = time.monotonic()
@@ -116,6 +117,7 @@ async def run_step(
         groups_waited=taken.waited,
         probe_gap=probe_gap,
         memory=learner.peak_memory(),
+        judge=judge.usage.since(judged).metrics() if judge is not None and judged else {},
     )
 
 

@@ -464,6 +464,13 @@ async function rolloutPage(kind, runName, rolloutId, gen) {
       item && item.error_message ? h("p", { class: "error-message" }, item.error_message) : null,
       diagnostics && diagnostics.traceback ? h("details", { open: true }, h("summary", {}, "traceback"), h("pre", {}, diagnostics.traceback)) : null));
   }
+  if (detail.judges && detail.judges.length) {
+    nodes.push(h("h2", {}, "Judge"), h("div", { id: "judges" }, detail.judges.map((v) =>
+      h("div", { class: "judge" },
+        h("div", {}, h("strong", {}, v.kind), ` · score ${fmt(v.score, 3)}`, Array.isArray(v.range) ? ` of [${v.range.map((x) => fmt(x)).join(", ")}]` : "",
+          v.of ? ` · attempt ${v.attempt} of ${v.of}` : ""),
+        h("p", { class: "judge-reasoning" }, asText(v.reasoning))))));
+  }
   nodes.push(h("h2", {}, live ? "Live preview (updates while the rollout runs)" : "Trajectory"));
   const steps = h("div", { id: "steps" });
   const renderSteps = (doc) => steps.replaceChildren(...(doc ? doc.steps.map(stepView) : [h("p", { class: "muted" }, "No trajectory was saved for this rollout.")]));

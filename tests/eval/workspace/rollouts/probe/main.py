@@ -15,6 +15,8 @@ from osmosis_ai.rollout import (
     AgentWorkflowContext,
     Grader,
     GraderContext,
+    JudgeGrader,
+    JudgeGraderConfig,
     LocalBackend,
     get_rollout_context,
 )
@@ -135,7 +137,14 @@ class Contains(Grader):
         ctx.set_reward(1.0 if (ctx.label or "") in answer else 0.0)
 
 
-app = create_rollout_server(backend=LocalBackend(workflow=Probe, grader=Contains))
+if os.environ.get("PROBE_GRADER") == "judge":  # the run's [judge] grades
+    rubric = "Does the final answer contain the reference answer?"
+    backend = LocalBackend(
+        workflow=Probe, grader=JudgeGrader, grader_config=JudgeGraderConfig(rubric=rubric)
+    )
+else:
+    backend = LocalBackend(workflow=Probe, grader=Contains)
+app = create_rollout_server(backend=backend)
 
 if __name__ == "__main__":
     import uvicorn

@@ -14,6 +14,8 @@ from osmosis_ai.rollout import (
     AgentWorkflowContext,
     Grader,
     GraderContext,
+    JudgeGrader,
+    JudgeGraderConfig,
     LocalBackend,
     get_rollout_context,
 )
@@ -102,7 +104,15 @@ class Length(Grader):
         ctx.set_reward((len(answer) % 5) / 4)
 
 
-app = create_rollout_server(backend=LocalBackend(workflow=Reply, grader=Length))
+if os.environ.get("TINY_GRADER") == "judge":  # the run's [judge] grades
+    backend = LocalBackend(
+        workflow=Reply,
+        grader=JudgeGrader,
+        grader_config=JudgeGraderConfig(rubric="How well does the reply count?"),
+    )
+else:
+    backend = LocalBackend(workflow=Reply, grader=Length)
+app = create_rollout_server(backend=backend)
 
 if __name__ == "__main__":
     import uvicorn
