@@ -22,7 +22,7 @@ OPENENV_BIN := $(OPENENV_VENV)/bin
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_BIN := $(VERIFIERS_VENV)/bin
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv install-verifiers bench bench-environments bench-async bench-recipes bench-compare bench-trl bench-train bench-soak
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv install-verifiers bench bench-environments bench-async bench-recipes bench-compare bench-trl bench-train bench-soak bench-signals
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -205,6 +205,12 @@ STEPS ?= 40
 SEED ?= 0
 bench-trl: install-dev
 	$(BIN)/python benchmarks/trl_compare.py --steps $(STEPS) --seed $(SEED)
+
+## Signals from models on the calculator: on-policy distillation from a teacher trained first
+## against GRPO (4 steps, 3 seeds), and the embedded model as a judge against the exact
+## answer (agreement, then 4 steps graded by each); about an hour on an idle 2-core machine.
+bench-signals: install-dev
+	$(BIN)/python benchmarks/signals.py
 
 ## One server under 100,000 no-op rollouts at 512 concurrent (a few minutes): RSS, CPU per
 ## rollout, throughput and fds per 10,000; fails when memory or CPU per rollout grows.

@@ -1,7 +1,7 @@
 """Write the config key tables of the docs from the keys' declarations.
 
-``python scripts/config_tables.py`` rewrites, in ``docs/eval.md``, ``docs/train/`` and
-``docs/environments.md``, each
+``python scripts/config_tables.py`` rewrites, in ``docs/eval.md``, ``docs/train/``,
+``docs/environments.md`` and ``docs/judges.md``, each
 table between ``<!-- config-table: NAME -->`` and ``<!-- /config-table -->`` as the settings'
 declarations (`osmosis_ai.config.schema.setting`) have it; the rest of the files is left as it
 is.
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from osmosis_ai.config.judge import JUDGE
 from osmosis_ai.config.schema import markdown_table
 from osmosis_ai.environments import ENVIRONMENT
 from osmosis_ai.eval.config import EVAL_EXPERIMENT, EVALUATION
@@ -28,6 +29,7 @@ PAGES = (
     DOCS / "train" / "reference.md",
     DOCS / "train" / "recipes.md",
     DOCS / "environments.md",
+    DOCS / "judges.md",
 )
 
 
@@ -44,6 +46,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "training": lambda: markdown_table(TRAIN_EXPERIMENT, *TRAIN_SECTIONS),
     "recipes": recipe_table,
     "environment": lambda: markdown_table(ENVIRONMENT),
+    "judge": lambda: markdown_table(JUDGE),
 }
 _TABLE = re.compile(r"(<!-- config-table: (\w+) -->\n).*?(<!-- /config-table -->)", re.DOTALL)
 

@@ -20,6 +20,7 @@ from osmosis_ai.rollout.judge import (
     parse_verdict,
     reference_of,
     render_trajectory,
+    verdict_format,
 )
 from osmosis_ai.testing import ChatStub, StubFailure, StubReply
 
@@ -188,3 +189,17 @@ async def test_a_judge_keys_variable_must_be_set(monkeypatch: pytest.MonkeyPatch
     sample = RolloutSample(messages=CONVERSATION)
     with pytest.raises(GradingError, match="JUDGE_TEST_KEY is not set"):
         await JudgeGrader(config).grade(GraderContext(label="1", sample=sample))
+
+
+def test_a_set_of_scores_is_asked_as_an_enum_and_nothing_else_is_taken() -> None:
+    config = JudgeGraderConfig(rubric="r", scores=(1, 0, 1))
+    assert (config.scores, config.low, config.high) == ((0.0, 1.0), 0.0, 1.0)
+    schema = verdict_format(config.low, config.high, config.scores)["json_schema"]["schema"]
+    assert schema["properties"]["score"] == {"enum": [0.0, 1.0]}
+    assert parse_verdict('{"score": 1}', 0, 1, config.scores).score == 1
+    with pytest.raises(JudgeError, match=r"score 0.5 is not one of its scores \(0, 1\)"):
+        parse_verdict('{"score": 0.5}', 0, 1, config.scores)
+    system, _ = judge_messages("r", CONVERSATION, reference=None, low=0, high=1, choices=(0, 1))
+    assert '"score": <one of 0, 1 (1 is best)>' in system["content"]
+    with pytest.raises(pydantic.ValidationError, match="at least two different"):
+        JudgeGraderConfig(rubric="r", scores=(1, 1))

@@ -158,3 +158,33 @@ async def _osmosis(cwd: Path, *args: str) -> tuple[int, str]:
     out = (await communicate_within(process, 120))[0].decode()
     assert process.returncode is not None
     return process.returncode, out
+
+
+def test_a_distillation_teacher_is_a_directory_of_the_workspace(tmp_path: Path) -> None:
+    shipped = EXAMPLE / "configs" / "training" / "calculator.toml"
+    text = shipped.read_text() + '\n[algorithm.distill]\nteacher = "teachers/t1"\nweight = 0.5\n'
+    config = _workspace(tmp_path / "ws", text)
+    with pytest.raises(ConfigError, match=r"line \d+.*algorithm.distill.teacher 'teachers/t1'"):
+        load_train_config(config)
+    (tmp_path / "ws" / "teachers" / "t1").mkdir(parents=True)
+    distill = load_train_config(config).algorithm.distill
+    assert distill is not None and distill.weight == 0.5 and distill.reward_weight == 0
+    assert distill.teacher == str(tmp_path / "ws" / "teachers" / "t1")
+
+
+def test_a_judge_section_is_read_and_checked(tmp_path: Path) -> None:
+    shipped = EXAMPLE / "configs" / "training" / "calculator.toml"
+    config = _workspace(tmp_path / "ws", shipped.read_text() + '\n[judge]\nmodel = "embedded"\n')
+    judge = load_train_config(config).judge
+    assert judge is not None and (judge.concurrency, judge.retries, judge.group_rubric) == (
+        4,
+        2,
+        None,
+    )
+    assert '[judge]\nmodel = "embedded"' in resolved_toml(load_train_config(config))
+    config.write_text(shipped.read_text() + '\n[judge]\nmodel = "openai:nope"\n')
+    with pytest.raises(ConfigError, match=r"judge.model: .*openai:"):
+        load_train_config(config)
+    config.write_text(shipped.read_text() + '\n[judge]\nmodel = "embedded"\nmin_score = 2\n')
+    with pytest.raises(ConfigError, match="max_score must be above min_score"):
+        load_train_config(config)

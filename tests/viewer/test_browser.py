@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 from collections.abc import AsyncIterator
@@ -205,3 +206,20 @@ async def test_the_token_link_lets_the_browser_in_and_nothing_else(
         assert response is not None and response.status == 401
         assert "needs its token" in await other.inner_text("body")
         await stranger.close()
+
+
+async def test_a_judges_verdict_shows_with_the_grade(
+    page: Page, finished_run_root: Path, tmp_path: Path
+) -> None:
+    run = copy_run(finished_run_root / "finished", tmp_path / "evals")
+    [trial] = [t for t in (run / "rollout_trials").iterdir() if (t / "artifacts").is_dir()][:1]
+    verdict = {"score": 0.75, "range": [0, 1], "attempt": 2, "of": 3, "reasoning": "<b>close</b>"}
+    (trial / "group_judge.json").write_text(json.dumps(verdict))
+    async with Viewer(run.parent) as viewer:
+        await page.goto(f"{viewer.url}#/run/finished")
+        await page.locator(f'#items tbody tr[data-rollout="{trial.name}"]').click()
+        judges = page.locator("#judges")
+        await judges.wait_for()
+        text = await judges.inner_text()
+    assert "group judge · score 0.750 of [0, 1] · attempt 2 of 3" in text
+    assert "<b>close</b>" in text  # the judge's words render as text

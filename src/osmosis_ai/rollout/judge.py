@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from osmosis_ai.errors import GradingError, JudgeError
 from osmosis_ai.rollout.config import GraderConfig
@@ -121,12 +121,19 @@ def judge_messages(
     reference: str | None,
     low: float,
     high: float,
+    choices: Sequence[float] | None = None,
 ) -> list[dict[str, str]]:
-    """The chat a judge answers to grade one trajectory by ``rubric``."""
+    """The chat a judge answers to grade one trajectory by ``rubric`` (with a score among
+    ``choices`` when given)."""
+    scale = (
+        "one of " + ", ".join(f"{c:g}" for c in choices) + f" ({high:g} is best)"
+        if choices
+        else _scale(low, high)
+    )
     system = (
         "You grade the work of an AI agent by a rubric. Read the rubric, the reference answer "
         "if there is one, and the agent's trajectory. Answer with one JSON object: "
-        f'{{"reasoning": "<why, briefly>", "score": <{_scale(low, high)}>}}.'
+        f'{{"reasoning": "<why, briefly>", "score": <{scale}>}}.'
     )
     user = (
         f"# Rubric\n{rubric}\n\n{_reference_block(reference)}"
@@ -162,7 +169,13 @@ def group_judge_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def _score_schema(low: float, high: float) -> dict[str, Any]:
+def _score_schema(
+    low: float, high: float, choices: Sequence[float] | None = None
+) -> dict[str, Any]:
+    # An enum is what every structured-output engine enforces (llama.cpp's grammars bound
+    # integers only, not numbers).
+    if choices:
+        return {"enum": list(choices)}
     return {"type": "number", "minimum": low, "maximum": high}
 
 
@@ -180,9 +193,12 @@ def _response_format(name: str, properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
-def verdict_format(low: float, high: float) -> dict[str, Any]:
-    """The ``response_format`` of a verdict: its reasoning, then its score."""
-    return _response_format("verdict", {"score": _score_schema(low, high)})
+def verdict_format(
+    low: float, high: float, choices: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """The ``response_format`` of a verdict: its reasoning, then its score (one of
+    ``choices`` when given)."""
+    return _response_format("verdict", {"score": _score_schema(low, high, choices)})
 
 
 def group_verdict_format(count: int, low: float, high: float) -> dict[str, Any]:
@@ -213,11 +229,16 @@ def _excerpt(text: str) -> str:
     return repr(flat if len(flat) <= 200 else flat[:200] + "...")
 
 
-def _checked_score(value: object, low: float, high: float, what: str) -> float:
+def _checked_score(
+    value: object, low: float, high: float, what: str, choices: Sequence[float] | None = None
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise JudgeError(f"the judge's {what} is not a number: {value!r}")
     if not low <= value <= high:
         raise JudgeError(f"the judge's {what} {value:g} is outside its range [{low:g}, {high:g}]")
+    if choices and value not in choices:
+        allowed = ", ".join(f"{choice:g}" for choice in choices)
+        raise JudgeError(f"the judge's {what} {value:g} is not one of its scores ({allowed})")
     return float(value)
 
 
@@ -226,16 +247,20 @@ def _reasoning(answer: Mapping[str, Any]) -> str:
     return reasoning if isinstance(reasoning, str) else json.dumps(reasoning, default=str)
 
 
-def parse_verdict(text: str, low: float, high: float) -> Verdict:
+def parse_verdict(
+    text: str, low: float, high: float, choices: Sequence[float] | None = None
+) -> Verdict:
     """A judge's answer as a `Verdict`.
 
     Raises:
-        JudgeError: No JSON object, or no numeric ``score`` within ``[low, high]``.
+        JudgeError: No JSON object, or no numeric ``score`` within ``[low, high]`` (and among
+            ``choices`` when given).
     """
     answer = _answer_object(text)
     if "score" not in answer:
         raise JudgeError(f"the judge's answer has no score: {_excerpt(text)}")
-    return Verdict(_checked_score(answer["score"], low, high, "score"), _reasoning(answer))
+    score = _checked_score(answer["score"], low, high, "score", choices)
+    return Verdict(score, _reasoning(answer))
 
 
 def parse_group_verdict(text: str, count: int, low: float, high: float) -> tuple[list[float], str]:
@@ -271,6 +296,12 @@ class JudgeGraderConfig(GraderConfig):
     max_score: float = Field(default=1.0, allow_inf_nan=False)
     """The best score."""
 
+    scores: tuple[float, ...] | None = None
+    """The only scores the judge may give (``(0, 1)``: fail or pass; ``(1, 2, 3, 4, 5)``),
+    asked as an enum, which every structured-output engine enforces (a small model asked for
+    a number in a range may answer 28); they replace ``min_score`` and ``max_score``.
+    ``None``: any number in the range."""
+
     reference: str | None = "label"
     """What the judge is given as the reference answer: ``"label"`` (the row's ground
     truth), ``"metadata.<key>"`` (a field of the row's metadata), or ``None`` (nothing)."""
@@ -287,6 +318,25 @@ class JudgeGraderConfig(GraderConfig):
 
     api_key_env: str | None = None
     """The environment variable holding ``base_url``'s key (never written anywhere)."""
+
+    @field_validator("scores")
+    @classmethod
+    def _distinct_scores(cls, scores: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if scores is None:
+            return None
+        if len(set(scores)) < 2 or not all(math.isfinite(score) for score in scores):
+            raise ValueError("scores must hold at least two different finite numbers")
+        return tuple(sorted(set(scores)))
+
+    @property
+    def low(self) -> float:
+        """The worst score: the least of ``scores``, else ``min_score``."""
+        return self.scores[0] if self.scores else self.min_score
+
+    @property
+    def high(self) -> float:
+        """The best score: the greatest of ``scores``, else ``max_score``."""
+        return self.scores[-1] if self.scores else self.max_score
 
     @model_validator(mode="after")
     def _ordered_range(self) -> JudgeGraderConfig:
@@ -454,16 +504,17 @@ class JudgeGrader(Grader):
                 config.rubric,
                 ctx.sample.messages,
                 reference=reference_of(config.reference, ctx),
-                low=config.min_score,
-                high=config.max_score,
+                low=config.low,
+                high=config.high,
+                choices=config.scores,
             ),
             "temperature": 0.0,
             "max_tokens": config.max_tokens,
-            "response_format": verdict_format(config.min_score, config.max_score),
+            "response_format": verdict_format(config.low, config.high, config.scores),
         }
         started = time.perf_counter()
         answer = await endpoint.ask(body)
-        verdict = parse_verdict(reply_text(answer), config.min_score, config.max_score)
+        verdict = parse_verdict(reply_text(answer), config.low, config.high, config.scores)
         ctx.sample.metrics = {
             **ctx.sample.metrics,
             "judge_score": verdict.score,
@@ -471,7 +522,7 @@ class JudgeGrader(Grader):
         }
         record = {
             "score": verdict.score,
-            "range": [config.min_score, config.max_score],
+            "range": [config.low, config.high],
             "reasoning": verdict.reasoning,
         }
         ctx.sample.extra_fields = {**ctx.sample.extra_fields, "judge": record}

@@ -7,7 +7,10 @@ conversations), else echoes the last user message.
 
 It also answers vLLM's token-in ``/v1/completions`` (a prompt of token ids in; the reply's
 token ids and one logprob per token out), for a chat front in front of a token engine: the
-reply's ``token_ids``, else its text through ``encode``, else one made-up id per word.
+reply's ``token_ids``, else its text through ``encode``, else one made-up id per word. Asked
+for ``prompt_logprobs``, it answers them as vLLM does, from ``prompt_logprobs(ids)`` (a
+distillation teacher served by a model of the test's); and vLLM's ``/tokenize`` through
+``encode``.
 """
 
 from __future__ import annotations
@@ -69,10 +72,12 @@ class ChatStub(ServedApp):
         delay_sec: float = 0.0,
         respond: Callable[[dict[str, Any]], Behaviour] | None = None,
         encode: Callable[[str], list[int]] | None = None,
+        prompt_logprobs: Callable[[list[int]], list[float]] | None = None,
     ) -> None:
         self.model = model
         self._respond = respond
         self._encode = encode
+        self._prompt_logprobs = prompt_logprobs
         self.delay_sec = delay_sec
         """Delay of the default (echo) answer; change it at any time."""
         self.requests: list[dict[str, Any]] = []
@@ -84,6 +89,7 @@ class ChatStub(ServedApp):
                 routes=[
                     routing.Route("/v1/chat/completions", self._handle, methods=["POST"]),
                     routing.Route("/v1/completions", self._handle, methods=["POST"]),
+                    routing.Route("/tokenize", self._tokenize, methods=["POST"]),
                 ]
             )
         )
@@ -130,6 +136,16 @@ class ChatStub(ServedApp):
             return responses.JSONResponse(answer)
         return responses.StreamingResponse(_sse(answer, body), media_type="text/event-stream")
 
+    async def _tokenize(self, request: Any) -> Any:
+        """vLLM's ``POST /tokenize``: the ids of ``prompt`` (404 without ``encode``)."""
+        responses = import_optional("starlette.responses", extra="server", feature="ChatStub")
+        body = await request.json()
+        self.requests.append({"body": body, "headers": dict(request.headers), "peer": None})
+        if self._encode is None:
+            return responses.JSONResponse({"error": {"message": "Not Found"}}, 404)
+        tokens = self._encode(str(body.get("prompt", "")))
+        return responses.JSONResponse({"tokens": tokens, "count": len(tokens)})
+
     def _token_completion(self, body: dict[str, Any], reply: StubReply) -> dict[str, Any]:
         """A vLLM-style ``/v1/completions`` answer: token ids and their logprobs."""
         text = reply.content or ""
@@ -143,6 +159,13 @@ class ChatStub(ServedApp):
         choice = {"index": 0, "text": text, "token_ids": ids, "logprobs": logprobs,
                   "finish_reason": reply.finish_reason or "stop"}  # fmt: skip
         prompt = body.get("prompt") or []
+        if body.get("prompt_logprobs") is not None and self._prompt_logprobs is not None:
+            scored = self._prompt_logprobs(list(prompt))
+            # vLLM's shape: None for the first token, then each token's logprob by its id.
+            choice["prompt_logprobs"] = [None] + [
+                {str(token): {"logprob": value, "rank": 1}}
+                for token, value in zip(prompt[1:], scored[1:], strict=True)
+            ]
         return {
             "id": "cmpl-stub",
             "object": "text_completion",

@@ -46,7 +46,7 @@ from osmosis_ai.config.schema import (
 )
 from osmosis_ai.config.source import ConfigSource, TOMLTable, read_config, workspace_of
 from osmosis_ai.environments.config import ENVIRONMENT, EnvironmentConfig, parse_environment
-from osmosis_ai.errors import SettingError
+from osmosis_ai.errors import ConfigError, SettingError
 from osmosis_ai.gateway.policies.tool_formats import ToolFormatSetting
 from osmosis_ai.gateway.policies.torch_device import DEVICE_SETTING, Precision
 from osmosis_ai.train.algorithm.settings import AlgorithmConfig, UpdateSettings
@@ -668,6 +668,27 @@ def load_train_config(path: Path, overrides: Sequence[str] = ()) -> TrainConfig:
         section.name: parse_section(src, tables[section.name], section, _base(src, tables, section))
         for section in TRAIN_SECTIONS
     }
+    distill = sections["algorithm"].distill
+    if distill is not None and distill.teacher.startswith("openai:"):
+        from osmosis_ai.gateway.policies.spec import parse_policy_spec
+
+        try:
+            parse_policy_spec(distill.teacher)
+        except ConfigError as exc:
+            raise src.error(
+                ("algorithm", "distill", "teacher"), f"algorithm.distill.teacher: {exc}"
+            ) from exc
+    elif distill is not None:  # a relative path is the workspace's, as every path here
+        teacher = Path(os.path.normpath(workspace / Path(distill.teacher).expanduser()))
+        if not teacher.is_dir():
+            raise src.error(
+                ("algorithm", "distill", "teacher"),
+                f"algorithm.distill.teacher {distill.teacher!r}: there is no directory "
+                f"{teacher}; name a local HuggingFace-format model or checkpoint directory",
+            )
+        sections["algorithm"] = replace(
+            sections["algorithm"], distill=replace(distill, teacher=str(teacher))
+        )
     engine: EngineConfig = sections["engine"]
     if engine.vllm is not None and os.sep in engine.vllm.python:
         # A relative path is the workspace's, as every path of the config is.

@@ -166,7 +166,7 @@ if os.environ.get("CALCULATOR_GRADER", "exact") == "judge":
         workflow=CalculatorWorkflow,
         workflow_config=calculator_config,
         grader=JudgeGrader,
-        grader_config=JudgeGraderConfig(rubric=JUDGE_RUBRIC),
+        grader_config=JudgeGraderConfig(rubric=JUDGE_RUBRIC, scores=(0, 1)),
     )
 else:
     backend = LocalBackend(

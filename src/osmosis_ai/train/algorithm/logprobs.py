@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -24,9 +26,23 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates  # noqa: E402
 from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
-from osmosis_ai.train.algorithm.micro_batches import MicroBatch  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import (  # noqa: E402
+    MicroBatch,
+    collate,
+    pack_micro_batches,
+)
+from osmosis_ai.train.algorithm.sequences import TrainingSequence  # noqa: E402
 
-__all__ = ["check_head", "policy_logprobs", "policy_logprobs_and_entropy", "reference_logprobs"]
+if TYPE_CHECKING:
+    from osmosis_ai.train.algorithm.grammar_masks import TokenMasks
+
+__all__ = [
+    "check_head",
+    "policy_logprobs",
+    "policy_logprobs_and_entropy",
+    "reference_logprobs",
+    "sequence_logprobs",
+]
 
 
 def policy_logprobs(
@@ -111,6 +127,30 @@ def reference_logprobs(
     disabled = getattr(reference_model, "disable_adapter", None)
     with torch.no_grad(), disabled() if disabled is not None else contextlib.nullcontext():
         return policy_logprobs(reference_model, batch, bf16=bf16, temperature=temperature)
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    sequences: Sequence[TrainingSequence],
+    *,
+    token_budget: int,
+    device: torch.device,
+    grammars: TokenMasks | None,
+    bf16: bool = False,
+    temperature: float = 1.0,
+) -> list[tuple[float, ...]]:
+    """`reference_logprobs` of whole sequences (a distillation teacher's), in micro-batches of
+    at most ``token_budget`` tokens: each sequence's logprob per token, aligned with its token
+    ids (0.0 at its first token and off its loss mask)."""
+    out: list[tuple[float, ...]] = [()] * len(sequences)
+    for indices in pack_micro_batches([len(s) for s in sequences], token_budget):
+        part = [sequences[index] for index in indices]
+        zeros = [0.0] * len(part)
+        batch = collate(part, zeros, zeros, grammars).to(device)
+        scored = reference_logprobs(model, batch, bf16=bf16, temperature=temperature)
+        for row, index in enumerate(indices):
+            out[index] = (0.0, *scored[row, : len(sequences[index]) - 1].tolist())
+    return out
 
 
 #: Positions whose vocabulary logits are held at once in `policy_logprobs`.

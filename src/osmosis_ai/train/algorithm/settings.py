@@ -1,5 +1,6 @@
 """The ``[algorithm]`` section of a training config: what the update takes (`AlgorithmConfig`,
-with its optional ``[algorithm.overlong]`` and ``[algorithm.turn_credit]``), the defaults each
+with its optional ``[algorithm.overlong]``, ``[algorithm.turn_credit]`` and
+``[algorithm.distill]``), the defaults each
 loss brings, and `UpdateSettings`, the section with what the update needs from the others.
 
 Pure Python (no torch), so the config's loader checks a file against the same rules the
@@ -25,6 +26,7 @@ __all__ = [
     "TIS_DEFAULTS",
     "TIS_MODES",
     "AlgorithmConfig",
+    "DistillConfig",
     "Loss",
     "OverlongConfig",
     "Recipe",
@@ -126,6 +128,40 @@ class TurnCreditConfig:
                 f"discount must be between 0 and 1 (a turn's return discounts the ones after "
                 f"it), not {self.discount!r}",
             )
+
+
+@dataclass(frozen=True, slots=True)
+class DistillConfig:
+    """``[algorithm.distill]``: on-policy distillation. A teacher scores every token the
+    student sampled, in the context the student saw, and the per-token reverse KL (the
+    student's logprob minus the teacher's) becomes a per-token advantage, alone or beside the
+    reward's (`distill.distill_advantages`)."""
+
+    teacher: str = setting(
+        required=True,
+        comment="a model or checkpoint directory, or openai:<vLLM url>[:<model>]",
+        docs="the teacher: a local HuggingFace-format directory (a model, or a checkpoint of "
+        "a run, full or LoRA; relative to the workspace), scored on the learner's device, or "
+        '`"openai:<base_url>[:<model>]"`, a vLLM server\'s prompt logprobs; it must share '
+        "the student's tokenizer (refused otherwise)",
+    )
+    """The teacher's directory (absolute once loaded), or an ``openai:`` server spec."""
+
+    weight: float = setting(
+        1.0,
+        bound="non-negative",
+        comment="the per-token reverse KL's weight in each token's advantage",
+        docs="the weight of each token's distillation advantage, `teacher logprob − student "
+        "logprob`",
+    )
+    reward_weight: float = setting(
+        0.0,
+        bound="non-negative",
+        comment="the reward's advantage beside it (0: distillation alone)",
+        docs="the weight of the reward's group advantage added to it (0: distillation alone, "
+        "as in the on-policy distillation write-ups; the rollouts are still graded, for the "
+        "step's reward metrics)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +345,12 @@ class AlgorithmConfig:
         docs="credit per turn: a turn's tokens also get an advantage from the turn rewards a "
         "workflow or grader set ([credit per turn](objective.md#credit-per-turn)); "
         "absent, every token gets its rollout's",
+    )
+    distill: DistillConfig | None = subsection(
+        comment="on-policy distillation from a teacher model",
+        docs="on-policy distillation: a teacher's logprobs of the sampled tokens give each "
+        "token an advantage ([on-policy distillation](objective.md#on-policy-distillation)); "
+        "absent, none",
     )
 
     @property

@@ -37,10 +37,12 @@ from osmosis_ai.gateway.policies.hf_dir import (
     quiet_transformers,
     read_adapter_config,
 )
+from osmosis_ai.gateway.policies.spec import parse_policy_spec
 from osmosis_ai.gateway.policies.torch_device import is_out_of_memory, update_in_bf16
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from osmosis_ai.train.algorithm.settings import UpdateSettings
 from osmosis_ai.train.config import LoraConfig, TrainConfig
+from osmosis_ai.train.learner.teacher import ServerTeacher
 from osmosis_ai.train.loop.outcome import TrainingStopped
 
 if TYPE_CHECKING:
@@ -72,6 +74,9 @@ class Learner:
     thread: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
     )
+    teacher: Any = None
+    """``[algorithm.distill]``'s teacher: a frozen model on the learner's device, a
+    `ServerTeacher`, or ``None``."""
     """The one thread the update and the torch engine's generation run on: torch keeps an
     OpenMP thread team and glibc a memory arena per calling thread, and two of each on a
     small machine stall each other and hold memory the other cannot reuse."""
@@ -114,6 +119,21 @@ class Learner:
             self.model.train(False)
             await self.run(_return_freed_memory, self.device)
 
+    async def teacher_logprobs(self, sequences: list[TrainingSequence]) -> list[tuple[float, ...]]:
+        """The teacher's logprob of each token of ``sequences`` (on the learner's thread), as
+        the learner scores its own: the sampling temperature, grammars and top-k/top-p cuts."""
+        from osmosis_ai.train.algorithm.logprobs import sequence_logprobs
+
+        assert self.teacher is not None, "the run distils from no teacher"
+        if isinstance(self.teacher, ServerTeacher):
+            return await self.teacher.logprobs(sequences)
+        settings = self.settings
+        return await self.run(
+            sequence_logprobs, self.teacher, sequences, token_budget=settings.token_budget,
+            device=self.device, grammars=self.grammars, bf16=settings.bf16,
+            temperature=settings.temperature,
+        )  # fmt: skip
+
     def peak_memory(self) -> dict[str, float]:
         """The trainer's peak resident memory so far (Linux reports ``ru_maxrss`` in KiB)
         and, on CUDA, the peak GPU memory torch allocated on the learner's device."""
@@ -150,7 +170,10 @@ class Learner:
         thread = ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
         build = functools.partial(cls.build, config, source, base_dir, device, thread=thread)
         try:
-            return await asyncio.get_running_loop().run_in_executor(thread, build)
+            learner: Learner = await asyncio.get_running_loop().run_in_executor(thread, build)
+            if isinstance(learner.teacher, ServerTeacher):
+                await learner.teacher.check(learner.tokenizer)
+            return learner
         except BaseException:
             thread.shutdown(wait=False)
             raise
@@ -192,8 +215,18 @@ class Learner:
         settings = config.update_settings(bf16=bf16)
         base = model.get_base_model() if lora is not None else model
         grammars = GrammarCompiler.of_model(base, tokenizer)
+        distill = config.algorithm.distill
+        teacher: Any = None
+        if distill is not None and distill.teacher.startswith("openai:"):
+            spec = parse_policy_spec(distill.teacher)
+            assert spec.base_url is not None
+            teacher = ServerTeacher(spec.base_url, spec.model)
+        elif distill is not None:
+            teacher = _teacher(Path(distill.teacher), base, tokenizer, device)
         parts = (model, tokenizer, optimizer, scheduler, reference, settings, device, grammars)
-        return cls(*parts) if thread is None else cls(*parts, thread=thread)
+        if thread is None:
+            return cls(*parts, teacher=teacher)
+        return cls(*parts, thread=thread, teacher=teacher)
 
     def save(self, directory: Path, step: int) -> None:
         """Write a checkpoint into ``directory`` whole: a temp dir renamed into place."""
@@ -231,6 +264,35 @@ class Learner:
         random.setstate(state["python_rng"])
         if "cuda_rng" in state and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+
+
+def _teacher(directory: Path, student: Any, tokenizer: Any, device: Any) -> Any:
+    """The distillation teacher at ``directory`` on ``device``, frozen (blocking).
+
+    Raises:
+        ConfigError: Its directory lacks a file, or its tokenizer or vocabulary head is not the
+            student's: the teacher scores the student's token ids, which must mean the same.
+    """
+    key = "algorithm.distill.teacher"
+    try:
+        teacher, teacher_tokenizer = load_model_dir(directory, feature=_FEATURE, device=device)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if teacher_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"{key} {str(directory)!r}: its tokenizer is not the student's (vocabularies of "
+            f"{len(teacher_tokenizer)} and {len(tokenizer)} tokens, or ids that differ); the "
+            "teacher scores the student's token ids, so use a teacher of the same family"
+        )
+    rows = teacher.get_output_embeddings().weight.shape[0]
+    if rows != student.get_output_embeddings().weight.shape[0]:
+        raise ConfigError(
+            f"{key} {str(directory)!r}: its output head has {rows} rows, the student's "
+            f"{student.get_output_embeddings().weight.shape[0]}; give a teacher whose "
+            "vocabulary matches the student's"
+        )
+    teacher.requires_grad_(False)
+    return teacher
 
 
 def out_of_memory(exc: BaseException, *, step: int, token_budget: int) -> TrainingStopped | None:

@@ -9,6 +9,7 @@ step's.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from osmosis_ai.train.algorithm.advantages import (
@@ -16,15 +17,16 @@ from osmosis_ai.train.algorithm.advantages import (
     step_advantages,
     zero_gradient_groups,
 )
+from osmosis_ai.train.algorithm.distill import distill_advantages
 from osmosis_ai.train.algorithm.sequences import (
     RolloutRecords,
     SequenceStats,
     TrainingSequence,
     build_sequences,
 )
-from osmosis_ai.train.algorithm.settings import UpdateSettings
+from osmosis_ai.train.algorithm.settings import DistillConfig, UpdateSettings
 
-__all__ = ["StepBatch", "prepare_batch", "zero_gradient_then_shaped"]
+__all__ = ["StepBatch", "distilled", "prepare_batch", "zero_gradient_then_shaped"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,21 @@ class StepBatch:
         return sum(s.policy_tokens for s in self.sequences if s.group_id in self.zero_gradient)
 
 
+def distilled(
+    batch: StepBatch, teacher: list[tuple[float, ...]], distill: DistillConfig
+) -> StepBatch:
+    """``batch`` with on-policy distillation's advantages (`distill_advantages`), given the
+    teacher's logprobs of each token of ``batch.trained``."""
+    advantages = distill_advantages(
+        batch.trained,
+        batch.advantages,
+        teacher,
+        weight=distill.weight,
+        reward_weight=distill.reward_weight,
+    )
+    return dataclasses.replace(batch, advantages=list(advantages))
+
+
 def prepare_batch(done: list[RolloutRecords], update: UpdateSettings) -> StepBatch:
     """The batch of the finished rollouts ``done`` under ``update``'s settings."""
     sequences, stats = build_sequences(done, drift="fork")
@@ -70,6 +87,8 @@ def zero_gradient_then_shaped(
     algorithm = update.algorithm
     credit = algorithm.turn_credit
     zero = zero_gradient_groups(sequences, credit.discount if credit is not None else None)
+    if algorithm.distill is not None and algorithm.distill.weight > 0:
+        zero = set()  # the teacher gives every sampled token a gradient, equal rewards or not
     overlong = algorithm.overlong
     if overlong is not None and overlong.mode == "penalty":
         sequences = overlong_shaped(sequences, update.max_tokens, overlong.buffer)

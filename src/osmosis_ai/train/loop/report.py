@@ -72,6 +72,9 @@ class StepReport:
     judge: dict[str, float] = field(default_factory=dict)
     """The judge's ``judge_*`` counts over the step (calls, cache hits, tokens, seconds);
     empty when the run has none."""
+    distill: dict[str, float | None] = field(default_factory=dict)
+    """``teacher_reverse_kl`` (the mean over the step's trained tokens of the student's
+    logprob minus the teacher's) and ``teacher_sec``; empty without distillation."""
 
     @property
     def rollout_ids(self) -> list[str]:
@@ -139,6 +142,7 @@ class StepReport:
             "groups_without_sequences": stats.groups_without_sequences,
             **self.memory,
             **self.judge,
+            **self.distill,
         }
 
 

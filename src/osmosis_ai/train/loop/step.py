@@ -13,12 +13,13 @@ from typing import Any
 from osmosis_ai.errors import PolicyError
 from osmosis_ai.eval.runner import CALL_THE_GATEWAY
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngineError
+from osmosis_ai.train.algorithm.distill import reverse_kl
 from osmosis_ai.train.algorithm.sequences import Exclusion, RolloutRecords
 from osmosis_ai.train.bookkeeping.sequence_record import write_step_sequences
 from osmosis_ai.train.generation.probe import WeightProbe
 from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.admission import StalenessBound
-from osmosis_ai.train.loop.batch import StepBatch, prepare_batch
+from osmosis_ai.train.loop.batch import StepBatch, distilled, prepare_batch
 from osmosis_ai.train.loop.group_queue import TakenGroups
 from osmosis_ai.train.loop.outcome import TrainingStopped
 from osmosis_ai.train.loop.report import StepReport, StepTimes
@@ -70,6 +71,14 @@ async def run_step(
             zero_gradient=batch.zero_gradient, decode=learner.tokenizer.decode,
             redact=run.redactor.text,
         )  # fmt: skip
+    teacher_kl, teacher_sec = None, 0.0
+    distill = run.config.algorithm.distill
+    if distill is not None and batch.trained:
+        scoring = time.monotonic()
+        teacher = await learner.teacher_logprobs(batch.trained)
+        teacher_sec = time.monotonic() - scoring
+        teacher_kl = reverse_kl(batch.trained, teacher)
+        batch = distilled(batch, teacher, distill)
     bound.check(step, batch.versions)
     built = time.monotonic()
     metrics, sync_sec, probe_gap = None, 0.0, None
@@ -118,6 +127,9 @@ async def run_step(
         probe_gap=probe_gap,
         memory=learner.peak_memory(),
         judge=judge.usage.since(judged).metrics() if judge is not None and judged else {},
+        distill={"teacher_reverse_kl": teacher_kl, "teacher_sec": round(teacher_sec, 3)}
+        if distill is not None
+        else {},
     )
 
 
