@@ -53,7 +53,12 @@ class JudgeConfig:
     concurrency: int = setting(4, docs="judge calls in flight at most")
     """Calls in flight at most."""
 
-    timeout_s: float = setting(120.0, docs="seconds one judge call may take")
+    timeout_s: float = setting(
+        45.0,
+        docs="seconds one judge call may take; with its retries it must fit the grader's own "
+        "deadline (eval's `grader_timeout_s`, 150 s by default), or that deadline fails the "
+        "rollout first, as a `timeout`",
+    )
     """Bound of one call."""
 
     retries: int = setting(

@@ -5,7 +5,6 @@ per group (a row's ``group_size`` rollouts)."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,10 +12,16 @@ from osmosis_ai.config.judge import JudgeConfig
 from osmosis_ai.errors import JudgeError
 from osmosis_ai.eval.run_dir import GROUP_JUDGE_FILE
 from osmosis_ai.gateway import Judge
+from osmosis_ai.rollout.judge import write_verdict
 from osmosis_ai.rollout.status import RolloutErrorCategory, RolloutStatus
 from osmosis_ai.rollout.types import RolloutResultResponse
 
-__all__ = ["judge_group"]
+__all__ = ["group_judging", "judge_group"]
+
+
+def group_judging(judge: Judge | None, config: JudgeConfig | None) -> bool:
+    """Whether a run with this served judge and ``[judge]`` scores its groups."""
+    return judge is not None and config is not None and config.group_rubric is not None
 
 
 def _judged(result: RolloutResultResponse) -> bool:
@@ -86,10 +91,6 @@ async def judge_group(
             metrics["grader_reward"] = sample.reward
         judged_sample = sample.model_copy(update={"reward": score, "metrics": metrics})
         out[index] = result.model_copy(update={"sample": judged_sample})
-        await asyncio.to_thread(_write, files / result.rollout_id / GROUP_JUDGE_FILE, verdict)
+        path = files / result.rollout_id / GROUP_JUDGE_FILE
+        await asyncio.to_thread(write_verdict, path, verdict)
     return out
-
-
-def _write(path: Path, verdict: dict[str, object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(verdict, indent=2) + "\n")

@@ -24,7 +24,7 @@ from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.environments.served import server_env
 from osmosis_ai.errors import RolloutProtocolError
 from osmosis_ai.eval.datasets import DatasetItem
-from osmosis_ai.eval.group_judge import judge_group
+from osmosis_ai.eval.group_judge import group_judging, judge_group
 from osmosis_ai.eval.hooks import EvalHooks, ItemProgress, QuietHooks
 from osmosis_ai.eval.journal import STORAGE_ERROR, Journal, JournalRecord, pending_items
 from osmosis_ai.eval.metrics import passes
@@ -153,8 +153,7 @@ class EvalRun:
 
     @property
     def _group_judged(self) -> bool:
-        judge = self.prepared.config.judge
-        return self.stack.gateway.judge is not None and bool(judge and judge.group_rubric)
+        return group_judging(self.stack.gateway.judge, self.prepared.config.judge)
 
     def _work(self, pending: list[Item]) -> list[tuple[int, tuple[int, ...]]]:
         """``pending`` as units of work: one item each, or, under the group judge, a row's

@@ -1,5 +1,6 @@
 """The gateway's ASGI application: rollout-scoped model calls (chat completions, OpenAI's
-Responses, Anthropic's Messages), every one recorded."""
+Responses, Anthropic's Messages), every one recorded; and each rollout's route to the run's
+judge, never recorded."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from osmosis_ai._log_redaction import registered_secrets
 from osmosis_ai.errors import ChatRequestError, GatewayError, JudgeError, PolicyError
 from osmosis_ai.gateway.apis import Api, ApiCall, ChatCompletionsApi, MessagesApi, ResponsesApi
 from osmosis_ai.gateway.apis.base import openai_error_body
-from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response
+from osmosis_ai.gateway.calls import StreamAccumulator, call_data_from_response, strip_for_caller
 from osmosis_ai.gateway.judge import Judge
 from osmosis_ai.gateway.policies.base import Policy
 from osmosis_ai.gateway.records import CallRecord, CallRecords
@@ -300,7 +301,7 @@ class _JudgeRoute(_Route):
             response = await state.judge.complete(chat)
         except Exception as exc:
             raise _as_judge_error(exc) from None
-        return JSONResponse(self.api.parse(chat.body, sampling={}, rollout_id="").answer(response))
+        return JSONResponse(strip_for_caller(response, chat))
 
 
 async def _stream(state: GatewayState, translated: ApiCall, call: _Call) -> Response:

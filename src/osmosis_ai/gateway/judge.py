@@ -109,7 +109,7 @@ class Judge:
         *,
         label: str,
         concurrency: int = 4,
-        timeout_sec: float = 120.0,
+        timeout_sec: float = 45.0,
         retries: int = 2,
         max_tokens: int = 400,
     ) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "reply_text",
     "usage_metrics",
     "verdict_format",
+    "write_verdict",
 ]
 
 #: Where a rollout's judge is served, under the rollout's base URL (the model endpoint).
@@ -527,10 +528,11 @@ class JudgeGrader(Grader):
         }
         ctx.sample.extra_fields = {**ctx.sample.extra_fields, "judge": record}
         if ctx.artifacts_dir is not None:
-            await asyncio.to_thread(_write_json, ctx.artifacts_dir / "judge.json", record)
+            await asyncio.to_thread(write_verdict, ctx.artifacts_dir / "judge.json", record)
         ctx.set_reward(verdict.score)
 
 
-def _write_json(path: Path, value: object) -> None:
+def write_verdict(path: Path, verdict: Mapping[str, object]) -> None:
+    """Write a judge's verdict as ``path`` (a JSON file beside a rollout's other files)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2) + "\n")
+    path.write_text(json.dumps(verdict, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Rollouts of a training run through the rollout stack: one rollout of a row (graded, its
-call records taken from the gateway), a step's rollouts all in flight at once (each group
-scored by the group judge when the run has one, then each rollout's line written to
-``rollouts.jsonl``), and a held-out evaluation."""
+call records taken from the gateway, its line in ``rollouts.jsonl``), a step's rollouts all in
+flight at once (each group scored by the group judge when the run has one), and a held-out
+evaluation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from osmosis_ai.errors import OsmosisError
 from osmosis_ai.eval.datasets import DatasetItem
-from osmosis_ai.eval.group_judge import judge_group
+from osmosis_ai.eval.group_judge import group_judging, judge_group
 from osmosis_ai.eval.metrics import failure_line, pass_at_k, passes
 from osmosis_ai.eval.stack import RolloutStack
 from osmosis_ai.gateway.records import CallRecord
@@ -83,15 +83,26 @@ class Run:
         await asyncio.to_thread(
             scrub_files, self.run_dir / RUN_FILES.rollouts / rollout_id, secrets
         )
-        return _Finished(result, calls, row, version)
+        done = _Finished(result, calls, row, version)
+        if not self._group_judged:  # under the group judge, once it has scored the group
+            await self._write_line(done)
+        return done
+
+    @property
+    def _group_judged(self) -> bool:
+        return group_judging(self.stack.gateway.judge, self.config.judge)
+
+    async def _write_line(self, done: _Finished) -> None:
+        line = _rollout_line(done, self.redactor)
+        await asyncio.to_thread(append, self.run_dir / RUN_FILES.rollout_lines, line)
 
     async def _judged(self, finished: list[_Finished]) -> list[_Finished]:
-        """``finished`` with each group's rewards given by the group judge, when the run has
-        one: one call per group, as soon as its rollouts are in (so it overlaps the updates
-        that ``max_staleness`` lets run meanwhile; a group run again is judged again)."""
+        """``finished`` with each group's rewards given by the group judge, and their lines
+        written: one call per group, as soon as its rollouts are in (so it overlaps the
+        updates that ``max_staleness`` lets run meanwhile; a group run again is judged
+        again)."""
         judge, config = self.stack.gateway.judge, self.config.judge
-        if judge is None or config is None or config.group_rubric is None:
-            return finished
+        assert judge is not None and config is not None
         groups: dict[str, list[int]] = {}
         for index, done in enumerate(finished):
             groups.setdefault(group_id(done.row), []).append(index)
@@ -106,8 +117,8 @@ class Run:
                 files=self.run_dir / RUN_FILES.rollouts,
             )
             for index, result in zip(indices, results, strict=True):
-                done = finished[index]
-                finished[index] = replace(done, result=result)
+                finished[index] = replace(finished[index], result=result)
+                await self._write_line(finished[index])
 
         await asyncio.gather(*(judged(indices) for indices in groups.values()))
         return finished
@@ -134,10 +145,9 @@ class Run:
                 raise TrainingStopped(f"the rollout server exited with status {server.returncode}")
             if self.generator.lost:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(await self.generator.why_lost())
-            finished = await self._judged(await running)
-            for done in finished:
-                line = _rollout_line(done, self.redactor)
-                await asyncio.to_thread(append, self.run_dir / RUN_FILES.rollout_lines, line)
+            finished: list[_Finished] = await running
+            if self._group_judged:
+                finished = await self._judged(finished)
             if self.generator.engine.out_of_memory:  # its calls failed: the rollouts say nothing
                 raise TrainingStopped(
                     "out of memory generating the rollouts; lower [sampling] max_tokens (now "
