@@ -1,8 +1,10 @@
-"""The agent-framework examples (Strands, the OpenAI Agents SDK) trained as shipped: the real
-frameworks behind a real rollout server, the embedded model, ``osmosis train run`` in a
-subprocess with ``--set training.steps=2`` (and a smaller batch, for time). What the learner
-got is read back from ``sequences/step-0001.jsonl`` (``record_sequences = 1`` in both
-configs): a framework's multi-turn history must become one exact sequence per rollout."""
+"""The agent-framework examples (Strands, the OpenAI Agents SDK, LangGraph, Pydantic AI)
+trained as shipped: the real frameworks behind a real rollout server (a child process), the
+embedded model, ``osmosis train run``'s entry point in this process (``run_training``, as the
+CLI calls it, without the CLI's start-up) with ``--set training.steps=2`` (and a smaller
+batch, for time). What the learner got is read back from ``sequences/step-0001.jsonl``
+(``record_sequences = 1`` in each config): a framework's multi-turn history must become one
+exact sequence per rollout."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.train.training_project import lines as _lines
-from tests.train.training_project import run as _run
+from tests.train.training_project import train_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.whole_run, pytest.mark.timeout(600)]
 
@@ -107,8 +109,8 @@ def check_one_exact_sequence_per_rollout(
 @pytest.mark.parametrize("example", FRAMEWORKS)
 async def test_a_framework_example_trains_as_shipped(tmp_path: Path, example: str) -> None:
     config = copy_example(example, tmp_path)
-    code, out = await _run(config, *flags(*SMALL, *VARIED), limit_sec=600)
-    assert code == 0, out
+    outcome = await train_here(config, (*SMALL, *VARIED))
+    assert outcome.steps_done == 2
     run_dir = config.parents[2] / ".osmosis" / "train" / example
     check_one_exact_sequence_per_rollout(run_dir, steps=2)
     # The run's log keeps what a user reads: no line per HTTP request (the framework's
@@ -125,8 +127,8 @@ async def test_agents_on_the_responses_and_messages_apis_train(tmp_path: Path) -
     workspace = tmp_path / "api_agents"
     shutil.copytree(Path(__file__).parent / "api_agents", workspace)
     config = workspace / "configs" / "training" / "api_agents.toml"
-    code, out = await _run(config, *flags("algorithm.resample_zero_gradient=1"), limit_sec=600)
-    assert code == 0, out
+    outcome = await train_here(config, ("algorithm.resample_zero_gradient=1",))
+    assert outcome.steps_done == 2
     run_dir = workspace / ".osmosis" / "train" / "api_agents"
     check_one_exact_sequence_per_rollout(run_dir, steps=2)
     rows = {
