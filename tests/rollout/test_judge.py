@@ -203,3 +203,11 @@ def test_a_set_of_scores_is_asked_as_an_enum_and_nothing_else_is_taken() -> None
     assert '"score": <one of 0, 1 (1 is best)>' in system["content"]
     with pytest.raises(pydantic.ValidationError, match="at least two different"):
         JudgeGraderConfig(rubric="r", scores=(1, 1))
+
+
+def test_a_group_judges_set_of_scores_is_an_enum_of_each_attempts_score() -> None:
+    items = group_verdict_format(2, 1, 5, (1, 3, 5))["json_schema"]["schema"]["properties"]
+    assert items["scores"]["items"] == {"enum": [1, 3, 5]}
+    assert parse_group_verdict('{"scores": [5, 1]}', 2, 1, 5, (1, 3, 5))[0] == [5.0, 1.0]
+    with pytest.raises(JudgeError, match=r"score of attempt 2 2 is not one of its scores"):
+        parse_group_verdict('{"scores": [5, 2]}', 2, 1, 5, (1, 3, 5))

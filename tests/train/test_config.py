@@ -188,3 +188,9 @@ def test_a_judge_section_is_read_and_checked(tmp_path: Path) -> None:
     config.write_text(shipped.read_text() + '\n[judge]\nmodel = "embedded"\nmin_score = 2\n')
     with pytest.raises(ConfigError, match="max_score must be above min_score"):
         load_train_config(config)
+    config.write_text(shipped.read_text() + '\n[judge]\nmodel = "embedded"\nscores = [5, 1, 3]\n')
+    judge = load_train_config(config).judge
+    assert judge is not None and (judge.scores, judge.low, judge.high) == ((1, 3, 5), 1, 5)
+    config.write_text(shipped.read_text() + '\n[judge]\nmodel = "embedded"\nscores = [1]\n')
+    with pytest.raises(ConfigError, match="judge.scores.*two or more different numbers"):
+        load_train_config(config)

@@ -3,6 +3,7 @@ the training config, as ``[experiment]`` is."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from osmosis_ai.config.schema import parse_section, section_of, setting
@@ -23,6 +24,17 @@ def _policy_spec(src: ConfigSource, table: TOMLTable, section: str) -> str:
     except ConfigError as exc:
         raise src.error((section, "model"), f"{section}.model: {exc}") from exc
     return model
+
+
+def _scores(src: ConfigSource, table: TOMLTable, section: str) -> tuple[float, ...]:
+    value = table["scores"]
+    numbers = isinstance(value, list) and all(
+        isinstance(item, int | float) and not isinstance(item, bool) and math.isfinite(item)
+        for item in value
+    )
+    if not numbers or len(set(value)) < 2:
+        raise src.type_error(section, "scores", value, "a list of two or more different numbers")
+    return tuple(sorted({float(item) for item in value}))
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,26 @@ class JudgeConfig:
 
     max_score: float = setting(1.0, bound="any", docs="the group judge's best score")
     """The group judge's best score."""
+
+    scores: tuple[float, ...] | None = setting(
+        None,
+        parse=_scores,
+        docs="the only scores the group judge may give (`[1, 2, 3, 4, 5]`), asked as an enum, "
+        "which every structured-output engine enforces; they replace `min_score` and "
+        "`max_score`",
+        docs_default="any number in the range",
+    )
+    """The group judge's allowed scores; ``None``: any number in its range."""
+
+    @property
+    def low(self) -> float:
+        """The group judge's worst score."""
+        return self.scores[0] if self.scores else self.min_score
+
+    @property
+    def high(self) -> float:
+        """The group judge's best score."""
+        return self.scores[-1] if self.scores else self.max_score
 
     def __post_init__(self) -> None:
         if self.min_score >= self.max_score:

@@ -61,8 +61,9 @@ async def judge_group(
             config.group_rubric,
             [sample.messages for sample in samples if sample is not None],
             reference=label if config.group_reference else None,
-            low=config.min_score,
-            high=config.max_score,
+            low=config.low,
+            high=config.high,
+            choices=config.scores,
         )
     except JudgeError as exc:
         failed = {
@@ -81,7 +82,7 @@ async def judge_group(
         assert sample is not None
         verdict = {
             "score": score,
-            "range": [config.min_score, config.max_score],
+            "range": [config.low, config.high],
             "attempt": rank + 1,
             "of": len(judged),
             "reasoning": reasoning,

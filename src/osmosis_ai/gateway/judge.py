@@ -215,6 +215,7 @@ class Judge:
         reference: str | None,
         low: float,
         high: float,
+        choices: Sequence[float] | None = None,
     ) -> tuple[list[float], str]:
         """One call that scores a group's trajectories against each other.
 
@@ -223,12 +224,12 @@ class Judge:
         """
         payload = {
             "messages": group_judge_messages(
-                rubric, trajectories, reference=reference, low=low, high=high
+                rubric, trajectories, reference=reference, low=low, high=high, choices=choices
             ),
-            "response_format": group_verdict_format(len(trajectories), low, high),
+            "response_format": group_verdict_format(len(trajectories), low, high, choices),
         }
         try:
             answer = await self.complete(self.request(payload))
         except ChatRequestError as exc:
             raise JudgeError(f"the judge {self.label} refused the request: {exc}") from None
-        return parse_group_verdict(reply_text(answer), len(trajectories), low, high)
+        return parse_group_verdict(reply_text(answer), len(trajectories), low, high, choices)

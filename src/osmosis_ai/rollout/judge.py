@@ -107,7 +107,9 @@ def _final_answer(messages: Sequence[Mapping[str, Any]]) -> str:
     return "(none: the agent gave no final answer)"
 
 
-def _scale(low: float, high: float) -> str:
+def _scale_of(low: float, high: float, choices: Sequence[float] | None) -> str:
+    if choices:
+        return "one of " + ", ".join(f"{c:g}" for c in choices) + f" ({high:g} is best)"
     return f"a number from {low:g} (worst) to {high:g} (best)"
 
 
@@ -126,15 +128,10 @@ def judge_messages(
 ) -> list[dict[str, str]]:
     """The chat a judge answers to grade one trajectory by ``rubric`` (with a score among
     ``choices`` when given)."""
-    scale = (
-        "one of " + ", ".join(f"{c:g}" for c in choices) + f" ({high:g} is best)"
-        if choices
-        else _scale(low, high)
-    )
     system = (
         "You grade the work of an AI agent by a rubric. Read the rubric, the reference answer "
         "if there is one, and the agent's trajectory. Answer with one JSON object: "
-        f'{{"reasoning": "<why, briefly>", "score": <{scale}>}}.'
+        f'{{"reasoning": "<why, briefly>", "score": <{_scale_of(low, high, choices)}>}}.'
     )
     user = (
         f"# Rubric\n{rubric}\n\n{_reference_block(reference)}"
@@ -151,6 +148,7 @@ def group_judge_messages(
     reference: str | None,
     low: float,
     high: float,
+    choices: Sequence[float] | None = None,
 ) -> list[dict[str, str]]:
     """The chat a judge answers to score a group's trajectories against each other (one
     task, several attempts: RULER-style relative scores)."""
@@ -159,7 +157,7 @@ def group_judge_messages(
         f"You compare {count} attempts of AI agents at the same task, by a rubric. Score each "
         "attempt relative to the others: a better attempt gets a higher score. Answer with one "
         'JSON object: {"reasoning": "<why, briefly>", "scores": [<one score per attempt, in '
-        f"order: {_scale(low, high)}>]}}."
+        f"order: {_scale_of(low, high, choices)}>]}}."
     )
     attempts = "\n\n".join(
         f"## Attempt {index + 1}\n{render_trajectory(messages)}\n\n"
@@ -202,11 +200,14 @@ def verdict_format(
     return _response_format("verdict", {"score": _score_schema(low, high, choices)})
 
 
-def group_verdict_format(count: int, low: float, high: float) -> dict[str, Any]:
-    """The ``response_format`` of a group verdict: its reasoning, then ``count`` scores."""
+def group_verdict_format(
+    count: int, low: float, high: float, choices: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """The ``response_format`` of a group verdict: its reasoning, then ``count`` scores (each
+    one of ``choices`` when given)."""
     scores = {
         "type": "array",
-        "items": _score_schema(low, high),
+        "items": _score_schema(low, high, choices),
         "minItems": count,
         "maxItems": count,
     }
@@ -264,8 +265,11 @@ def parse_verdict(
     return Verdict(score, _reasoning(answer))
 
 
-def parse_group_verdict(text: str, count: int, low: float, high: float) -> tuple[list[float], str]:
-    """A group judge's answer: ``count`` scores in order, and its reasoning.
+def parse_group_verdict(
+    text: str, count: int, low: float, high: float, choices: Sequence[float] | None = None
+) -> tuple[list[float], str]:
+    """A group judge's answer: ``count`` scores in order (each one of ``choices`` when given),
+    and its reasoning.
 
     Raises:
         JudgeError: No JSON object, or no list of ``count`` numbers within ``[low, high]``.
@@ -277,7 +281,7 @@ def parse_group_verdict(text: str, count: int, low: float, high: float) -> tuple
             f"the group judge's answer has no list of {count} scores: {_excerpt(text)}"
         )
     checked = [
-        _checked_score(score, low, high, f"score of attempt {index + 1}")
+        _checked_score(score, low, high, f"score of attempt {index + 1}", choices)
         for index, score in enumerate(scores)
     ]
     return checked, _reasoning(answer)
