@@ -12,7 +12,7 @@ exact-answer grader. The embedded model and the torch engine, as the example shi
    measured) and the teacher's seconds per step.
 2. **A judge.** The calculator graded by the embedded model as a judge (`JudgeGrader`, the
    rubric of ``CALCULATOR_GRADER=judge``, the row's answer as reference) against the exact
-   answer: ``osmosis eval`` of the held-out rows with the judge, and the agreement of its
+   answer: ``osmosis eval`` of the example's 24 eval rows with the judge, and the agreement of its
    grades (score ≥ 0.5) with the exact grader's on the same replies; then ``--steps`` steps
    of training graded by each, with the held-out pass rate by exact answer after each
    (re-graded from the held-out rollouts' trajectories, so both runs are measured alike).
@@ -198,15 +198,16 @@ class Agreement:
     """The judge's seconds per graded reply."""
 
 
-def _judge_agreement(tmp: Path, held_out: int) -> Agreement:
-    """``osmosis eval`` of the held-out rows graded by the judge, against the exact grader."""
+def _judge_agreement(tmp: Path) -> Agreement:
+    """``osmosis eval`` of the example's eval rows (24) graded by the judge, against the exact
+    grader."""
     workspace = tmp / "judge-eval"
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns(".osmosis"))
     config = workspace / "configs" / "eval" / "calculator.toml"
     config.write_text(config.read_text() + JUDGE_SECTION + '[env]\nCALCULATOR_GRADER = "judge"\n')
     # Exits 3 when every rollout failed: a judge that answers nothing valid is a result here.
     subprocess.run(
-        [OSMOSIS, "eval", "run", str(config), "--rows", f"0-{held_out - 1}", "--name", "j"],
+        [OSMOSIS, "eval", "run", str(config), "--name", "j"],
         cwd=workspace,
         check=False,
     )
@@ -230,9 +231,9 @@ def _judge_agreement(tmp: Path, held_out: int) -> Agreement:
 
 
 def judging(args: argparse.Namespace, tmp: Path) -> list[Run]:
-    found = _judge_agreement(tmp, args.held_out)
+    found = _judge_agreement(tmp)
     print(
-        f"\njudge (embedded) on {found.replies} held-out replies of the base model: agrees "
+        f"\njudge (embedded) on {found.replies} eval replies of the base model: agrees "
         f"with the exact answer on {found.agree}, no valid score on {found.failed}; "
         f"{found.right} are right by exact answer; {found.judge_sec:.1f} s of judge per reply",
         flush=True,
