@@ -250,7 +250,10 @@ def test_the_docs_tables_are_the_declared_ones() -> None:
 # --- the checks each declaration asks for, through the loaders (and --set) -------------------
 
 #: Flags a section's keys need beside them: a subsection's required keys.
-_BESIDE = {"learner.lora": ("learner.lora.rank=4",)}
+_BESIDE = {
+    "learner.lora": ("learner.lora.rank=4",),
+    "algorithm.distill": ('algorithm.distill.teacher="rollouts/r"',),
+}
 
 
 def _load(tmp_path: Path, section: Section, setting_text: str, *beside: str) -> object:

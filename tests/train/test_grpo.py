@@ -15,6 +15,7 @@ NAMES = {
     "DUAL_CLIP_DEFAULT",
     "Baseline",
     "AlgorithmConfig",
+    "DistillConfig",
     "OverlongConfig",
     "TurnCreditConfig",
     "UpdateSettings",
@@ -32,6 +33,7 @@ NAMES = {
     "carries_loss",
     "check_head",
     "collate",
+    "distill_advantages",
     "group_advantages",
     "grpo_loss",
     "importance_weights",
@@ -42,12 +44,14 @@ NAMES = {
     "policy_logprobs_and_entropy",
     "reference_logprobs",
     "relative_advantages",
+    "reverse_kl",
+    "sequence_logprobs",
     "token_weights",
     "train_step",
     "turn_advantages",
     "zero_gradient_groups",
 }
-PARTS = ("advantages", "micro_batches", "logprobs", "loss", "settings", "update")
+PARTS = ("advantages", "distill", "micro_batches", "logprobs", "loss", "settings", "update")
 
 
 def test_grpo_exports_each_name_of_its_parts_as_the_same_object() -> None:

@@ -1,7 +1,8 @@
 """The GRPO family under one import path: ``from osmosis_ai.train.grpo import train_step``.
 
 Each part has its own module, in the order an update uses them: ``advantages`` (group
-advantages and token weights), ``micro_batches`` (packing under a token budget, padding),
+advantages and token weights), ``distill`` (on-policy distillation's per-token advantages),
+``micro_batches`` (packing under a token budget, padding),
 ``logprobs`` (the policy's and the KL reference's), ``loss`` (the objectives: PPO's clip,
 GSPO, CISPO, and the importance weights to the policy that generated) and ``update`` (a step:
 one optimiser step, or epochs × mini-batches of them); `AlgorithmConfig` (the ``[algorithm]``
@@ -25,11 +26,13 @@ from osmosis_ai.train.algorithm.advantages import (
     turn_advantages,
     zero_gradient_groups,
 )
+from osmosis_ai.train.algorithm.distill import distill_advantages, reverse_kl
 from osmosis_ai.train.algorithm.logprobs import (
     check_head,
     policy_logprobs,
     policy_logprobs_and_entropy,
     reference_logprobs,
+    sequence_logprobs,
 )
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_weights
 from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
@@ -41,6 +44,7 @@ from osmosis_ai.train.algorithm.settings import (
     TIS_DEFAULTS,
     TIS_MODES,
     AlgorithmConfig,
+    DistillConfig,
     Loss,
     OverlongConfig,
     Recipe,
@@ -61,6 +65,7 @@ __all__ = [
     "Baseline",
     "CLIP_DEFAULTS",
     "DUAL_CLIP_DEFAULT",
+    "DistillConfig",
     "Loss",
     "LossParts",
     "MicroBatch",
@@ -80,6 +85,7 @@ __all__ = [
     "carries_loss",
     "check_head",
     "collate",
+    "distill_advantages",
     "group_advantages",
     "grpo_loss",
     "importance_weights",
@@ -90,6 +96,8 @@ __all__ = [
     "policy_logprobs_and_entropy",
     "reference_logprobs",
     "relative_advantages",
+    "reverse_kl",
+    "sequence_logprobs",
     "step_advantages",
     "token_weights",
     "train_step",

@@ -48,8 +48,10 @@ async def test_a_teacher_trains_two_steps_where_the_rewards_alone_would_not(
     for line in metrics:
         assert line["zero_gradient_groups"] == 0 and line["updates"] == 1, line
         assert line["tokens_trained"] > 0 and line["loss"] is not None
-        # Two random models: the student's samples are likelier under itself.
-        assert math.isfinite(line["teacher_reverse_kl"]) and line["teacher_reverse_kl"] > 0.01
+        # Two random models: the teacher's logprobs are not the student's (a one-sample
+        # estimate over a few dozen tokens of two near-uniform models may have either sign;
+        # a teacher equal to the student gives < 1e-5, below).
+        assert math.isfinite(line["teacher_reverse_kl"]) and abs(line["teacher_reverse_kl"]) > 1e-3
         assert line["teacher_sec"] > 0
 
 

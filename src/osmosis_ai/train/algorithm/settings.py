@@ -139,6 +139,7 @@ class DistillConfig:
 
     teacher: str = setting(
         required=True,
+        scaffold=".osmosis/train/calculator/checkpoints/latest",
         comment="a model or checkpoint directory, or openai:<vLLM url>[:<model>]",
         docs="the teacher: a local HuggingFace-format directory (a model, or a checkpoint of "
         "a run, full or LoRA; relative to the workspace), scored on the learner's device, or "

@@ -69,12 +69,11 @@ class StepReport:
     groups_waited: int
     probe_gap: float | None
     memory: dict[str, float]
-    judge: dict[str, float] = field(default_factory=dict)
-    """The judge's ``judge_*`` counts over the step (calls, cache hits, tokens, seconds);
-    empty when the run has none."""
-    distill: dict[str, float | None] = field(default_factory=dict)
-    """``teacher_reverse_kl`` (the mean over the step's trained tokens of the student's
-    logprob minus the teacher's) and ``teacher_sec``; empty without distillation."""
+    signals: dict[str, float | None] = field(default_factory=dict)
+    """The models beside the policy: the judge's ``judge_*`` counts over the step (calls,
+    cache hits, tokens, seconds) and the teacher's ``teacher_reverse_kl`` (the mean over the
+    step's trained tokens of the student's logprob minus the teacher's) and ``teacher_sec``;
+    empty without a judge or a teacher."""
 
     @property
     def rollout_ids(self) -> list[str]:
@@ -141,8 +140,7 @@ class StepReport:
             "resampled_groups": self.resampled_groups,
             "groups_without_sequences": stats.groups_without_sequences,
             **self.memory,
-            **self.judge,
-            **self.distill,
+            **self.signals,
         }
 
 

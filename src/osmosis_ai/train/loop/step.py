@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from osmosis_ai.errors import PolicyError
@@ -58,9 +58,8 @@ async def run_step(
             engine did not take the new weights.
         NonFiniteStepError: The update's loss or gradient is not finite.
     """
-    engine, judge = run.generator.engine, run.stack.gateway.judge
-    started, busy = time.monotonic(), engine.busy_sec
-    judged = judge.usage.copy() if judge is not None else None
+    engine = run.generator.engine
+    started, busy, judged = time.monotonic(), engine.busy_sec, _judge_counts(run)
     taken = await taking
     done, batch, resampled, dropped = await _sample(run, learner, step, taken)
     generated = time.monotonic()
@@ -71,14 +70,7 @@ async def run_step(
             zero_gradient=batch.zero_gradient, decode=learner.tokenizer.decode,
             redact=run.redactor.text,
         )  # fmt: skip
-    teacher_kl, teacher_sec = None, 0.0
-    distill = run.config.algorithm.distill
-    if distill is not None and batch.trained:
-        scoring = time.monotonic()
-        teacher = await learner.teacher_logprobs(batch.trained)
-        teacher_sec = time.monotonic() - scoring
-        teacher_kl = reverse_kl(batch.trained, teacher)
-        batch = distilled(batch, teacher, distill)
+    batch, distill = await _distilled(run, learner, batch)
     bound.check(step, batch.versions)
     built = time.monotonic()
     metrics, sync_sec, probe_gap = None, 0.0, None
@@ -126,11 +118,35 @@ async def run_step(
         groups_waited=taken.waited,
         probe_gap=probe_gap,
         memory=learner.peak_memory(),
-        judge=judge.usage.since(judged).metrics() if judge is not None and judged else {},
-        distill={"teacher_reverse_kl": teacher_kl, "teacher_sec": round(teacher_sec, 3)}
-        if distill is not None
-        else {},
+        signals={**judged(), **distill},
     )
+
+
+def _judge_counts(run: Run) -> Callable[[], dict[str, float]]:
+    """What the run's judge does from now until the returned function is called, as the step's
+    ``judge_*`` metrics (``{}`` without a judge)."""
+    judge = run.stack.gateway.judge
+    if judge is None:
+        return dict
+    before = judge.usage.copy()
+    return lambda: judge.usage.since(before).metrics()
+
+
+async def _distilled(
+    run: Run, learner: Learner, batch: StepBatch
+) -> tuple[StepBatch, dict[str, float | None]]:
+    """``batch`` with the teacher's advantages under ``[algorithm.distill]``, and the step's
+    ``teacher_reverse_kl`` and ``teacher_sec`` (``{}``: the run distils from no teacher)."""
+    distill = run.config.algorithm.distill
+    if distill is None:
+        return batch, {}
+    if not batch.trained:
+        return batch, {"teacher_reverse_kl": None, "teacher_sec": 0.0}
+    started = time.monotonic()
+    teacher = await learner.teacher_logprobs(batch.trained)
+    seconds = round(time.monotonic() - started, 3)
+    kl = reverse_kl(batch.trained, teacher)
+    return distilled(batch, teacher, distill), {"teacher_reverse_kl": kl, "teacher_sec": seconds}
 
 
 async def _sample(
