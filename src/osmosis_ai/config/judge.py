@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from osmosis_ai.config.schema import parse_section, section_of, setting
 from osmosis_ai.config.source import ConfigSource, TOMLTable
 from osmosis_ai.errors import ConfigError, SettingError
+from osmosis_ai.rollout.judge import score_range
 
 __all__ = ["JUDGE", "JudgeConfig", "parse_judge"]
 
@@ -117,12 +118,12 @@ class JudgeConfig:
     @property
     def low(self) -> float:
         """The group judge's worst score."""
-        return self.scores[0] if self.scores else self.min_score
+        return score_range(self.scores, self.min_score, self.max_score)[0]
 
     @property
     def high(self) -> float:
         """The group judge's best score."""
-        return self.scores[-1] if self.scores else self.max_score
+        return score_range(self.scores, self.min_score, self.max_score)[1]
 
     def __post_init__(self) -> None:
         if self.min_score >= self.max_score:

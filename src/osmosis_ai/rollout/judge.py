@@ -42,6 +42,7 @@ __all__ = [
     "reference_of",
     "render_trajectory",
     "reply_text",
+    "score_range",
     "usage_metrics",
     "verdict_format",
     "write_verdict",
@@ -287,6 +288,14 @@ def parse_group_verdict(
     return checked, _reasoning(answer)
 
 
+def score_range(
+    scores: Sequence[float] | None, min_score: float, max_score: float
+) -> tuple[float, float]:
+    """The worst and best score a judge may give: the extremes of its allowed ``scores``
+    (sorted), else ``min_score`` and ``max_score``."""
+    return (scores[0], scores[-1]) if scores else (min_score, max_score)
+
+
 class JudgeGraderConfig(GraderConfig):
     """What a `JudgeGrader` asks, and of which model."""
 
@@ -335,13 +344,13 @@ class JudgeGraderConfig(GraderConfig):
 
     @property
     def low(self) -> float:
-        """The worst score: the least of ``scores``, else ``min_score``."""
-        return self.scores[0] if self.scores else self.min_score
+        """The worst score (`score_range`)."""
+        return score_range(self.scores, self.min_score, self.max_score)[0]
 
     @property
     def high(self) -> float:
-        """The best score: the greatest of ``scores``, else ``max_score``."""
-        return self.scores[-1] if self.scores else self.max_score
+        """The best score (`score_range`)."""
+        return score_range(self.scores, self.min_score, self.max_score)[1]
 
     @model_validator(mode="after")
     def _ordered_range(self) -> JudgeGraderConfig:
