@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import runpy
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,8 +14,7 @@ from osmosis_ai.rollout import GraderContext, RolloutSample
 from osmosis_ai.scaffold import scaffold_rollout, validate_entrypoint
 from osmosis_ai.train.config import load_train_config
 from osmosis_ai.train.loop.runner import split_rows
-from tests.eval.conftest import OSMOSIS, ROOT
-from tests.subprocesses import communicate_within
+from tests.eval.conftest import OSMOSIS, evaluate_example
 
 pytestmark = pytest.mark.slow  # left out of make test-fast
 
@@ -146,36 +142,13 @@ async def test_scaffolded_grader_never_matches_an_empty_label(
 async def test_example_runs_on_the_embedded_model(
     tmp_path: Path, example: str, backend: str
 ) -> None:
-    workspace = tmp_path / example
-    shutil.copytree(
-        ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
-    )
     # --verbose keeps the per-request lines (an agent framework's client, the access log).
     verbose = ["--verbose"] if example == "strands_calculator" else []
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json",
-        "--backend", backend, *verbose,
-        cwd=workspace,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await communicate_within(process, 180)
-    assert process.returncode == 0, (err or b"").decode()
-    payload = json.loads(out)
-    assert payload["complete"] and payload["dispatched"] == 2
-    summary = payload["metrics"]["summary"]
-    assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
-    assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
-    run_dir = Path(payload["output_path"])
-    logs = (run_dir / "logs.txt").read_text()
+    _, logs, agent = await evaluate_example(
+        tmp_path, example, "--backend", backend, *verbose, limit_sec=180
+    )
     if backend == "process:sandbox":
         assert "rollouts run in child processes inside bubblewrap" in logs
     requests = ("HTTP Request: POST" in logs, '"GET /rollout' in logs)
     assert requests == ((True, True) if verbose else (False, False)), logs[-3000:]
-    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
-    agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
-    assert agent and all(
-        len(step["metrics"]["completion_token_ids"]) == step["metrics"]["completion_tokens"]
-        for step in agent
-    )
     assert any(step.get("tool_calls") for step in agent)

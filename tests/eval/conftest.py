@@ -116,3 +116,37 @@ def fill_filesystem(path: Path) -> None:
             assert exc.errno == errno.ENOSPC, exc
             return
     raise AssertionError(f"{path} never filled its filesystem")
+
+
+async def evaluate_example(
+    tmp_path: Path, example: str, *args: str, limit_sec: float = 240
+) -> tuple[Path, str, list[dict[str, Any]]]:
+    """``osmosis eval run`` (``--json``, then ``args``) of a copy of ``examples/<example>`` as
+    shipped, on 2 rows of the embedded model, checked to have graded both; returns the run
+    directory, its ``logs.txt`` and the agent steps of row 0's trajectory, each checked to
+    carry the gateway's token ids."""
+    workspace = tmp_path / example
+    shutil.copytree(
+        ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
+    )
+    process = await asyncio.create_subprocess_exec(
+        OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json", *args,
+        cwd=workspace,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await communicate_within(process, limit_sec)
+    assert process.returncode == 0, (err or b"").decode()
+    payload = json.loads(out)
+    assert payload["complete"] and payload["dispatched"] == 2
+    summary = payload["metrics"]["summary"]
+    assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
+    assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
+    run_dir = Path(payload["output_path"])
+    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
+    agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
+    assert agent and all(
+        len(step["metrics"]["completion_token_ids"]) == step["metrics"]["completion_tokens"]
+        for step in agent
+    )
+    return run_dir, (run_dir / "logs.txt").read_text(), agent

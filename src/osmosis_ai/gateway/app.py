@@ -9,6 +9,7 @@ import hmac
 import logging
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -223,7 +224,7 @@ class _Call:
         )
 
 
-class _Route:
+class _Route(ABC):
     """A plain ASGI handler of one of a rollout's model-call routes (see `_ApiRoute`)."""
 
     def __init__(self, state: GatewayState, api: Api) -> None:
@@ -244,9 +245,9 @@ class _Route:
             response = _unexpected_error_response(self.state, exc, self.api)
         await response(scope, receive, send)
 
+    @abstractmethod
     async def answer(self, rollout_id: str, scope: Scope, receive: Receive) -> Response:
         """The answer to one call (errors are answered by `serve`)."""
-        raise NotImplementedError
 
 
 class _ApiRoute(_Route):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +11,7 @@ from typing import Any
 from osmosis_ai.gateway import Gateway, OpenAICompatiblePolicy
 from osmosis_ai.rollout import RolloutContext
 from osmosis_ai.testing import ChatStub, StubReply
-from tests.eval.conftest import OSMOSIS, ROOT
-from tests.subprocesses import communicate_within
+from tests.eval.conftest import evaluate_example
 
 API_KEY = "sk-rollout-5e1d7c9a3b"
 #: The key a gateway in front of the stub sends it.
@@ -74,30 +71,6 @@ async def check_example_evaluates(tmp_path: Path, example: str) -> None:
     model: both graded, no per-request log lines, and the chat messages ``run()`` returned as
     the trajectory (the agent's calls with the gateway's token ids, a tool call with its
     result)."""
-    workspace = tmp_path / example
-    shutil.copytree(
-        ROOT / "examples" / example, workspace, ignore=shutil.ignore_patterns(".osmosis")
-    )
-    process = await asyncio.create_subprocess_exec(
-        OSMOSIS, "eval", "run", f"configs/eval/{example}.toml", "--rows", "0-1", "--json",
-        cwd=workspace,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await communicate_within(process, 240)
-    assert process.returncode == 0, (err or b"").decode()
-    payload = json.loads(out)
-    assert payload["complete"] and payload["dispatched"] == 2
-    summary = payload["metrics"]["summary"]
-    assert summary["total_samples"] == 2 and summary["graded"] == 2, payload["failed_rows"]
-    assert isinstance(summary["reward_stats"]["mean"], float)  # whatever the tiny model got
-    run_dir = Path(payload["output_path"])
-    logs = (run_dir / "logs.txt").read_text()
+    _, logs, agent = await evaluate_example(tmp_path, example)
     assert "HTTP Request: POST" not in logs and '"GET /rollout' not in logs, logs[-3000:]
-    trajectory = json.loads((run_dir / "trajectories" / "row_0_run_0.json").read_text())
-    agent = [step for step in trajectory["steps"] if step["source"] == "agent"]
-    assert agent and all(
-        len(step["metrics"]["completion_token_ids"]) == step["metrics"]["completion_tokens"]
-        for step in agent
-    )
     assert any(step.get("tool_calls") and step.get("observation") for step in agent)
