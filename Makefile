@@ -22,7 +22,7 @@ OPENENV_BIN := $(OPENENV_VENV)/bin
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS_BIN := $(VERIFIERS_VENV)/bin
 
-.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv install-verifiers bench bench-environments bench-async bench-recipes bench-compare bench-trl bench-train bench-soak bench-signals
+.PHONY: demo train-demo install-train test test-fast check lint type-check suite-main suite-harbor suite-engines debian-packages install-dev install-eval install-harbor test-harbor install-engines test-engines install-vllm install-openenv install-verifiers bench bench-environments bench-async bench-recipes bench-compare bench-trl bench-train bench-soak bench-signals bench-prefix
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -211,6 +211,13 @@ bench-trl: install-dev
 ## answer (agreement, then 4 steps graded by each); about an hour on an idle 2-core machine.
 bench-signals: install-dev
 	$(BIN)/python benchmarks/signals.py
+
+## A group's shared prompt computed once and generation in bf16 (issue 58): the calculator and
+## the OpenAI Agents calculator at group sizes 4 and 8, trained today's way, shared, and shared
+## with bf16 generation, 3 repeats of 2 steps (the update also timed unshared and shared on the
+## same sequences); then 6 steps with fp32 and bf16 generation and their held-out reward.
+bench-prefix: install-dev
+	$(BIN)/python benchmarks/prefix.py
 
 ## One server under 100,000 no-op rollouts at 512 concurrent (a few minutes): RSS, CPU per
 ## rollout, throughput and fds per 10,000; fails when memory or CPU per rollout grows.

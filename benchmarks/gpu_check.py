@@ -24,12 +24,14 @@ initial weights, in fp32 and under bf16 autocast.
     python benchmarks/gpu_check.py --device cpu --set num_hidden_layers=2 --steps 1
     python benchmarks/gpu_check.py --engine vllm --vllm-python /opt/vllm/bin/python
 
+The torch engine generates in fp32 (``--engine-precision fp32``), so the logprob check stays
+exact; ``bf16`` (what ``auto`` picks where the learner updates in bf16) for its real speed.
 ``--engine vllm`` generates with a vLLM server (``--vllm-python``: the interpreter that has
 it; ``--vllm-dtype float32`` by default, so the logprob check stays exact; ``bfloat16`` for
 its real speed) and adds the weight sync to the step split.
 
 It exits 1 when a mode fails or the fp32 logprobs differ by more than 1e-3 (with the torch
-engine, or vLLM in float32).
+engine in fp32, or vLLM in float32).
 """
 
 from __future__ import annotations
@@ -127,6 +129,13 @@ def _arguments() -> argparse.Namespace:
         "--engine", choices=("torch", "vllm"), default="torch", help="what generates the rollouts"
     )
     parser.add_argument(
+        "--engine-precision",
+        choices=("fp32", "bf16", "auto"),
+        default="fp32",
+        help="the torch engine's [engine] precision; fp32 keeps the logprob check exact, bf16 "
+        "(what auto picks where the learner updates in bf16) is the fast one",
+    )
+    parser.add_argument(
         "--vllm-python", default=sys.executable, help="the interpreter with vLLM (--engine vllm)"
     )
     parser.add_argument(
@@ -217,6 +226,8 @@ def _workspace(root: Path, args: argparse.Namespace, model_dir: Path) -> Path:
                 [sampling]
                 max_tokens = {args.max_tokens}
                 temperature = 1.0
+                [engine]
+                precision = "{args.engine_precision}"
                 [learner]
                 device = "{args.device}"
                 learning_rate = {1e-4 if mode == "lora" else 1e-5}
@@ -397,8 +408,11 @@ async def _check(args: argparse.Namespace, scratch: Path) -> bool:
         metrics = [json.loads(line) for line in lines]
         deltas = await asyncio.to_thread(teacher_forced_deltas, model, _records(run_dir))
         title = f"{mode}: {len(metrics)} steps of {args.prompts} x {args.group_size} rollouts"
-        # vLLM in half precision samples from another distribution than the fp32 pass.
-        exact = args.engine == "torch" or args.vllm_dtype == "float32"
+        # An engine in half precision samples from another distribution than the fp32 pass.
+        if args.engine == "torch":
+            exact = args.engine_precision == "fp32"
+        else:
+            exact = args.vllm_dtype == "float32"
         print_table(
             title, _figures(metrics, deltas, device.type == "cuda", exact, args.max_staleness > 0)
         )

@@ -41,8 +41,16 @@ def _step_line(metrics: Mapping[str, Any]) -> str:
         f"grad {number('grad_norm')}, zero-gradient groups {metrics['zero_gradient_groups']}"
         f"{_resampled(metrics)}{_excluded(metrics)}, "
         f"time {number('generation_sec', 1)}s rollouts + {number('update_sec', 1)}s update"
-        f"{_no_update(metrics)}"
+        f"{_computed(metrics)}{_no_update(metrics)}"
     )
+
+
+def _computed(metrics: Mapping[str, Any]) -> str:
+    """The update's tokens computed against those trained on (shared prefixes once)."""
+    forwarded, computed = metrics.get("tokens_forwarded"), metrics.get("tokens_computed")
+    if not forwarded or computed is None:
+        return ""
+    return f", tokens computed {computed:,} of {forwarded:,}"
 
 
 def _no_update(metrics: Mapping[str, Any]) -> str:

@@ -351,6 +351,14 @@ class LearnerConfig:
         "memory runs out, raise it on a GPU with room to spare",
         formerly="training.token_budget",
     )
+    share_prefix: bool = setting(
+        True,
+        comment="compute the first tokens a micro-batch's rollouts share (a group's prompt) once",
+        docs="run the first tokens the rollouts of a micro-batch have in common (a group's "
+        "prompt: system prompt, tools, task) through the model once, with its gradient, and "
+        "their rests against its keys and values; the logprobs and the gradient are the "
+        "unshared ones within fp32 rounding. `false`: every rollout whole",
+    )
     device: str = setting(
         "auto",
         parse=_device,
@@ -436,6 +444,23 @@ class EngineConfig:
         "cache (prompt + `max_tokens` each) would not fit in a quarter of the device's free "
         "memory. A step's rollouts start together, so their first calls share one prefill",
         formerly="training.max_batch_size",
+    )
+    precision: Precision = setting(
+        "auto",
+        comment='the torch engine: "bf16" (a bf16 copy generates), "fp32", or as [learner]',
+        docs='what the torch engine generates in: `"fp32"` (the learner\'s own weights, so its '
+        'recorded logprobs are the learner\'s), `"bf16"` (a bf16 copy of the weights, copied '
+        "in after every step: the engine's logprobs differ a little from the learner's and the "
+        'off-policy correction bounds the gap, as with vLLM), or `"auto"`: as `[learner] '
+        "precision` resolved ([measured](measurements.md#generation-in-bf16))",
+    )
+    prefix_cache: bool = setting(
+        True,
+        comment="keep finished calls' keys and values for later turns that extend them",
+        docs="keep a finished call's keys and values, so that a later call whose prompt begins "
+        "the same way (an agent's next turn) prefills only its new tokens; emptied at every "
+        "update, within a quarter of the engine's cache budget. Not for models with "
+        "sliding-window or recurrent layers",
     )
     vllm: VllmConfig | None = subsection(
         docs="generate with a vLLM server instead of the learner's own model (the torch "
@@ -617,6 +642,7 @@ class TrainConfig(RolloutSource):
             temperature=self.sampling.temperature or 1.0,
             token_budget=self.learner.token_budget,
             bf16=bf16,
+            share_prefix=self.learner.share_prefix,
         )
 
 

@@ -33,9 +33,17 @@ from osmosis_ai.train.algorithm.logprobs import (
     policy_logprobs_and_entropy,
     reference_logprobs,
     sequence_logprobs,
+    shares_prefixes,
 )
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_weights
-from osmosis_ai.train.algorithm.micro_batches import MicroBatch, collate, pack_micro_batches
+from osmosis_ai.train.algorithm.micro_batches import (
+    MicroBatch,
+    collate,
+    computed_tokens,
+    pack_micro_batches,
+    plan_micro_batches,
+    shared_prefix,
+)
 from osmosis_ai.train.algorithm.settings import (
     ADVANTAGE_EPS,
     CLIP_DEFAULTS,
@@ -85,6 +93,7 @@ __all__ = [
     "carries_loss",
     "check_head",
     "collate",
+    "computed_tokens",
     "distill_advantages",
     "group_advantages",
     "grpo_loss",
@@ -92,12 +101,15 @@ __all__ = [
     "overlong_penalty",
     "overlong_shaped",
     "pack_micro_batches",
+    "plan_micro_batches",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
     "reference_logprobs",
     "relative_advantages",
     "reverse_kl",
     "sequence_logprobs",
+    "shared_prefix",
+    "shares_prefixes",
     "step_advantages",
     "token_weights",
     "train_step",

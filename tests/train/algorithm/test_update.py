@@ -36,17 +36,25 @@ def _step_sequences() -> list[TrainingSequence]:
     return sequences
 
 
+@pytest.mark.parametrize("share_prefix", [False, True], ids=["unshared", "shared"])
 @pytest.mark.parametrize("normalisation", ["token", "sequence"])
-def test_micro_batching_gives_the_same_update_as_one_batch(normalisation: str) -> None:
+def test_micro_batching_gives_the_same_update_as_one_batch(
+    normalisation: str, share_prefix: bool
+) -> None:
     updated = []
     for budget in (64, 6):
         model = tiny_llama()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        config = UpdateSettings(AlgorithmConfig(normalisation=normalisation), token_budget=budget)  # type: ignore[arg-type]
+        config = UpdateSettings(
+            AlgorithmConfig(normalisation=normalisation),  # type: ignore[arg-type]
+            token_budget=budget,
+            share_prefix=share_prefix,
+        )
         metrics = train_step(model, optimizer, _step_sequences(), config, step=1)
         updated.append((metrics, torch.nn.utils.parameters_to_vector(model.parameters())))
     (whole, whole_params), (split, split_params) = updated
-    assert (whole.micro_batches, split.micro_batches) == (1, 6)
+    # Shared, rollouts sharing nothing but a first token are not worth batching together.
+    assert split.micro_batches == 6 and whole.micro_batches == (2 if share_prefix else 1)
     assert split.loss == pytest.approx(whole.loss, rel=1e-5)
     assert split.grad_norm == pytest.approx(whole.grad_norm, rel=1e-4)
     assert torch.allclose(whole_params, split_params, atol=1e-6)

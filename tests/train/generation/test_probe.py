@@ -78,3 +78,30 @@ async def test_the_probe_stops_the_run_when_a_push_did_not_reach_the_engine(
     ) as caught:
         await probe.check(1)
     assert "step 1" in str(caught.value) and "torch engine" in str(caught.value)
+
+
+async def test_a_bf16_engine_generates_from_its_own_copy_and_the_probe_allows_its_gap(
+    learner: Learner,
+) -> None:
+    """``[engine] precision = "bf16"``: the engine copies the served model in bf16 and takes
+    every push into the copy; its probe tolerance is calibrated as a server's, and a push
+    that did not arrive still stops the run."""
+    engine = TorchEngine(learner.served_model, learner.tokenizer, precision="bf16")
+    await engine.start()
+    try:
+        assert engine.model is not learner.served_model
+        assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+        probe = WeightProbe(engine, learner)
+        assert await probe.calibrate(0) <= 0.2
+        assert probe.tolerance >= 0.05
+        _change_the_trained_weights(learner)
+        async with engine.updating(version=1) as update:
+            await update.push(learner.model)
+        assert await probe.check(1) <= probe.tolerance
+        _change_the_trained_weights(learner)
+        async with engine.updating(version=2):
+            pass
+        with pytest.raises(TrainingStopped, match="not generating with the learner.s weights"):
+            await probe.check(2)
+    finally:
+        await engine.aclose()

@@ -570,6 +570,15 @@ def test_step_line_says_how_many_groups_were_resampled() -> None:
     assert "zero-gradient groups 1, left out 4 (failed 1, no_calls 3), time" in left_out
 
 
+def test_step_line_says_the_tokens_the_update_computed_of_those_it_trained_on() -> None:
+    from osmosis_ai.cli.train import _step_line
+
+    metrics = {"step": 2, "zero_gradient_groups": 0, "update_sec": 3.0}
+    line = _step_line({**metrics, "tokens_forwarded": 12_480, "tokens_computed": 4_210})
+    assert line.endswith("s update, tokens computed 4,210 of 12,480")
+    assert "tokens computed" not in _step_line({**metrics, "tokens_forwarded": 0})
+
+
 def test_a_missing_training_config_is_named_as_one(tmp_path: Path) -> None:
     missing = tmp_path / "configs" / "training" / "nope.toml"
     with pytest.raises(ConfigError, match=f"training config {missing} does not exist"):

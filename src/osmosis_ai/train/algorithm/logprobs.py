@@ -13,9 +13,10 @@ imports them all, so the few lines are written here instead (same row-wise appro
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from osmosis_ai._extras import import_optional
 from osmosis_ai.errors import ConfigError
@@ -29,7 +30,7 @@ from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E40
 from osmosis_ai.train.algorithm.micro_batches import (  # noqa: E402
     MicroBatch,
     collate,
-    pack_micro_batches,
+    plan_micro_batches,
 )
 from osmosis_ai.train.algorithm.sequences import TrainingSequence  # noqa: E402
 
@@ -42,6 +43,7 @@ __all__ = [
     "policy_logprobs_and_entropy",
     "reference_logprobs",
     "sequence_logprobs",
+    "shares_prefixes",
 ]
 
 
@@ -83,9 +85,7 @@ def _scored(
     top_k = batch.top_k[on] if batch.top_k is not None else None
     top_p = batch.top_p[on] if batch.top_p is not None else None
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-        hidden = _body(model)(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask
-        ).last_hidden_state
+        hidden = _hidden(model, batch)
         chosen = hidden[:, :-1][on]
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         chunks, entropies = [], []
@@ -115,6 +115,61 @@ def _scored(
     return zeros.masked_scatter(on, values), spread
 
 
+def _hidden(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+    """The decoder's last hidden states ``[B, T, H]`` of the batch.
+
+    A shared prefix (`MicroBatch.prefix`) is run once, as one row; its keys and values are
+    repeated along the batch as a cache, which every row's rest attends to, at the positions
+    after it. Its hidden states, repeated, start every row's. Autograd sums the rows' gradients
+    through the repeat, so the prefix's gradient is the sum the unshared pass computes, and
+    each position sees the same keys and values as unshared: equal within rounding.
+    """
+    body = _body(model)
+    prefix, rows = batch.prefix, batch.input_ids.shape[0]
+    if not prefix:
+        hidden: torch.Tensor = body(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask
+        ).last_hidden_state
+        return hidden
+    from transformers import DynamicCache
+
+    config: Any = body.config
+    cache = DynamicCache(config=config)  # filled by the forward pass
+    keyword = _cache_keyword(body)
+    shared = body(input_ids=batch.input_ids[:1, :prefix], use_cache=True, **{keyword: cache})
+    cache.batch_repeat_interleave(rows)
+    rest = body(
+        input_ids=batch.input_ids[:, prefix:],
+        attention_mask=batch.attention_mask,
+        use_cache=True,
+        **{keyword: cache},
+    ).last_hidden_state
+    return torch.cat([shared.last_hidden_state.expand(rows, -1, -1), rest], dim=1)
+
+
+def shares_prefixes(model: torch.nn.Module) -> bool:
+    """Whether a micro-batch's shared prefix can be computed once for ``model``: its decoder
+    takes a KV cache, and every layer of it is attention (full or a sliding window), whose
+    keys and values repeat along the batch. A model with recurrent or linear-attention layers
+    (Mamba, hybrid models) runs every rollout whole."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    body = _body(model)
+    if not {"cache", "past_key_values"} & set(inspect.signature(body.forward).parameters):
+        return False
+    config: Any = body.config
+    layers = DynamicCache(config=config).layers
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
+
+
+def _cache_keyword(body: torch.nn.Module) -> str:
+    """The keyword a decoder's forward takes its KV cache by: ``cache`` in the newer
+    transformers 5 releases, ``past_key_values`` in the older ones and some architectures."""
+    parameters = inspect.signature(body.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 def reference_logprobs(
     reference_model: torch.nn.Module,
     batch: MicroBatch,
@@ -138,15 +193,18 @@ def sequence_logprobs(
     grammars: TokenMasks | None,
     bf16: bool = False,
     temperature: float = 1.0,
+    share_prefix: bool = False,
 ) -> list[tuple[float, ...]]:
     """`reference_logprobs` of whole sequences (a distillation teacher's), in micro-batches of
     at most ``token_budget`` tokens: each sequence's logprob per token, aligned with its token
-    ids (0.0 at its first token and off its loss mask)."""
+    ids (0.0 at its first token and off its loss mask); with ``share_prefix`` a micro-batch's
+    shared prefix is computed once."""
     out: list[tuple[float, ...]] = [()] * len(sequences)
-    for indices in pack_micro_batches([len(s) for s in sequences], token_budget):
+    token_ids = [s.token_ids for s in sequences]
+    for indices in plan_micro_batches(token_ids, token_budget, share_prefix=share_prefix):
         part = [sequences[index] for index in indices]
         zeros = [0.0] * len(part)
-        batch = collate(part, zeros, zeros, grammars).to(device)
+        batch = collate(part, zeros, zeros, grammars, share_prefix=share_prefix).to(device)
         scored = reference_logprobs(model, batch, bf16=bf16, temperature=temperature)
         for row, index in enumerate(indices):
             out[index] = (0.0, *scored[row, : len(sequences[index]) - 1].tolist())

@@ -1,7 +1,11 @@
 """A step's sequences packed into micro-batches under a token budget, and padded into tensors.
 
 The update accumulates gradients over the micro-batches (``update.train_step``); each one's
-padded size (rows × longest) fits the budget, so the budget bounds the update's memory.
+computed size fits the budget, so the budget bounds the update's memory. Unshared, that size
+is its padded one (rows × longest). With ``share_prefix`` the rows of a micro-batch may share
+their first tokens (a GRPO group's prompt: system prompt, tools, the task), which the model
+then computes once (`MicroBatch.prefix`, see ``logprobs``): its size is the prefix once and
+each row's padded rest.
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.train.algorithm.grammar_masks import TokenMasks, replayed_masks  # noqa: E402
 
-__all__ = ["MicroBatch", "collate", "pack_micro_batches"]
+__all__ = [
+    "MicroBatch",
+    "collate",
+    "computed_tokens",
+    "pack_micro_batches",
+    "plan_micro_batches",
+    "shared_prefix",
+]
 
 
 def pack_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -34,17 +45,110 @@ def pack_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[i
     order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
     batches: list[list[int]] = []
     for index in order:
-        if lengths[index] > token_budget:
-            raise ConfigError(
-                f"a sequence of {lengths[index]} tokens exceeds micro_batch_tokens="
-                f"{token_budget}: raise micro_batch_tokens or lower the rollouts' max_tokens"
-            )
+        _check_length(lengths[index], token_budget)
         # Sorted longest first, so a batch's first row is its longest.
         if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
             batches[-1].append(index)
         else:
             batches.append([index])
     return batches
+
+
+def shared_prefix(token_ids: Sequence[Sequence[int]]) -> int:
+    """How many first tokens every one of ``token_ids`` has in common, leaving each at least
+    one token of its own (0 for fewer than two sequences: nothing to share)."""
+    if len(token_ids) < 2:
+        return 0
+    first, shortest = token_ids[0], min(len(ids) for ids in token_ids)
+    length = shortest - 1
+    for ids in token_ids[1:]:
+        length = min(length, _common(first, ids, length))
+    return max(length, 0)
+
+
+def computed_tokens(token_ids: Sequence[Sequence[int]], prefix: int) -> int:
+    """The tokens the model computes for a micro-batch of ``token_ids`` whose first ``prefix``
+    tokens are computed once (padding excluded)."""
+    return prefix + sum(len(ids) - prefix for ids in token_ids)
+
+
+def plan_micro_batches(
+    token_ids: Sequence[Sequence[int]], token_budget: int, *, share_prefix: bool
+) -> list[list[int]]:
+    """Indices of sequences grouped into micro-batches, each of which fits ``token_budget``.
+
+    Without ``share_prefix``, `pack_micro_batches`. With it, sequences are taken in the order
+    of their token ids, so that those with a common beginning (a group's prompt, a forked
+    rollout's history) are neighbours, and a sequence joins the micro-batch before it when
+    that costs no more than computing it alone (its shared prefix is computed once: a group
+    stays together, another group sharing only the system prompt starts a new one). Sequences
+    left alone, sharing nothing, are packed as `pack_micro_batches` does.
+
+    Raises:
+        ConfigError: One sequence alone is longer than the budget.
+    """
+    lengths = [len(ids) for ids in token_ids]
+    if not share_prefix:
+        return pack_micro_batches(lengths, token_budget)
+    runs: list[_Run] = []
+    for index in sorted(range(len(token_ids)), key=lambda i: tuple(token_ids[i])):
+        _check_length(lengths[index], token_budget)
+        joined = runs[-1].joined(index, token_ids) if runs else None
+        if joined is not None and joined.size <= min(token_budget, runs[-1].size + lengths[index]):
+            runs[-1] = joined
+        else:
+            runs.append(_Run((index,), common=lengths[index], shortest=lengths[index],
+                             longest=lengths[index]))  # fmt: skip
+    alone = [run.indices[0] for run in runs if len(run.indices) == 1]
+    packed = pack_micro_batches([lengths[i] for i in alone], token_budget)
+    shared = [list(run.indices) for run in runs if len(run.indices) > 1]
+    return shared + [[alone[i] for i in batch] for batch in packed]
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Sequences in token order forming one micro-batch while they are planned."""
+
+    indices: tuple[int, ...]
+    common: int
+    """The length of their common beginning (a lone sequence's whole length)."""
+    shortest: int
+    longest: int
+
+    @property
+    def size(self) -> int:
+        """Its computed size: the shared prefix once, each row's rest padded."""
+        prefix = min(self.common, self.shortest - 1) if len(self.indices) > 1 else 0
+        return prefix + len(self.indices) * (self.longest - prefix)
+
+    def joined(self, index: int, token_ids: Sequence[Sequence[int]]) -> _Run:
+        """The run with sequence ``index`` after its last (in token order, the common
+        beginning of the run is the smallest of its neighbours')."""
+        ids = token_ids[index]
+        last = token_ids[self.indices[-1]]
+        return _Run(
+            (*self.indices, index),
+            common=min(self.common, _common(last, ids, len(ids))),
+            shortest=min(self.shortest, len(ids)),
+            longest=max(self.longest, len(ids)),
+        )
+
+
+def _common(first: Sequence[int], other: Sequence[int], limit: int) -> int:
+    """The length of the common beginning of two sequences, at most ``limit``."""
+    end = min(limit, len(first), len(other))
+    for position in range(end):
+        if first[position] != other[position]:
+            return position
+    return max(end, 0)
+
+
+def _check_length(length: int, token_budget: int) -> None:
+    if length > token_budget:
+        raise ConfigError(
+            f"a sequence of {length} tokens exceeds micro_batch_tokens={token_budget}: "
+            "raise micro_batch_tokens or lower the rollouts' max_tokens"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +181,12 @@ class MicroBatch:
     old_logprobs: torch.Tensor | None = None
     """``[B, T - 1]`` the learner's logprobs at the start of the step, when the step makes
     several updates (``None``: one update, whose own logprobs are the start's)."""
+    prefix: int = 0
+    """How many first tokens every row has in common and the model computes once (one row's
+    forward pass, whose keys and values the rows' rests attend to); 0: none shared."""
+    computed_tokens: int = 0
+    """Tokens the model computes for the batch: the prefix once, each row's rest (padding
+    excluded)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
@@ -93,6 +203,8 @@ class MicroBatch:
             top_k=top_k.to(device) if top_k is not None else None,
             top_p=top_p.to(device) if top_p is not None else None,
             old_logprobs=old.to(device) if old is not None else None,
+            prefix=self.prefix,
+            computed_tokens=self.computed_tokens,
         )
 
 
@@ -102,12 +214,15 @@ def collate(
     weights: Sequence[float],
     grammars: TokenMasks | None = None,
     old_logprobs: Sequence[torch.Tensor] | None = None,
+    *,
+    share_prefix: bool = False,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch on the CPU (`MicroBatch.to` moves it), with
     their advantages (one per sequence, or one per token of it) and per-token weights beside,
     their grammar spans replayed by ``grammars`` and their truncation spans' top-k and top-p
     laid out per token. ``old_logprobs`` are each sequence's logprobs at the start of the
-    step (``[len - 1]``, as `policy_logprobs` gives them), padded beside.
+    step (``[len - 1]``, as `policy_logprobs` gives them), padded beside. With
+    ``share_prefix`` the rows' common first tokens are the batch's ``prefix``.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
@@ -147,6 +262,8 @@ def collate(
         old = torch.zeros(rows, width - 1, dtype=torch.float32)
         for row, values in enumerate(old_logprobs):
             old[row, : len(values)] = values
+    ids = [sequence.token_ids for sequence in sequences]
+    prefix = shared_prefix(ids) if share_prefix else 0
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -159,6 +276,8 @@ def collate(
         top_k=top_k,
         top_p=top_p,
         old_logprobs=old,
+        prefix=prefix,
+        computed_tokens=computed_tokens(ids, prefix),
     )
 
 

@@ -503,6 +503,9 @@ class UpdateSettings:
     bf16: bool = False
     """``[learner] precision`` as the device resolved it: the forward pass under bf16
     autocast (logprobs are still taken in fp32)."""
+    share_prefix: bool = True
+    """``[learner] share_prefix``: the first tokens the rows of a micro-batch have in common
+    (a group's prompt) are computed once (`micro_batches.plan_micro_batches`)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):

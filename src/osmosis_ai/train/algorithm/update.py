@@ -34,7 +34,7 @@ from osmosis_ai.train.algorithm.logprobs import (  # noqa: E402
     reference_logprobs,
 )
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss  # noqa: E402
-from osmosis_ai.train.algorithm.micro_batches import collate, pack_micro_batches  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import collate, plan_micro_batches  # noqa: E402
 
 __all__ = ["NonFiniteStepError", "StepMetrics", "carries_loss", "train_step"]
 
@@ -57,7 +57,8 @@ class StepMetrics:
     micro_batches: int
     """Forward and backward passes, over all of the step's updates."""
     tokens: int
-    """Tokens of the step's sequences (padding excluded), each counted once."""
+    """Tokens of the step's sequences (padding excluded), each counted once: the tokens
+    trained."""
     policy_tokens: int
     """Policy tokens the loss counts, each once: those of a rollout ``overlong = "mask"``
     left out are not (every figure below is over these)."""
@@ -101,6 +102,10 @@ class StepMetrics:
     entropy: float = 0.0
     """Mean entropy of the distribution each policy token was scored under, in the step's
     first pass over them (before any update with one mini-batch)."""
+    computed_tokens: int = 0
+    """Tokens the step's first pass over its sequences ran through the model: ``tokens``
+    less the shared prefixes computed once rather than in every row (``[learner]
+    share_prefix``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,8 @@ class _Applied:
     grad_norm: float
     parts: list[LossParts]
     entropy_sum: float
+    computed_tokens: int
+    """Tokens its forward passes computed (shared prefixes once, padding excluded)."""
     applied: bool = True
     """False: no token had a gradient, and the optimiser did not step."""
 
@@ -207,9 +214,9 @@ def _apply(
         NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
     """
     weights = _weights(sequences, config)
-    batches = pack_micro_batches([len(s) for s in sequences], config.token_budget)
+    batches = _planned(sequences, config)
     optimizer.zero_grad(set_to_none=True)
-    total, entropy_sum = 0.0, 0.0
+    total, entropy_sum, computed = 0.0, 0.0, 0
     parts: list[LossParts] = []
     for indices in batches:
         batch = collate(
@@ -218,7 +225,9 @@ def _apply(
             [weights[i] for i in indices],
             grammars,
             [old[i] for i in indices] if old is not None else None,
+            share_prefix=config.share_prefix,
         ).to(device)
+        computed += batch.computed_tokens
         reference = None
         if reference_model is not None and config.algorithm.kl_beta > 0:
             reference = reference_logprobs(
@@ -242,7 +251,7 @@ def _apply(
         parts.append(counted)
     if not any(part.carrying for part in parts):
         optimizer.zero_grad(set_to_none=True)
-        return _Applied(total, 0.0, parts, entropy_sum, applied=False)
+        return _Applied(total, 0.0, parts, entropy_sum, computed, applied=False)
     max_norm = config.algorithm.max_grad_norm or math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
     if not math.isfinite(grad_norm):
@@ -253,7 +262,14 @@ def _apply(
         )
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return _Applied(total, grad_norm, parts, entropy_sum)
+    return _Applied(total, grad_norm, parts, entropy_sum, computed)
+
+
+def _planned(sequences: Sequence[TrainingSequence], config: UpdateSettings) -> list[list[int]]:
+    """The micro-batches of ``sequences`` (indices) under the config's budget and sharing."""
+    return plan_micro_batches(
+        [s.token_ids for s in sequences], config.token_budget, share_prefix=config.share_prefix
+    )
 
 
 def _weights(sequences: Sequence[TrainingSequence], config: UpdateSettings) -> list[float]:
@@ -300,10 +316,10 @@ def _start_logprobs(
     CPU, no gradient)."""
     start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
     with torch.no_grad():
-        for indices in pack_micro_batches([len(s) for s in sequences], config.token_budget):
+        for indices in _planned(sequences, config):
             chosen = [sequences[i] for i in indices]
             unused = [0.0] * len(chosen)  # advantages and weights: no loss is taken
-            batch = collate(chosen, unused, unused, grammars)
+            batch = collate(chosen, unused, unused, grammars, share_prefix=config.share_prefix)
             logprobs = policy_logprobs(
                 model, batch.to(device), bf16=config.bf16, temperature=config.temperature
             ).cpu()
@@ -365,6 +381,7 @@ def _metrics(
         sequences=len(sequences),
         micro_batches=sum(len(update.parts) for update in applied),
         tokens=sum(len(s) for s in sequences),
+        computed_tokens=sum(update.computed_tokens for update in applied[:first_epoch]),
         policy_tokens=policy,
         clip_fraction=share(low + high, scored),
         clip_low_fraction=share(low, scored),

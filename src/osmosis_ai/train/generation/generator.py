@@ -15,11 +15,12 @@ from pathlib import Path
 from osmosis_ai.gateway.policies.engines.base import TokenEngine
 from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.gateway.policies.engines.vllm import VllmEngine
+from osmosis_ai.gateway.policies.torch_device import update_in_bf16
 from osmosis_ai.train.config import TrainConfig
 from osmosis_ai.train.generation.vllm_server import VllmServer
 from osmosis_ai.train.learner.core import Learner
 
-__all__ = ["Generator", "open_generator", "weights_directory"]
+__all__ = ["Generator", "engine_in_bf16", "open_generator", "weights_directory"]
 
 #: A tmpfs for the weights vLLM reloads each step, when it has room for them twice over.
 _SHM = Path("/dev/shm")
@@ -90,11 +91,14 @@ async def open_generator(
     training, vllm_config = config.training, config.engine.vllm
     rank = config.learner.lora.rank if config.learner.lora is not None else 0
     if vllm_config is None:  # the torch engine: the policy serving it starts and stops it
+        bf16 = engine_in_bf16(config, learner)
         engine = TorchEngine(
             learner.served_model,
             learner.tokenizer,
             version=version,
             max_batch_size=config.engine.max_batch_size,
+            prefix_cache=config.engine.prefix_cache,
+            precision="bf16" if bf16 else "fp32",
             thread=learner.thread,
         )
         yield Generator(engine)
@@ -137,6 +141,20 @@ async def open_generator(
     finally:
         await server.stop()
         await asyncio.to_thread(shutil.rmtree, weights, True)
+
+
+def engine_in_bf16(config: TrainConfig, learner: Learner) -> bool:
+    """Whether the torch engine generates from a bf16 copy: ``[engine] precision``, whose
+    ``auto`` follows the learner's resolved precision (bf16 where the device computes it
+    natively, unless ``[learner] precision = "fp32"`` asked for exact logprobs).
+
+    Raises:
+        ConfigError: ``"bf16"`` where the device would emulate it.
+    """
+    precision = config.engine.precision
+    if precision == "auto":
+        return learner.settings.bf16
+    return update_in_bf16(learner.device, precision, key="[engine] precision")
 
 
 def weights_directory(run_dir: Path, model_bytes: int) -> Path:

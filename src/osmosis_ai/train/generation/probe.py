@@ -7,10 +7,10 @@ run trains on data from a policy it does not know about; its logprobs then diffe
 learner's by the step's whole change. The probe turns that into one clear stop, the step
 after it happens. The gap is the median |engine - learner| logprob of the probe's tokens (a
 stale engine moves every token; one rare token scored a little apart does not stop a run); the
-tolerance is the engine's: the torch engine generates with the learner's own weights
-(``1e-3``); a vLLM server holds them in its own dtype, so its tolerance is four times the gap
-measured before the first step (when both hold the same weights, a gap of at most 0.2), and
-at least 0.05.
+tolerance is the engine's: the torch engine in fp32 generates with the learner's own weights
+(``1e-3``); a vLLM server, or the torch engine's bf16 copy, holds them in its own dtype, so
+its tolerance is four times the gap measured before the first step (when both hold the same
+weights, a gap of at most 0.2), and at least 0.05.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import statistics
 from typing import Any
 
 from osmosis_ai.gateway.policies.engines.base import GenerationRequest, Sampling, TokenEngine
+from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.outcome import TrainingStopped
 
@@ -41,9 +42,15 @@ _SERVER_CEILING = 0.2
 def probe_tolerance(engine: TokenEngine, baseline: float) -> float:
     """The median logprob gap the probe accepts from ``engine``, whose gap was ``baseline``
     when it held the learner's weights."""
-    if engine.kind == "torch":
+    if _exact(engine):
         return _EXACT
     return max(_SERVER_FLOOR, _SERVER_MARGIN * baseline)
+
+
+def _exact(engine: TokenEngine) -> bool:
+    """Whether ``engine`` generates with the learner's own weights (the torch engine in
+    fp32), not a copy in another dtype."""
+    return isinstance(engine, TorchEngine) and engine.precision == "fp32"
 
 
 class WeightProbe:
@@ -61,7 +68,7 @@ class WeightProbe:
         Raises:
             TrainingStopped: The engine does not hold the learner's weights.
         """
-        if self._engine.kind != "torch":
+        if not _exact(self._engine):
             self.tolerance = _SERVER_CEILING
         gap = await self._gap(version, f"before step {version + 1}")
         self.tolerance = probe_tolerance(self._engine, gap)

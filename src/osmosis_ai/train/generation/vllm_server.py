@@ -240,6 +240,10 @@ class VllmServer:
             # vLLM would hand them to xgrammar, which reads %json with its own whitespace.
             "--structured-outputs-config", GUIDANCE,
             "--dtype", config.dtype,
+            # A group's calls share their prompt and an agent's turns their history: vLLM
+            # computes a cached prefix once (on by default in its V1 engine; said here so a
+            # changed default cannot turn it off; `args` may still pass --no-enable-...).
+            "--enable-prefix-caching",
         ]  # fmt: skip
         if config.max_model_len:
             argv += ["--max-model-len", str(config.max_model_len)]

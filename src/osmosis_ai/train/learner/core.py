@@ -23,7 +23,7 @@ import random
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -131,7 +131,7 @@ class Learner:
         return await self.run(
             sequence_logprobs, self.teacher, sequences, token_budget=settings.token_budget,
             device=self.device, grammars=self.grammars, bf16=settings.bf16,
-            temperature=settings.temperature,
+            temperature=settings.temperature, share_prefix=settings.share_prefix,
         )  # fmt: skip
 
     def peak_memory(self) -> dict[str, float]:
@@ -190,7 +190,7 @@ class Learner:
     ) -> Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
         training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
-        from osmosis_ai.train.algorithm.logprobs import check_head
+        from osmosis_ai.train.algorithm.logprobs import check_head, shares_prefixes
         from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
 
         lora, kl_beta = config.learner.lora, config.algorithm.kl_beta
@@ -213,6 +213,8 @@ class Learner:
         scheduler = warmup_schedule(optimizer, warmup_steps=max(1, steps // 10), total_steps=steps)
         bf16 = update_in_bf16(device, config.learner.precision, key="learner.precision")
         settings = config.update_settings(bf16=bf16)
+        if settings.share_prefix and not shares_prefixes(model):
+            settings = replace(settings, share_prefix=False)
         base = model.get_base_model() if lora is not None else model
         grammars = GrammarCompiler.of_model(base, tokenizer)
         distill = config.algorithm.distill

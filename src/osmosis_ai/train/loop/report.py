@@ -114,6 +114,7 @@ class StepReport:
             "tokens_generated": self.tokens_generated,
             "tokens_trained": metrics.policy_tokens if metrics else 0,
             "tokens_forwarded": metrics.tokens if metrics else 0,
+            "tokens_computed": metrics.computed_tokens if metrics else 0,
             "tokens_per_sec": (
                 self.tokens_generated / times.generation if times.generation > 0 else None
             ),

@@ -5,7 +5,9 @@ prompts are prefilled together, left-padded, and their cache is merged into the 
 one) and leave as soon as they finish, so a long answer never holds the others back and a
 call arriving mid-generation does not wait for the batch to end. Rows that join together
 with the same prompt (the samples of one GRPO group) share its prefill: the prompt is
-computed once and its cache copied to each of them.
+computed once and its cache copied to each of them. With a `PrefixStore`, a finished row's
+cache is kept, and a prompt that begins with stored tokens (an agent's next turn: its last
+call and a tool result) is prefilled from where they end.
 
 Every step samples each row from the distribution the engine reports: logits masked by the
 row's grammar (if any), divided by the temperature, cut to top-k and top-p, renormalised.
@@ -23,6 +25,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmosis_ai.gateway.policies.engines._prefix_store import PrefixHit, PrefixStore
 from osmosis_ai.gateway.policies.engines.base import Sampling
 from osmosis_ai.gateway.policies.engines.grammar import ALL_ALLOWED, allowed_logits, fill_masks
 from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates
@@ -73,8 +76,10 @@ class Decoder:
         pad_id: int,
         decode: Callable[[list[int]], str],
         prefill_tokens: int = PREFILL_TOKENS,
+        prefixes: PrefixStore | None = None,
     ) -> None:
         self._torch, self._model = torch, model
+        self._prefixes = prefixes
         self._prefill_tokens = prefill_tokens
         self._device = model.device
         self._stop_ids, self._pad_id, self._decode = stop_token_ids, pad_id, decode
@@ -99,7 +104,13 @@ class Decoder:
         a prefill grows with its rows × its width squared.
         """
         finished: list[GenerationJob] = []
-        groups = _by_prompt(jobs)
+        groups = []
+        for group in _by_prompt(jobs):
+            hit = self._prefixes.lookup(group[0].prompt_ids) if self._prefixes else None
+            if hit is None:
+                groups.append(group)
+            else:
+                finished += self._extend(group, hit)
         start = 0
         while start < len(groups):
             end = start + 1
@@ -125,6 +136,31 @@ class Decoder:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache: Any = DynamicCache(config=self._model.config)  # filled by the forward pass
         logits = self._forward(input_ids, mask, positions, cache)
+        return self._start(groups, logits, cache, mask, positions)
+
+    def _extend(self, group: list[GenerationJob], hit: PrefixHit) -> list[GenerationJob]:
+        """Prefill the prompt of ``group`` from the stored keys and values of its first
+        ``hit.length`` tokens: only the rest is computed."""
+        torch, device = self._torch, self._device
+        from transformers import DynamicCache
+
+        stored = [
+            (keys[:, :, : hit.length], values[:, :, : hit.length]) for keys, values in hit.layers
+        ]
+        cache: Any = DynamicCache(stored, config=self._model.config)  # copied, then extended
+        rest = group[0].prompt_ids[hit.length :]
+        input_ids = torch.tensor([rest], dtype=torch.long, device=device)
+        mask = torch.ones((1, hit.length + len(rest)), dtype=torch.long, device=device)
+        positions = torch.arange(hit.length, mask.shape[1], device=device).unsqueeze(0)
+        logits = self._forward(input_ids, mask, positions, cache)
+        return self._start([group], logits, cache, mask, positions)
+
+    def _start(
+        self, groups: list[list[GenerationJob]], logits: Any, cache: Any, mask: Any, positions: Any
+    ) -> list[GenerationJob]:
+        """Give each job of the prefilled ``groups`` (one row of ``logits``, ``cache``,
+        ``mask`` and ``positions`` per group) a row, sample its first token, and join."""
+        torch, device = self._torch, self._device
         jobs = [job for group in groups for job in group]
         if len(jobs) > len(groups):
             shared = torch.tensor(
@@ -211,6 +247,9 @@ class Decoder:
         if not finished:
             return []
         done = [self.rows[index].job for index in sorted(finished)]
+        if self._prefixes is not None:
+            for index in sorted(finished):
+                self._store(index)
         keep = [index for index in range(self.size) if index not in finished]
         if not keep:
             self.rows, self._cache = [], None
@@ -226,6 +265,19 @@ class Decoder:
         for layer in self._cache.layers:
             layer.keys, layer.values = layer.keys[kept, :, start:], layer.values[kept, :, start:]
         return done
+
+    def _store(self, index: int) -> None:
+        """Keep row ``index``'s cache: the keys and values of its prompt and of every token
+        it generated but the last (not fed yet), its last columns (rows are left-padded)."""
+        assert self._prefixes is not None
+        job = self.rows[index].job
+        tokens = [*job.prompt_ids, *job.token_ids[:-1]]
+        layers = [
+            (layer.keys[index : index + 1, :, -len(tokens) :].clone(),
+             layer.values[index : index + 1, :, -len(tokens) :].clone())
+            for layer in self._cache.layers
+        ]  # fmt: skip
+        self._prefixes.put(tokens, layers)
 
 
 def _by_prompt(jobs: list[GenerationJob]) -> list[list[GenerationJob]]:

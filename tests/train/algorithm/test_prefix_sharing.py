@@ -1,0 +1,246 @@
+"""A micro-batch's shared prefix computed once (``[learner] share_prefix``): how sequences are
+planned into micro-batches, and that the logprobs, the gradient and a whole step equal the
+unshared ones within fp32 rounding, on every attention type the learner runs."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from osmosis_ai.errors import ConfigError
+from osmosis_ai.gateway.policies.hf_dir import quiet_peft
+from osmosis_ai.train.algorithm.logprobs import policy_logprobs, sequence_logprobs
+from osmosis_ai.train.algorithm.micro_batches import (
+    collate,
+    plan_micro_batches,
+    shared_prefix,
+)
+from osmosis_ai.train.algorithm.sequences import TrainingSequence
+from osmosis_ai.train.algorithm.settings import AlgorithmConfig, UpdateSettings
+from osmosis_ai.train.algorithm.update import train_step
+from tests.train.conftest import make_sequence, tiny_llama
+
+#: The issue's bounds: |Δ logprob| and ‖Δ gradient‖ / ‖gradient‖.
+LOGPROB_TOLERANCE = 1e-5
+GRADIENT_TOLERANCE = 1e-4
+
+
+def test_the_shared_prefix_leaves_every_sequence_a_token_of_its_own() -> None:
+    assert shared_prefix([(1, 2, 3, 4), (1, 2, 3, 5, 6), (1, 2, 3, 4, 7)]) == 3
+    assert shared_prefix([(1, 2, 3), (1, 2, 3, 4)]) == 2  # not the whole of the shorter
+    assert shared_prefix([(1, 2), (3, 4)]) == 0
+    assert shared_prefix([(1, 2, 3)]) == 0  # one row: nothing to share
+
+
+def test_a_group_stays_in_one_micro_batch_and_another_sharing_less_starts_its_own() -> None:
+    system = list(range(100, 110))
+    group_a = [(*system, 1, 1, 1, 1, 1, 1, n) for n in range(4)]
+    group_b = [(*system, 2, 2, 2, 2, 2, 2, n, n) for n in range(4)]
+    loners = [(7, 8, 9), (5, 6, 7, 8, 9, 10), (3, 4, 5, 6, 7, 8)]  # nothing in common
+    token_ids: list[Sequence[int]] = [*group_b, loners[0], *group_a, *loners[1:]]
+    batches = plan_micro_batches(token_ids, token_budget=64, share_prefix=True)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(token_ids)))
+    as_sets = [set(batch) for batch in batches]
+    assert {0, 1, 2, 3} in as_sets and {5, 6, 7, 8} in as_sets  # a group each
+    # The loners share nothing and are packed by length, as unshared: the two of 6 together.
+    assert {9, 10} in as_sets and {4} in as_sets
+    for batch in batches:
+        ids = [token_ids[i] for i in batch]
+        prefix = shared_prefix(ids)
+        assert prefix + len(ids) * (max(map(len, ids)) - prefix) <= 64
+    # A budget too small for a group whole splits it; each part still shares its prompt.
+    split = plan_micro_batches(group_a, token_budget=18, share_prefix=True)
+    assert len(split) == 2 and all(shared_prefix([group_a[i] for i in b]) >= 16 for b in split)
+    with pytest.raises(ConfigError, match="exceeds micro_batch_tokens=10"):
+        plan_micro_batches(group_a, token_budget=10, share_prefix=True)
+
+
+def test_unshared_planning_is_packing_by_length() -> None:
+    token_ids = [(1, 2, 3), (1, 2, 3, 4, 5), (1, 2, 3, 4)]
+    assert plan_micro_batches(token_ids, 8, share_prefix=False) == [[1], [2, 0]]
+
+
+def _group(vocab: int, *, prompt: int = 24, seed: int = 1) -> list[TrainingSequence]:
+    """Four rollouts of one prompt, completions of different lengths (two share a turn)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(count: int) -> list[int]:
+        return torch.randint(0, vocab, (count,), generator=generator).tolist()
+
+    shared = draw(prompt)
+    turn = draw(6)
+    completions = [draw(5), draw(11), turn + draw(4), turn + draw(9)]
+    return [
+        make_sequence(
+            f"r{index}",
+            "g",
+            float(index),
+            tokens=shared + completion,
+            mask=[0] * prompt + [1] * len(completion),
+        )
+        for index, completion in enumerate(completions)
+    ]
+
+
+def _scored(
+    model: torch.nn.Module, sequences: list[TrainingSequence], *, share: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's logprobs and the gradient of their weighted sum."""
+    batch = collate(sequences, [1.0] * len(sequences), [1.0] * len(sequences), share_prefix=share)
+    assert (batch.prefix > 0) == share
+    model.zero_grad(set_to_none=True)
+    logprobs = policy_logprobs(model, batch)
+    (logprobs * batch.weights).sum().backward()
+    gradient = torch.cat(
+        [p.grad.flatten() for p in model.parameters() if p.requires_grad and p.grad is not None]
+    )
+    return logprobs.detach(), gradient
+
+
+def _assert_exact(model: torch.nn.Module, sequences: list[TrainingSequence]) -> None:
+    model.eval()
+    unshared_logprobs, unshared_gradient = _scored(model, sequences, share=False)
+    logprobs, gradient = _scored(model, sequences, share=True)
+    assert float((logprobs - unshared_logprobs).abs().max()) <= LOGPROB_TOLERANCE
+    difference = (gradient - unshared_gradient).norm() / unshared_gradient.norm()
+    assert float(difference) <= GRADIENT_TOLERANCE
+
+
+def _tiny(family: str, **config: Any) -> Callable[[str], torch.nn.Module]:
+    """A builder of a random 2-layer model of ``family`` with an attention implementation."""
+
+    def build(attention: str) -> torch.nn.Module:
+        import transformers
+
+        configs = {
+            "llama": transformers.LlamaConfig,
+            "qwen2": transformers.Qwen2Config,
+            "qwen3": transformers.Qwen3Config,
+            "mistral": transformers.MistralConfig,
+            "gemma3": transformers.Gemma3TextConfig,
+            "phi3": transformers.Phi3Config,
+            "gpt_neox": transformers.GPTNeoXConfig,
+        }
+        torch.manual_seed(0)
+        settings = configs[family](
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            attn_implementation=attention, **config,
+        )  # fmt: skip
+        return transformers.AutoModelForCausalLM.from_config(settings)
+
+    return build
+
+
+#: Every attention the learner runs: grouped-query (Llama), with biases (Qwen2), with q/k
+#: norms (Qwen3), a sliding window narrower than the prompt on every layer (Mistral) or on
+#: some (Qwen2's lower layers, Gemma 3's interleaved local and global layers), fused qkv
+#: (Phi-3), partial rotary (GPT-NeoX).
+ARCHITECTURES = {
+    "llama": _tiny("llama"),
+    "qwen2": _tiny("qwen2"),
+    "qwen3": _tiny("qwen3", head_dim=8),
+    "mistral-sliding-window": _tiny("mistral", sliding_window=8),
+    "qwen2-sliding-window-layers": _tiny(
+        "qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=1
+    ),
+    "gemma3-local-and-global": _tiny(
+        "gemma3", sliding_window=8, head_dim=8, final_logit_softcapping=None
+    ),
+    "phi3": _tiny("phi3", pad_token_id=0, eos_token_id=1, bos_token_id=2),
+    "gpt-neox": _tiny("gpt_neox", rotary_pct=0.5),
+}
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_shared_logprobs_and_gradient_equal_the_unshared_ones(
+    architecture: str, attention: str
+) -> None:
+    model = ARCHITECTURES[architecture](attention)
+    _assert_exact(model, _group(vocab=64))
+
+
+def test_sharing_is_exact_on_the_embedded_model(embedded_hf_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(embedded_hf_dir), dtype=torch.float32)
+    _assert_exact(model, _group(vocab=model.config.vocab_size, prompt=40))
+
+
+def test_sharing_is_exact_through_a_lora_adapter() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    adapter = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    with quiet_peft():
+        model = get_peft_model(tiny_llama(vocab_size=64), adapter)
+    _assert_exact(model, _group(vocab=64))
+
+
+def test_under_bf16_autocast_sharing_is_as_close_as_bf16_rounding() -> None:
+    model = tiny_llama(vocab_size=64).eval()
+    sequences = _group(vocab=64)
+    out = []
+    for share in (False, True):
+        batch = collate(sequences, [1.0] * 4, [1.0] * 4, share_prefix=share)
+        with torch.no_grad():
+            out.append(policy_logprobs(model, batch, bf16=True))
+    assert float((out[0] - out[1]).abs().max()) < 0.05  # bf16 keeps 8 bits of mantissa
+
+
+def test_a_teachers_sequence_logprobs_are_the_same_shared() -> None:
+    model = tiny_llama(vocab_size=64).eval()
+    sequences = _group(vocab=64)
+    kwargs: dict[str, Any] = {"token_budget": 256, "device": torch.device("cpu"), "grammars": None}
+    with torch.no_grad():
+        unshared = sequence_logprobs(model, sequences, share_prefix=False, **kwargs)
+        shared = sequence_logprobs(model, sequences, share_prefix=True, **kwargs)
+    pairs = [
+        (x, y) for a, b in zip(unshared, shared, strict=True) for x, y in zip(a, b, strict=True)
+    ]
+    assert pairs and max(abs(x - y) for x, y in pairs) <= LOGPROB_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        AlgorithmConfig(),
+        AlgorithmConfig(loss="gspo", epochs=2, mini_batches=2, kl_beta=0.05),
+        AlgorithmConfig(loss="cispo", normalisation="constant"),
+    ],
+    ids=["grpo", "gspo-epochs-mini-batches-kl", "cispo-constant"],
+)
+def test_a_whole_step_shared_moves_the_weights_as_unshared(algorithm: AlgorithmConfig) -> None:
+    """Two groups, a budget that splits them into several micro-batches: the weights after
+    the step (Adam, clipping, every loss term) and its figures match; only the tokens
+    computed drop."""
+    sequences = _group(vocab=64, seed=1) + [
+        make_sequence(s.rollout_id + "b", "h", s.reward, s.token_ids, s.loss_mask)
+        for s in _group(vocab=64, seed=2)
+    ]
+    results = []
+    for share in (False, True):
+        model = tiny_llama(vocab_size=64)
+        reference = copy.deepcopy(model).eval()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # linear in the gradient
+        settings = UpdateSettings(
+            algorithm=algorithm, max_tokens=16, token_budget=96, share_prefix=share
+        )
+        metrics = train_step(
+            model, optimizer, sequences, settings, step=1, reference_model=reference
+        )
+        weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+        results.append((metrics, weights))
+    (unshared, before), (shared, after) = results
+    assert float((after - before).abs().max()) <= 1e-5
+    assert shared.loss == pytest.approx(unshared.loss, abs=1e-5)
+    assert shared.grad_norm == pytest.approx(unshared.grad_norm, rel=1e-4)
+    assert shared.tokens == unshared.tokens == unshared.computed_tokens
+    assert shared.computed_tokens < unshared.tokens
