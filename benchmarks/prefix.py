@@ -6,7 +6,8 @@ idle machine.
 
 **Update and generation, shared against today's.** Each example (the calculator, and the
 OpenAI Agents SDK calculator, whose agent sends the SDK's own instructions and tool schema)
-is trained ``--steps`` steps at each group size, from the same seed, three ways:
+is trained ``--steps`` steps at each group size, from the same seed, three ways (the
+calculator graded with partial credit, so that its steps update):
 
 - ``today``: ``[learner] share_prefix = false``, ``[engine] prefix_cache = false``, fp32
   generation (what the trainer did before);
@@ -15,9 +16,9 @@ is trained ``--steps`` steps at each group size, from the same seed, three ways:
 
 Generation seconds per step are the runs' own (``generation_sec``; the rollouts differ a
 little between runs, so over the steps and repeats). The update is compared on the very same
-sequences: in the ``shared`` runs every step's sequences are first trained on copies of the
-model and optimiser, unshared then shared, ``--repeats`` times (``_update_ab.py``). Peak
-memory is each run's (``peak_rss_gb``, the trainer's peak resident memory).
+sequences: in one more ``shared`` run every step's sequences are first trained on copies of
+the model and optimiser, unshared then shared, ``--repeats`` times (``_update_ab.py``). Peak
+memory is each of the other runs' (``peak_rss_gb``, the trainer's peak resident memory).
 
 **bf16 against fp32 generation, trained.** The calculator trained ``--quality-steps`` steps
 with each, the held-out rows evaluated at the start and at the end: completion tokens/s, the
@@ -41,6 +42,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+#: The calculator graded with partial credit (``async_task/slow_tools.py``'s `CloseAnswer`, its
+#: waits ~1 ms), so that nearly every group's rewards differ and every step updates: a step of
+#: all-equal rewards applies no update, and there would be nothing to time.
+CLOSE_ANSWER = HERE / "async_task" / "slow_tools.py"
+CLOSE_ANSWER_ENV = {"env.BENCH_TOOL_MEDIAN_SEC": '"0.001"', "env.BENCH_TOOL_SIGMA": '"0.1"'}
 EXAMPLES = {
     "calculator": (ROOT / "examples" / "calculator", "configs/training/calculator.toml"),
     "openai_agents": (
@@ -100,6 +106,11 @@ def train(
     )
     if not keep_eval:
         _without_eval(workspace / config)
+    if example == "calculator":
+        shutil.copy(CLOSE_ANSWER, workspace / "rollouts" / "calculator" / CLOSE_ANSWER.name)
+        text = (workspace / config).read_text()
+        (workspace / config).write_text(text.replace('"main.py"', f'"{CLOSE_ANSWER.name}"'))
+        settings = {**CLOSE_ANSWER_ENV, **settings}
     flags = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
     updates = workspace / "updates.jsonl"
     env = {
@@ -148,11 +159,10 @@ def compare(args: argparse.Namespace, workdir: Path) -> None:
             runs: dict[str, list[Run]] = {way: [] for way in WAYS}
             for _ in range(args.repeats):
                 for way, settings in WAYS.items():
-                    timed = 3 if way == "shared" else 0
-                    runs[way].append(
-                        train(example, {**base, **settings}, workdir, timed_update=timed)
-                    )
-            pairs = [p for run in runs["shared"] for u in run.updates for p in u["pairs"]]
+                    runs[way].append(train(example, {**base, **settings}, workdir))
+            # Its own run: the copies it trains would count in the others' peak memory.
+            timed = train(example, {**base, **WAYS["shared"]}, workdir, timed_update=args.repeats)
+            pairs = [p for u in timed.updates for p in u["pairs"]]
             unshared = _median([p["unshared_sec"] for p in pairs])
             shared = _median([p["shared_sec"] for p in pairs])
             computed = sum(p["shared_computed"] for p in pairs)
@@ -175,7 +185,11 @@ def compare(args: argparse.Namespace, workdir: Path) -> None:
             for way, rs in runs.items():
                 per_repeat = [round(r.generation_sec, 1) for r in rs]
                 updates = [round(statistics.fmean(s["update_sec"] for s in r.steps), 1) for r in rs]
-                print(f"    {way}: generation s/step {per_repeat}, update s/step {updates}")
+                peaks = [round(r.peak_rss_gb, 2) for r in rs]
+                print(
+                    f"    {way}: generation s/step {per_repeat}, update s/step {updates}, "
+                    f"peak RSS GB {peaks}"
+                )
 
 
 def quality(args: argparse.Namespace, workdir: Path) -> None:

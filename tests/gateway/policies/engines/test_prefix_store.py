@@ -13,7 +13,10 @@ torch = pytest.importorskip("torch")
 
 from osmosis_ai.gateway.policies.engines import TorchEngine  # noqa: E402
 from osmosis_ai.gateway.policies.engines._decoder import Decoder, GenerationJob  # noqa: E402
-from osmosis_ai.gateway.policies.engines._prefix_store import PrefixStore  # noqa: E402
+from osmosis_ai.gateway.policies.engines._prefix_store import (  # noqa: E402
+    MIN_REUSED_TOKENS,
+    PrefixStore,
+)
 from osmosis_ai.gateway.policies.engines.base import GenerationRequest, Sampling  # noqa: E402
 from osmosis_ai.gateway.policies.hf_dir import load_model_dir  # noqa: E402
 from tests.train.conftest import tiny_llama, tiny_model_dir, tokenizer_dir  # noqa: E402,F401
@@ -25,15 +28,18 @@ def _layers(length: int, *, layers: int = 2) -> list[tuple[Any, Any]]:
 
 
 def test_the_longest_shared_beginning_is_found_leaving_the_last_token_to_compute() -> None:
-    store = PrefixStore(max_bytes=10_000)
-    store.put([1, 2, 3, 4, 5], _layers(5))
-    store.put([1, 2, 9], _layers(3))
-    hit = store.lookup([1, 2, 3, 4, 5, 6, 7])
-    assert hit is not None and hit.length == 5
-    assert store.lookup([1, 2, 3, 4, 5]).length == 4  # type: ignore[union-attr]  # one to compute
-    assert store.lookup([1, 2, 9, 9]).length == 3  # type: ignore[union-attr]
-    assert store.lookup([7, 1, 2]) is None
-    assert (store.hits, store.reused_tokens) == (3, 12)
+    store = PrefixStore(max_bytes=100_000)
+    system = list(range(100, 100 + MIN_REUSED_TOKENS))
+    store.put([*system, 1, 2, 3], _layers(MIN_REUSED_TOKENS + 3))
+    store.put([*system, 9], _layers(MIN_REUSED_TOKENS + 1))
+    hit = store.lookup([*system, 1, 2, 3, 4, 5])
+    assert hit is not None and hit.length == MIN_REUSED_TOKENS + 3
+    # One token left to compute, whose logits the prefill needs.
+    assert store.lookup([*system, 1, 2, 3]).length == MIN_REUSED_TOKENS + 2  # type: ignore[union-attr]
+    assert store.lookup([*system, 9, 9]).length == MIN_REUSED_TOKENS + 1  # type: ignore[union-attr]
+    assert store.lookup([7, *system]) is None
+    assert store.lookup([*system[:-1], 0, 0]) is None  # too short a beginning to be worth it
+    assert (store.hits, store.reused_tokens) == (3, 3 * MIN_REUSED_TOKENS + 6)
 
 
 def test_an_extended_entry_replaces_the_one_it_extends_and_the_oldest_go_over_the_bytes() -> None:

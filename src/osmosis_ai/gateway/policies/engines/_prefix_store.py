@@ -21,7 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PrefixHit", "PrefixStore"]
+__all__ = ["MIN_REUSED_TOKENS", "PrefixHit", "PrefixStore"]
+
+#: The fewest stored tokens worth a prefill of its own: a shorter common beginning (a chat
+#: template's first tokens) would only take a prompt out of the batched prefill.
+MIN_REUSED_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +74,13 @@ class PrefixStore:
 
     def lookup(self, prompt: Sequence[int]) -> PrefixHit | None:
         """The stored sequence sharing the longest beginning with ``prompt``, up to its last
-        token but one (whose logits the prefill computes), or ``None`` when none shares any."""
+        token but one (whose logits the prefill computes), or ``None`` when none shares
+        `MIN_REUSED_TOKENS`."""
         best: tuple[int, tuple[int, ...]] | None = None
         wanted, limit = tuple(prompt), len(prompt) - 1
         for stored in self._entries:
             length = min(len(os.path.commonprefix([stored, wanted])), limit)
-            if length > 0 and (best is None or length > best[0]):
+            if length >= MIN_REUSED_TOKENS and (best is None or length > best[0]):
                 best = (length, stored)
         if best is None:
             return None
