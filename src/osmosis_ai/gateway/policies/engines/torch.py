@@ -348,10 +348,14 @@ def _reach(job: Any) -> int:
 
 
 def _bf16_copy(model: Any) -> Any:
-    """A bf16 copy of ``model`` to generate with (no gradients)."""
+    """A copy of ``model`` with bf16 weights to generate with (no gradients). Only the
+    parameters are cast: buffers such as the rotary embedding's frequencies stay fp32, as
+    vLLM keeps them, so that positions are encoded as finely as the learner encodes them."""
     import torch
 
-    copied = copy.deepcopy(model).to(torch.bfloat16)
+    copied = copy.deepcopy(model)
+    for parameter in copied.parameters():
+        parameter.data = parameter.data.to(torch.bfloat16)
     copied.requires_grad_(False)
     return copied
 
