@@ -95,7 +95,7 @@ def _scored(
     assert (batch.prefix > 0) == share
     model.zero_grad(set_to_none=True)
     logprobs = policy_logprobs(model, batch)
-    (logprobs * batch.weights).sum().backward()
+    (logprobs * batch.weights).sum().backward()  # type: ignore[no-untyped-call]
     gradient = torch.cat(
         [p.grad.flatten() for p in model.parameters() if p.requires_grad and p.grad is not None]
     )
@@ -132,7 +132,8 @@ def _tiny(family: str, **config: Any) -> Callable[[str], torch.nn.Module]:
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
             attn_implementation=attention, **config,
         )  # fmt: skip
-        return transformers.AutoModelForCausalLM.from_config(settings)
+        model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(settings)  # type: ignore[no-untyped-call]
+        return model
 
     return build
 
@@ -185,7 +186,8 @@ def test_sharing_is_exact_through_a_lora_adapter() -> None:
 
 
 def test_under_bf16_autocast_sharing_is_as_close_as_bf16_rounding() -> None:
-    model = tiny_llama(vocab_size=64).eval()
+    model = tiny_llama(vocab_size=64)
+    model.train(False)
     sequences = _group(vocab=64)
     out = []
     for share in (False, True):
@@ -196,7 +198,8 @@ def test_under_bf16_autocast_sharing_is_as_close_as_bf16_rounding() -> None:
 
 
 def test_a_teachers_sequence_logprobs_are_the_same_shared() -> None:
-    model = tiny_llama(vocab_size=64).eval()
+    model = tiny_llama(vocab_size=64)
+    model.train(False)
     sequences = _group(vocab=64)
     kwargs: dict[str, Any] = {"token_budget": 256, "device": torch.device("cpu"), "grammars": None}
     with torch.no_grad():
@@ -228,7 +231,8 @@ def test_a_whole_step_shared_moves_the_weights_as_unshared(algorithm: AlgorithmC
     results = []
     for share in (False, True):
         model = tiny_llama(vocab_size=64)
-        reference = copy.deepcopy(model).eval()
+        reference = copy.deepcopy(model)
+        reference.train(False)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # linear in the gradient
         settings = UpdateSettings(
             algorithm=algorithm, max_tokens=16, token_budget=96, share_prefix=share
