@@ -57,6 +57,7 @@ def _calculator(root: Path, algorithm: str) -> Path:
 
 @pytest.mark.whole_run
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # ~45 s alone; over 120 s beside CI's other phases
 @pytest.mark.parametrize("name", RECIPE_NAMES)
 async def test_each_recipe_trains_the_calculator_and_the_run_keeps_its_resolved_config(
     tmp_path: Path, name: Recipe

@@ -79,10 +79,12 @@ def plan_micro_batches(
 
     Without ``share_prefix``, `pack_micro_batches`. With it, sequences are taken in the order
     of their token ids, so that those with a common beginning (a group's prompt, a forked
-    rollout's history) are neighbours, and a sequence joins the micro-batch before it when
-    that costs no more than computing it alone (its shared prefix is computed once: a group
-    stays together, another group sharing only the system prompt starts a new one). Sequences
-    left alone, sharing nothing, are packed as `pack_micro_batches` does.
+    rollout's history) are neighbours, and gathered into clusters whose common beginning is
+    worth computing once (`_clusters`: a group stays together, another group sharing only the
+    system prompt starts its own). Each cluster is then cut, its rows in order of length, into
+    the micro-batches that compute the fewest tokens, padding included (`_cut`): one row much
+    longer than the others would otherwise pad every other row's rest to its length. Rows left
+    alone, sharing nothing, are packed as `pack_micro_batches` does.
 
     Raises:
         ConfigError: One sequence alone is longer than the budget.
@@ -90,48 +92,73 @@ def plan_micro_batches(
     lengths = [len(ids) for ids in token_ids]
     if not share_prefix:
         return pack_micro_batches(lengths, token_budget)
-    runs: list[_Run] = []
-    for index in sorted(range(len(token_ids)), key=lambda i: tuple(token_ids[i])):
-        _check_length(lengths[index], token_budget)
-        joined = runs[-1].joined(index, token_ids) if runs else None
-        if joined is not None and joined.size <= min(token_budget, runs[-1].size + lengths[index]):
-            runs[-1] = joined
-        else:
-            runs.append(_Run((index,), common=lengths[index], shortest=lengths[index],
-                             longest=lengths[index]))  # fmt: skip
-    alone = [run.indices[0] for run in runs if len(run.indices) == 1]
+    for length in lengths:
+        _check_length(length, token_budget)
+    shared: list[list[int]] = []
+    alone: list[int] = []
+    for indices, prefix in _clusters(token_ids):
+        for part in _cut(indices, prefix, lengths, token_budget):
+            if len(part) > 1:
+                shared.append(part)
+            else:
+                alone.extend(part)
     packed = pack_micro_batches([lengths[i] for i in alone], token_budget)
-    shared = [list(run.indices) for run in runs if len(run.indices) > 1]
     return shared + [[alone[i] for i in batch] for batch in packed]
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """Sequences in token order forming one micro-batch while they are planned."""
+#: The fewest common first tokens worth a prefix pass of their own (two forward calls for
+#: one): a chat template's opening tokens alone are not.
+MIN_SHARED_TOKENS = 16
 
-    indices: tuple[int, ...]
-    common: int
-    """The length of their common beginning (a lone sequence's whole length)."""
-    shortest: int
-    longest: int
 
-    @property
-    def size(self) -> int:
-        """Its computed size: the shared prefix once, each row's rest padded."""
-        prefix = min(self.common, self.shortest - 1) if len(self.indices) > 1 else 0
-        return prefix + len(self.indices) * (self.longest - prefix)
+def _clusters(token_ids: Sequence[Sequence[int]]) -> list[tuple[list[int], int]]:
+    """Sequences in token order gathered into clusters with the length of each one's common
+    beginning (at most its shortest row's length but one).
 
-    def joined(self, index: int, token_ids: Sequence[Sequence[int]]) -> _Run:
-        """The run with sequence ``index`` after its last (in token order, the common
-        beginning of the run is the smallest of its neighbours')."""
+    A sequence joins the cluster before it when computing that cluster's common beginning
+    once then saves at least as many tokens as before: with ``n`` rows sharing ``P`` tokens
+    the cluster saves ``(n - 1) · P``; with the new row, sharing ``P' ≤ P``, ``n · P'``.
+    """
+    clusters: list[tuple[list[int], int]] = []
+    for index in sorted(range(len(token_ids)), key=lambda i: tuple(token_ids[i])):
         ids = token_ids[index]
-        last = token_ids[self.indices[-1]]
-        return _Run(
-            (*self.indices, index),
-            common=min(self.common, _common(last, ids, len(ids))),
-            shortest=min(self.shortest, len(ids)),
-            longest=max(self.longest, len(ids)),
-        )
+        if clusters:
+            indices, prefix = clusters[-1]
+            last = token_ids[indices[-1]]
+            joined = min(prefix, _common(last, ids, len(ids) - 1))
+            if joined >= MIN_SHARED_TOKENS and len(indices) * joined >= (len(indices) - 1) * prefix:
+                clusters[-1] = ([*indices, index], joined)
+                continue
+        clusters.append(([index], len(ids) - 1))
+    return clusters
+
+
+def _cut(
+    indices: Sequence[int], prefix: int, lengths: Sequence[int], token_budget: int
+) -> list[list[int]]:
+    """A cluster's rows, shortest first, cut into consecutive parts that fit the budget and
+    compute the fewest tokens in all: a part of several rows ``prefix`` once and each row's
+    rest padded to its longest; a row alone, its length (it is packed with other rows later).
+    Of equal cuts, the one whose last part is longest."""
+    rows = sorted(indices, key=lambda index: lengths[index])
+    # cost[j]: the least tokens computed for the first j rows; start[j]: where its last part
+    # starts (dynamic programming over the parts' ends: a cluster is a group, tens of rows).
+    cost, start = [0] * (len(rows) + 1), [0] * (len(rows) + 1)
+    for end in range(1, len(rows) + 1):
+        longest = lengths[rows[end - 1]]
+        best: int | None = None
+        for first in range(end):
+            size = longest if end - first == 1 else prefix + (end - first) * (longest - prefix)
+            if size <= token_budget and (best is None or cost[first] + size < best):
+                best, start[end] = cost[first] + size, first
+        assert best is not None  # a row alone fits: `_check_length`
+        cost[end] = best
+    parts: list[list[int]] = []
+    end = len(rows)
+    while end:
+        parts.append(rows[start[end] : end])
+        end = start[end]
+    return parts[::-1]
 
 
 def _common(first: Sequence[int], other: Sequence[int], limit: int) -> int:
