@@ -442,7 +442,9 @@ async def test_out_of_memory_in_the_update_stops_the_run_naming_the_token_budget
         resource.prlimit(process.pid, resource.RLIMIT_AS, (limit, hard))
         out = (await process.communicate())[0].decode()
     assert process.returncode == 1, out
-    [line] = [x for x in out.splitlines() if "error:" in x]
+    errors = [x for x in out.splitlines() if "error:" in x]
+    assert len(errors) == 1, out  # the whole output when it failed otherwise
+    line = errors[0]
     assert "out of memory in the update of step 1" in line
     assert "lower [learner] token_budget (now 8192)" in line
     assert "step 1 was not applied, the last checkpoint is step 0" in line
