@@ -85,10 +85,14 @@ def workspace(root: Path, model_dir: Path, settings: str = "") -> Path:
     return config
 
 
-async def start(config: Path, *args: str) -> asyncio.subprocess.Process:
+async def start(
+    config: Path, *args: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """``osmosis train run config *args`` in the project, with this environment and ``env``."""
     return await asyncio.create_subprocess_exec(
         OSMOSIS, "train", "run", str(config), *args,
         cwd=config.parents[2],
+        env={**os.environ, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
