@@ -127,3 +127,57 @@ def test_a_model_that_scales_its_logits_is_refused_naming_its_config_field(
     torch.manual_seed(0)
     with pytest.raises(ConfigError, match=rf"^the model's logits .*config sets {field}\)"):
         check_head(build().eval())
+
+
+def _packed(allowed: torch.Tensor) -> torch.Tensor:
+    """``allowed`` ``[N, V]`` as the grammar's int32 words (token ``32w + i`` is bit ``i``)."""
+    rows, vocab = allowed.shape
+    bits = torch.zeros(rows, -(-vocab // 32) * 32, dtype=torch.int64)
+    bits[:, :vocab] = allowed.long()
+    words = (bits.view(rows, -1, 32) << torch.arange(32)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
+def test_a_linear_heads_recomputed_backward_is_autograds(bias: bool, bf16: bool) -> None:
+    """The linear head's logprobs, which keep only the log-sum-exp for the backward pass and
+    recompute the logits there, give the values, entropies and gradients (hidden states,
+    weight, bias) that autograd gives through the logits: at a temperature, under grammar
+    masks (two rows unconstrained) and top-k/top-p cuts (two rows uncut)."""
+    from osmosis_ai.train.algorithm.logprobs import _Scorer
+
+    generator = torch.Generator().manual_seed(0)
+    rows, width, vocab = 6, 16, 70
+    head = torch.nn.Linear(width, vocab, bias=bias)
+    hidden = torch.randn(rows, width, generator=generator)
+    targets = torch.randint(0, vocab, (rows,), generator=generator)
+    allowed = torch.rand(rows, vocab, generator=generator) < 0.5
+    allowed[torch.arange(rows), targets] = True
+    allowed[:2] = True
+    cut = (torch.tensor([0, 5, 3, 0, 40, 1]), torch.tensor([1.0, 0.9, 1.0, 0.5, 0.8, 1.0]))
+    weights = torch.randn(rows, generator=generator)
+
+    def scored(module: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+        head.zero_grad()
+        states = hidden.clone().requires_grad_(True)
+        scorer = _Scorer(
+            head=module, temperature=0.7, masks=_packed(allowed), cut=cut, targets=targets,
+            entropy=True, dtype=torch.bfloat16 if bf16 else None,
+        )  # fmt: skip
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            values, spread = scorer.logprobs(states)
+        (values * weights).sum().backward()  # type: ignore[no-untyped-call]
+        assert spread is not None and states.grad is not None and head.weight.grad is not None
+        extra = (head.bias.grad,) if head.bias is not None and head.bias.grad is not None else ()
+        return values.detach(), spread, states.grad, head.weight.grad, *extra
+
+    recomputed = scored(head)  # the nn.Linear path
+    by_autograd = scored(torch.nn.Sequential(head))  # any other head: autograd
+    assert len(recomputed) == len(by_autograd) == (5 if bias else 4)
+    tolerance = 1e-2 if bf16 else 1e-5
+    for got, expected in zip(recomputed, by_autograd, strict=True):
+        assert got.dtype == expected.dtype
+        scale = max(1.0, float(expected.abs().max()))
+        assert float((got - expected).abs().max()) <= tolerance * scale, (got, expected)
+    assert bool(torch.isfinite(recomputed[0]).all())

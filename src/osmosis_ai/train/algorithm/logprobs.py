@@ -60,7 +60,8 @@ def policy_logprobs(
     mostly context (system prompt, tools, tool results), and for a small model the projection
     onto a 49k vocabulary is a fifth of the forward pass and most of its memory. The body may
     run under bf16 autocast; the log-softmax is taken in fp32, in chunks of positions to
-    bound the vocabulary-sized intermediate.
+    bound the vocabulary-sized intermediate, and the backward pass recomputes each chunk's
+    logits rather than keeping them (`_HeadLogprobs`).
     """
     return _scored(model, batch, bf16=bf16, temperature=temperature, entropy=False)[0]
 
@@ -92,20 +93,20 @@ def _scored(
         for index, (part, part_targets) in enumerate(
             zip(torch.split(chosen, _LOGIT_CHUNK), torch.split(targets, _LOGIT_CHUNK), strict=True)
         ):
-            logits = head(part).float() / temperature
-            start = index * _LOGIT_CHUNK
-            if masks is not None:
-                logits = allowed_logits(logits, masks[start : start + len(part)])
-            if top_k is not None and top_p is not None:
-                rows = slice(start, start + len(part))
-                logits = _truncated(logits, part_targets, top_k[rows], top_p[rows])
-            logprobs = torch.log_softmax(logits, dim=-1)
-            chunks.append(logprobs.gather(-1, part_targets.unsqueeze(-1)).squeeze(-1))
-            if entropy:
-                with torch.no_grad():
-                    # -Σ p·log p over the tokens the distribution allows (p = 0 elsewhere).
-                    terms = torch.where(logprobs > -math.inf, logprobs.exp() * logprobs, 0.0)
-                    entropies.append(-terms.sum(dim=-1))
+            rows = slice(index * _LOGIT_CHUNK, index * _LOGIT_CHUNK + len(part))
+            scorer = _Scorer(
+                head=head,
+                temperature=temperature,
+                masks=masks[rows] if masks is not None else None,
+                cut=(top_k[rows], top_p[rows]) if top_k is not None and top_p is not None else None,
+                targets=part_targets,
+                entropy=entropy,
+                dtype=torch.bfloat16 if bf16 else None,
+            )
+            values, spread = scorer.logprobs(part)
+            chunks.append(values)
+            if spread is not None:
+                entropies.append(spread)
     zeros = torch.zeros(on.shape, dtype=torch.float32, device=device)
     empty = chosen.new_zeros(0, dtype=torch.float32)
     values = torch.cat(chunks) if chunks else empty
@@ -213,6 +214,117 @@ def sequence_logprobs(
 
 #: Positions whose vocabulary logits are held at once in `policy_logprobs`.
 _LOGIT_CHUNK = 1024
+
+
+class _Scorer:
+    """How a chunk of positions' hidden states ``[N, H]`` become their targets' logprobs: the
+    output head's logits in fp32 (its matmul in ``dtype`` where bf16 autocast is on), divided
+    by the temperature, cut to the grammar masks and top-k/top-p, log-softmaxed.
+
+    For a bias-free or biased ``nn.Linear`` head (every transformers causal LM's, LoRA's
+    included, whose head is not adapted) the backward pass recomputes the logits from the
+    hidden states (`_HeadLogprobs`) instead of keeping the chunk's ``[N, V]`` log-softmax
+    until then, so a micro-batch's vocabulary-sized tensors live one chunk at a time; any
+    other head is differentiated by autograd through its logits.
+    """
+
+    def __init__(
+        self,
+        *,
+        head: torch.nn.Module,
+        temperature: float,
+        masks: torch.Tensor | None,
+        cut: tuple[torch.Tensor, torch.Tensor] | None,
+        targets: torch.Tensor,
+        entropy: bool,
+        dtype: torch.dtype | None,
+    ) -> None:
+        self.head, self.temperature, self.masks, self.cut = head, temperature, masks, cut
+        self.targets, self.entropy, self.dtype = targets, entropy, dtype
+
+    def logprobs(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The targets' logprobs ``[N]`` (differentiable) and, when asked, the entropy ``[N]``
+        of each position's distribution (no gradient)."""
+        head = self.head
+        if type(head) is torch.nn.Linear:
+            values, spread = _HeadLogprobs.apply(  # type: ignore[no-untyped-call]
+                hidden, head.weight, head.bias, self
+            )
+            return values, spread if self.entropy else None
+        logits = self.restricted(head(hidden).float())
+        logprobs = torch.log_softmax(logits, dim=-1)
+        values = logprobs.gather(-1, self.targets.unsqueeze(-1)).squeeze(-1)
+        return values, self.spread(logprobs.detach()) if self.entropy else None
+
+    def projected(
+        self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The restricted fp32 logits ``[N, V]`` of a linear head, its matmul as autocast
+        would run it."""
+        dtype = self.dtype or weight.dtype
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            logits = torch.nn.functional.linear(
+                hidden.to(dtype), weight.to(dtype), bias.to(dtype) if bias is not None else None
+            )
+        return self.restricted(logits.float())
+
+    def restricted(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` divided by the temperature, cut to the masks and top-k/top-p."""
+        logits = logits / self.temperature
+        if self.masks is not None:
+            logits = allowed_logits(logits, self.masks)
+        if self.cut is not None:
+            logits = _truncated(logits, self.targets, *self.cut)
+        return logits
+
+    @staticmethod
+    def spread(logprobs: torch.Tensor) -> torch.Tensor:
+        """-Σ p·log p of each row, over the tokens the distribution allows (p = 0 elsewhere)."""
+        terms = torch.where(logprobs > -math.inf, logprobs.exp() * logprobs, 0.0)
+        return -terms.sum(dim=-1)
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """A linear head's logprobs of the targets, keeping for the backward pass only the
+    hidden states and each row's log-sum-exp: the gradient of ``z_t - logsumexp(z)`` with
+    respect to the logits ``z`` is ``onehot(t) - softmax(z)``, recomputed from them (one more
+    matmul of the head per chunk), 0 at the tokens the masks or cuts removed."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        scorer: _Scorer,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = scorer.projected(hidden, weight, bias)
+        norm = torch.logsumexp(logits, dim=-1)
+        values = logits.gather(-1, scorer.targets.unsqueeze(-1)).squeeze(-1) - norm
+        spread = (
+            scorer.spread(logits.sub_(norm.unsqueeze(-1))) if scorer.entropy else norm.new_zeros(0)
+        )
+        ctx.save_for_backward(hidden, weight, bias, norm)
+        ctx.scorer = scorer
+        ctx.mark_non_differentiable(spread)
+        return values, spread
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, bias, norm = ctx.saved_tensors
+        scorer: _Scorer = ctx.scorer
+        # In place, one [N, V] buffer: softmax, times -grad, plus grad at the target, / T.
+        logits = scorer.projected(hidden, weight, bias)
+        outer = logits.sub_(norm.unsqueeze(-1)).exp_().mul_(-grad.unsqueeze(-1))
+        outer.scatter_add_(-1, scorer.targets.unsqueeze(-1), grad.unsqueeze(-1))
+        outer.div_(scorer.temperature)
+        dtype = scorer.dtype or weight.dtype
+        outer = outer.to(dtype)
+        wants_hidden, wants_weight, wants_bias, _ = ctx.needs_input_grad
+        grad_hidden = (outer @ weight.to(dtype)).to(hidden.dtype) if wants_hidden else None
+        grad_weight = (outer.T @ hidden.to(dtype)).to(weight.dtype) if wants_weight else None
+        grad_bias = outer.sum(0).to(bias.dtype) if wants_bias and bias is not None else None
+        return grad_hidden, grad_weight, grad_bias, None
 
 
 def _truncated(
