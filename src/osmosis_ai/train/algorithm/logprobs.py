@@ -221,8 +221,8 @@ class _Scorer:
     output head's logits in fp32 (its matmul in ``dtype`` where bf16 autocast is on), divided
     by the temperature, cut to the grammar masks and top-k/top-p, log-softmaxed.
 
-    For a bias-free or biased ``nn.Linear`` head (every transformers causal LM's, LoRA's
-    included, whose head is not adapted) the backward pass recomputes the logits from the
+    For an ``nn.Linear`` head (every transformers causal LM's, LoRA's included, whose head is
+    not adapted) the backward pass recomputes the logits from the
     hidden states (`_HeadLogprobs`) instead of keeping the chunk's ``[N, V]`` log-softmax
     until then, so a micro-batch's vocabulary-sized tensors live one chunk at a time; any
     other head is differentiated by autograd through its logits.
@@ -261,12 +261,16 @@ class _Scorer:
     ) -> torch.Tensor:
         """The restricted fp32 logits ``[N, V]`` of a linear head, its matmul as autocast
         would run it."""
-        dtype = self.dtype or weight.dtype
+        dtype = self.matmul_dtype(weight)
         with torch.autocast(device_type=hidden.device.type, enabled=False):
             logits = torch.nn.functional.linear(
                 hidden.to(dtype), weight.to(dtype), bias.to(dtype) if bias is not None else None
             )
         return self.restricted(logits.float())
+
+    def matmul_dtype(self, weight: torch.Tensor) -> torch.dtype:
+        """The dtype the head's matmul runs in: autocast's, else the weight's own."""
+        return self.dtype or weight.dtype
 
     def restricted(self, logits: torch.Tensor) -> torch.Tensor:
         """``logits`` divided by the temperature, cut to the masks and top-k/top-p."""
@@ -318,7 +322,7 @@ class _HeadLogprobs(torch.autograd.Function):
         outer = logits.sub_(norm.unsqueeze(-1)).exp_().mul_(-grad.unsqueeze(-1))
         outer.scatter_add_(-1, scorer.targets.unsqueeze(-1), grad.unsqueeze(-1))
         outer.div_(scorer.temperature)
-        dtype = scorer.dtype or weight.dtype
+        dtype = scorer.matmul_dtype(weight)
         outer = outer.to(dtype)
         wants_hidden, wants_weight, wants_bias, _ = ctx.needs_input_grad
         grad_hidden = (outer @ weight.to(dtype)).to(hidden.dtype) if wants_hidden else None
