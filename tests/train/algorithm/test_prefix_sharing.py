@@ -16,6 +16,7 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies.hf_dir import quiet_peft
 from osmosis_ai.train.algorithm.logprobs import policy_logprobs, sequence_logprobs
 from osmosis_ai.train.algorithm.micro_batches import (
+    cluster_prefixes,
     collate,
     plan_micro_batches,
     shared_prefix,
@@ -59,9 +60,18 @@ def test_a_group_stays_in_one_micro_batch_and_another_sharing_less_starts_its_ow
         ids = [token_ids[i] for i in batch]
         prefix = shared_prefix(ids)
         assert prefix + len(ids) * (max(map(len, ids)) - prefix) <= 64
-    # A budget too small for a group whole splits it; each part still shares its prompt.
+    # Each group fits one micro-batch: each computes its own prefix.
+    assert set(cluster_prefixes(token_ids, batches)) == {0}
+    # A budget too small for a group whole splits it; each part still shares its prompt,
+    # which the parts compute once for both: the group's common beginning.
     split = plan_micro_batches(group_a, token_budget=18, share_prefix=True)
     assert len(split) == 2 and all(shared_prefix([group_a[i] for i in b]) >= 16 for b in split)
+    assert cluster_prefixes(group_a, split) == [16, 16]
+    # Rows left alone, packed together, share no cluster's prefix.
+    mixed = [*group_a, *loners]
+    parts = plan_micro_batches(mixed, token_budget=18, share_prefix=True)
+    assert parts == [[0, 1], [2, 3], [6, 5, 4]]
+    assert cluster_prefixes(mixed, parts) == [16, 16, 0]
     with pytest.raises(ConfigError, match="exceeds micro_batch_tokens=10"):
         plan_micro_batches(group_a, token_budget=10, share_prefix=True)
 
@@ -87,8 +97,10 @@ def test_unshared_planning_is_packing_by_length() -> None:
     assert plan_micro_batches(token_ids, 8, share_prefix=False) == [[1], [2, 0]]
 
 
-def _group(vocab: int, *, prompt: int = 24, seed: int = 1) -> list[TrainingSequence]:
-    """Four rollouts of one prompt, completions of different lengths (two share a turn)."""
+def _group(
+    vocab: int, *, prompt: int = 24, seed: int = 1, rollouts: int = 4
+) -> list[TrainingSequence]:
+    """Rollouts of one prompt, completions of different lengths (two share a turn)."""
     generator = torch.Generator().manual_seed(seed)
 
     def draw(count: int) -> list[int]:
@@ -96,7 +108,8 @@ def _group(vocab: int, *, prompt: int = 24, seed: int = 1) -> list[TrainingSeque
 
     shared = draw(prompt)
     turn = draw(6)
-    completions = [draw(5), draw(11), turn + draw(4), turn + draw(9)]
+    completions = [draw(5), draw(11), turn + draw(4), turn + draw(9)][:rollouts]
+    completions += [draw(3 + 2 * index) for index in range(rollouts - len(completions))]
     return [
         make_sequence(
             f"r{index}",
@@ -235,39 +248,61 @@ def test_a_teachers_sequence_logprobs_are_the_same_shared() -> None:
 
 
 @pytest.mark.parametrize(
-    "algorithm",
+    ("algorithm", "lora"),
     [
-        AlgorithmConfig(),
-        AlgorithmConfig(loss="gspo", epochs=2, mini_batches=2, kl_beta=0.05),
-        AlgorithmConfig(loss="cispo", normalisation="constant"),
+        pytest.param(AlgorithmConfig(), False, id="grpo"),
+        pytest.param(
+            AlgorithmConfig(loss="gspo", epochs=2, mini_batches=2, kl_beta=0.05),
+            False,
+            id="gspo-epochs-mini-batches-kl",
+        ),
+        pytest.param(
+            AlgorithmConfig(loss="cispo", normalisation="constant"), False, id="cispo-constant"
+        ),
+        pytest.param(AlgorithmConfig(epochs=2, kl_beta=0.05), False, id="grpo-epochs-kl"),
+        pytest.param(AlgorithmConfig(epochs=2, kl_beta=0.05), True, id="lora-epochs-kl"),
     ],
-    ids=["grpo", "gspo-epochs-mini-batches-kl", "cispo-constant"],
 )
-def test_a_whole_step_shared_moves_the_weights_as_unshared(algorithm: AlgorithmConfig) -> None:
-    """Two groups, a budget that splits them into several micro-batches: the weights after
-    the step (Adam, clipping, every loss term) and its figures match; only the tokens
-    computed drop."""
-    sequences = _group(vocab=64, seed=1) + [
+def test_a_whole_step_shared_moves_the_weights_as_unshared(
+    algorithm: AlgorithmConfig, lora: bool
+) -> None:
+    """Two groups, a budget that cuts the larger into two micro-batches, which compute its
+    prompt once for both: the weights after the step (Adam, clipping, every loss term) and its
+    figures match; only the tokens computed drop, by every rollout's prompt but one a group.
+    Through a LoRA adapter the KL reference is the same model with its adapter disabled."""
+    from peft import LoraConfig, get_peft_model
+
+    sequences = _group(vocab=64, seed=1, rollouts=8) + [
         make_sequence(s.rollout_id + "b", "h", s.reward, s.token_ids, s.loss_mask)
         for s in _group(vocab=64, seed=2)
     ]
     results = []
     for share in (False, True):
-        model = tiny_llama(vocab_size=64)
+        model: torch.nn.Module = tiny_llama(vocab_size=64)
         reference = copy.deepcopy(model)
+        if lora:
+            adapter = LoraConfig(
+                r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+            )
+            with quiet_peft():
+                model = reference = get_peft_model(model, adapter)
         reference.train(False)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # linear in the gradient
+        trained = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.SGD(trained, lr=0.1)  # linear in the gradient
         settings = UpdateSettings(
             algorithm=algorithm, max_tokens=16, token_budget=96, share_prefix=share
         )
         metrics = train_step(
             model, optimizer, sequences, settings, step=1, reference_model=reference
         )
-        weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+        weights = torch.cat([p.detach().flatten() for p in trained])
         results.append((metrics, weights))
     (unshared, before), (shared, after) = results
     assert float((after - before).abs().max()) <= 1e-5
     assert shared.loss == pytest.approx(unshared.loss, abs=1e-5)
     assert shared.grad_norm == pytest.approx(unshared.grad_norm, rel=1e-4)
     assert shared.tokens == unshared.tokens == unshared.computed_tokens
-    assert shared.computed_tokens < unshared.tokens
+    if algorithm.mini_batches == 1:
+        assert shared.computed_tokens == shared.tokens - 24 * (len(sequences) - 2)
+    else:  # each mini-batch holds part of each group
+        assert shared.computed_tokens < unshared.tokens

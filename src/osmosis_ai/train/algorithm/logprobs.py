@@ -13,6 +13,7 @@ imports them all, so the few lines are written here instead (same row-wise appro
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import math
 from collections.abc import Sequence
@@ -29,8 +30,7 @@ from osmosis_ai.gateway.policies.engines.truncation import cutoffs, truncates  #
 from osmosis_ai.train.algorithm.grammar_masks import allowed_logits  # noqa: E402
 from osmosis_ai.train.algorithm.micro_batches import (  # noqa: E402
     MicroBatch,
-    collate,
-    plan_micro_batches,
+    planned_batches,
 )
 from osmosis_ai.train.algorithm.sequences import TrainingSequence  # noqa: E402
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from osmosis_ai.train.algorithm.grammar_masks import TokenMasks
 
 __all__ = [
+    "SharedPrefixes",
     "check_head",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
@@ -48,7 +49,12 @@ __all__ = [
 
 
 def policy_logprobs(
-    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
+    model: torch.nn.Module,
+    batch: MicroBatch,
+    *,
+    bf16: bool = False,
+    temperature: float = 1.0,
+    prefixes: SharedPrefixes | None = None,
 ) -> torch.Tensor:
     """Logprobs ``[B, T - 1]`` the model gives tokens 1..T-1 of the batch (with gradients),
     on the loss mask, under its logits divided by ``temperature``, restricted to what the
@@ -62,22 +68,40 @@ def policy_logprobs(
     run under bf16 autocast; the log-softmax is taken in fp32, in chunks of positions to
     bound the vocabulary-sized intermediate, and the backward pass recomputes each chunk's
     logits rather than keeping them (`_HeadLogprobs`).
+
+    A batch whose prefix is its cluster's (`MicroBatch.cluster_prefix`) takes it from
+    ``prefixes``, which computes it once for the cluster's batches (without, it is computed
+    here, as any other shared prefix).
     """
-    return _scored(model, batch, bf16=bf16, temperature=temperature, entropy=False)[0]
+    scored = _scored(model, batch, bf16=bf16, temperature=temperature, prefixes=prefixes)
+    return scored[0]
 
 
 def policy_logprobs_and_entropy(
-    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool = False, temperature: float = 1.0
+    model: torch.nn.Module,
+    batch: MicroBatch,
+    *,
+    bf16: bool = False,
+    temperature: float = 1.0,
+    prefixes: SharedPrefixes | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`policy_logprobs`, and the entropy ``[B, T - 1]`` (no gradient) of the distribution
     each token was scored under, on the loss mask (0.0 elsewhere)."""
-    logprobs, entropy = _scored(model, batch, bf16=bf16, temperature=temperature, entropy=True)
+    logprobs, entropy = _scored(
+        model, batch, bf16=bf16, temperature=temperature, prefixes=prefixes, entropy=True
+    )
     assert entropy is not None
     return logprobs, entropy
 
 
 def _scored(
-    model: torch.nn.Module, batch: MicroBatch, *, bf16: bool, temperature: float, entropy: bool
+    model: torch.nn.Module,
+    batch: MicroBatch,
+    *,
+    bf16: bool,
+    temperature: float,
+    prefixes: SharedPrefixes | None,
+    entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     on = batch.loss_mask > 0  # position t predicts token t + 1
     targets = batch.input_ids[:, 1:][on]
@@ -86,7 +110,7 @@ def _scored(
     top_k = batch.top_k[on] if batch.top_k is not None else None
     top_p = batch.top_p[on] if batch.top_p is not None else None
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-        hidden = _hidden(model, batch)
+        hidden = _hidden(model, batch, prefixes)
         chosen = hidden[:, :-1][on]
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         chunks, entropies = [], []
@@ -116,14 +140,17 @@ def _scored(
     return zeros.masked_scatter(on, values), spread
 
 
-def _hidden(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+def _hidden(
+    model: torch.nn.Module, batch: MicroBatch, prefixes: SharedPrefixes | None
+) -> torch.Tensor:
     """The decoder's last hidden states ``[B, T, H]`` of the batch.
 
-    A shared prefix (`MicroBatch.prefix`) is run once, as one row; its keys and values are
-    repeated along the batch as a cache, which every row's rest attends to, at the positions
-    after it. Its hidden states, repeated, start every row's. Autograd sums the rows' gradients
-    through the repeat, so the prefix's gradient is the sum the unshared pass computes, and
-    each position sees the same keys and values as unshared: equal within rounding.
+    A shared prefix (`MicroBatch.prefix`) is run once, as one row (or taken from
+    ``prefixes``); its keys and values are repeated along the batch as a cache, which every
+    row's rest attends to, at the positions after it. Its hidden states, repeated, start every
+    row's. Autograd sums the rows' gradients through the repeat, so the prefix's gradient is
+    the sum the unshared pass computes, and each position sees the same keys and values as
+    unshared: equal within rounding.
     """
     body = _body(model)
     prefix, rows = batch.prefix, batch.input_ids.shape[0]
@@ -132,20 +159,86 @@ def _hidden(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
         ).last_hidden_state
         return hidden
-    from transformers import DynamicCache
-
-    config: Any = body.config
-    cache = DynamicCache(config=config)  # filled by the forward pass
-    keyword = _cache_keyword(body)
-    shared = body(input_ids=batch.input_ids[:1, :prefix], use_cache=True, **{keyword: cache})
+    if batch.cluster_prefix and prefixes is not None:
+        cache, start = prefixes.taken(body, batch.input_ids[0, :prefix])
+    else:
+        cache, start = _prefix_pass(body, batch.input_ids[0, :prefix])
     cache.batch_repeat_interleave(rows)
     rest = body(
         input_ids=batch.input_ids[:, prefix:],
         attention_mask=batch.attention_mask,
         use_cache=True,
-        **{keyword: cache},
+        **{_cache_keyword(body): cache},
     ).last_hidden_state
-    return torch.cat([shared.last_hidden_state.expand(rows, -1, -1), rest], dim=1)
+    return torch.cat([start.expand(rows, -1, -1), rest], dim=1)
+
+
+def _prefix_pass(body: torch.nn.Module, tokens: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The KV cache and last hidden states ``[1, P, H]`` of ``tokens`` run as one row."""
+    from transformers import DynamicCache
+
+    config: Any = body.config
+    cache = DynamicCache(config=config)  # filled by the forward pass
+    keyword = _cache_keyword(body)
+    out = body(input_ids=tokens.unsqueeze(0), use_cache=True, **{keyword: cache})
+    return cache, out.last_hidden_state
+
+
+class SharedPrefixes:
+    """A cluster's prefix computed once for all the micro-batches it was cut into (a group
+    too large for one; `MicroBatch.cluster_prefix`).
+
+    The first batch of a cluster runs the prefix (`_prefix_pass`); each batch then starts from
+    detached copies of its keys, values and last hidden states, fp32 leaves on which the
+    batches' gradients add up (in fp32 under bf16 autocast too), and `release` sends their sum
+    back through the prefix's one pass: the gradient the unshared pass computes, summed in
+    another order. A batch of another prefix releases the one before, so one prefix's
+    activations are alive at a time, as when every batch computed its own; the caller releases
+    the last before it reads the gradients. Without gradients, a release only drops the prefix.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: torch.Tensor | None = None
+        self._cache: Any = None
+        self._leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
+        """(output of the prefix's pass, its detached fp32 copy) for each key, value and the
+        hidden states, in the order `taken` reads them."""
+        self.computed_tokens = 0
+        """Tokens of the prefixes this computed (each once)."""
+
+    def taken(self, body: torch.nn.Module, tokens: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """A KV cache of the prefix ``tokens`` (one row: the caller repeats it) for a batch to
+        attend to, and their last hidden states ``[1, P, H]``, computed for the first batch of
+        a cluster and reused by the next."""
+        if self._tokens is None or not torch.equal(self._tokens, tokens):
+            self.release()
+            cache, hidden = _prefix_pass(body, tokens)
+            outputs = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            self._leaves = [
+                (t, t.detach().float().requires_grad_(t.requires_grad)) for t in [*outputs, hidden]
+            ]
+            self._tokens, self._cache = tokens, cache
+            self.computed_tokens += len(tokens)
+        copies = iter(leaf.to(output.dtype) for output, leaf in self._leaves)
+        cache = copy.copy(self._cache)
+        cache.layers = [copy.copy(layer) for layer in self._cache.layers]
+        for layer in cache.layers:
+            layer.keys, layer.values = next(copies), next(copies)
+        return cache, next(copies)
+
+    def release(self) -> None:
+        """Send the gradients the batches left on the prefix back through its pass, and drop
+        it."""
+        pending = [
+            (output, leaf.grad.to(output.dtype))
+            for output, leaf in self._leaves
+            if leaf.grad is not None
+        ]
+        self._tokens, self._cache, self._leaves = None, None, []
+        if pending:
+            torch.autograd.backward(
+                [output for output, _ in pending], [grad for _, grad in pending]
+            )
 
 
 def shares_prefixes(model: torch.nn.Module) -> bool:
@@ -177,12 +270,15 @@ def reference_logprobs(
     *,
     bf16: bool = False,
     temperature: float = 1.0,
+    prefixes: SharedPrefixes | None = None,
 ) -> torch.Tensor:
     """The KL reference's `policy_logprobs` (no gradients); a peft model's are its base
-    model's, with the adapter disabled."""
+    model's, with the adapter disabled. ``prefixes`` must be the reference's own."""
     disabled = getattr(reference_model, "disable_adapter", None)
     with torch.no_grad(), disabled() if disabled is not None else contextlib.nullcontext():
-        return policy_logprobs(reference_model, batch, bf16=bf16, temperature=temperature)
+        return policy_logprobs(
+            reference_model, batch, bf16=bf16, temperature=temperature, prefixes=prefixes
+        )
 
 
 def sequence_logprobs(
@@ -198,17 +294,19 @@ def sequence_logprobs(
 ) -> list[tuple[float, ...]]:
     """`reference_logprobs` of whole sequences (a distillation teacher's), in micro-batches of
     at most ``token_budget`` tokens: each sequence's logprob per token, aligned with its token
-    ids (0.0 at its first token and off its loss mask); with ``share_prefix`` a micro-batch's
-    shared prefix is computed once."""
+    ids (0.0 at its first token and off its loss mask); with ``share_prefix`` a shared
+    prefix is computed once (for all the micro-batches of its cluster)."""
     out: list[tuple[float, ...]] = [()] * len(sequences)
-    token_ids = [s.token_ids for s in sequences]
-    for indices in plan_micro_batches(token_ids, token_budget, share_prefix=share_prefix):
-        part = [sequences[index] for index in indices]
-        zeros = [0.0] * len(part)
-        batch = collate(part, zeros, zeros, grammars, share_prefix=share_prefix).to(device)
-        scored = reference_logprobs(model, batch, bf16=bf16, temperature=temperature)
+    prefixes = SharedPrefixes()
+    for indices, batch in planned_batches(
+        sequences, token_budget=token_budget, share_prefix=share_prefix, grammars=grammars
+    ):
+        scored = reference_logprobs(
+            model, batch.to(device), bf16=bf16, temperature=temperature, prefixes=prefixes
+        )
         for row, index in enumerate(indices):
             out[index] = (0.0, *scored[row, : len(sequences[index]) - 1].tolist())
+    prefixes.release()
     return out
 
 

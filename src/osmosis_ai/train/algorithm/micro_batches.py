@@ -5,12 +5,14 @@ computed size fits the budget, so the budget bounds the update's memory. Unshare
 is its padded one (rows × longest). With ``share_prefix`` the rows of a micro-batch may share
 their first tokens (a GRPO group's prompt: system prompt, tools, the task), which the model
 then computes once (`MicroBatch.prefix`, see ``logprobs``): its size is the prefix once and
-each row's padded rest.
+each row's padded rest. A group cut into several micro-batches computes its prefix once for
+all of them (`cluster_prefixes`, ``logprobs.SharedPrefixes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from osmosis_ai._extras import import_optional
@@ -25,10 +27,12 @@ from osmosis_ai.train.algorithm.grammar_masks import TokenMasks, replayed_masks 
 
 __all__ = [
     "MicroBatch",
+    "cluster_prefixes",
     "collate",
     "computed_tokens",
     "pack_micro_batches",
     "plan_micro_batches",
+    "planned_batches",
     "shared_prefix",
 ]
 
@@ -104,6 +108,25 @@ def plan_micro_batches(
                 alone.extend(part)
     packed = pack_micro_batches([lengths[i] for i in alone], token_budget)
     return shared + [[alone[i] for i in batch] for batch in packed]
+
+
+def cluster_prefixes(
+    token_ids: Sequence[Sequence[int]], batches: Sequence[Sequence[int]]
+) -> list[int]:
+    """For each of ``batches`` (`plan_micro_batches` of ``token_ids`` with ``share_prefix``),
+    the common beginning of its rows' cluster where that cluster was cut into several
+    micro-batches of several rows, which then compute it once for all of them (``logprobs.
+    SharedPrefixes``); 0 for any other batch (it shares its own prefix, or nothing)."""
+    cluster_of: dict[int, tuple[int, int]] = {}
+    for number, (indices, prefix) in enumerate(_clusters(token_ids)):
+        cluster_of.update((index, (number, prefix)) for index in indices)
+    # A batch's cluster, where its rows (several) are all of one.
+    found = [
+        cluster_of[batch[0]] if len({cluster_of[i] for i in batch}) == 1 < len(batch) else None
+        for batch in batches
+    ]
+    parts = Counter(cluster for cluster in found if cluster is not None)
+    return [cluster[1] if cluster is not None and parts[cluster] > 1 else 0 for cluster in found]
 
 
 #: The fewest common first tokens worth a prefix pass of their own (two forward calls for
@@ -212,8 +235,11 @@ class MicroBatch:
     """How many first tokens every row has in common and the model computes once (one row's
     forward pass, whose keys and values the rows' rests attend to); 0: none shared."""
     computed_tokens: int = 0
-    """Tokens the model computes for the batch: the prefix once, each row's rest (padding
-    excluded)."""
+    """Tokens the model computes for the batch: the prefix once (not at all when it is its
+    cluster's), each row's rest (padding excluded)."""
+    cluster_prefix: bool = False
+    """The prefix is the one its cluster's other micro-batches share too, computed once for
+    them all (``logprobs.SharedPrefixes``), so not counted in ``computed_tokens``."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
@@ -232,6 +258,7 @@ class MicroBatch:
             old_logprobs=old.to(device) if old is not None else None,
             prefix=self.prefix,
             computed_tokens=self.computed_tokens,
+            cluster_prefix=self.cluster_prefix,
         )
 
 
@@ -243,13 +270,15 @@ def collate(
     old_logprobs: Sequence[torch.Tensor] | None = None,
     *,
     share_prefix: bool = False,
+    cluster_prefix: int = 0,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch on the CPU (`MicroBatch.to` moves it), with
     their advantages (one per sequence, or one per token of it) and per-token weights beside,
     their grammar spans replayed by ``grammars`` and their truncation spans' top-k and top-p
     laid out per token. ``old_logprobs`` are each sequence's logprobs at the start of the
     step (``[len - 1]``, as `policy_logprobs` gives them), padded beside. With
-    ``share_prefix`` the rows' common first tokens are the batch's ``prefix``.
+    ``share_prefix`` the rows' common first tokens are the batch's ``prefix``; a
+    ``cluster_prefix`` (`cluster_prefixes`) is its prefix instead, computed elsewhere.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
@@ -290,7 +319,7 @@ def collate(
         for row, values in enumerate(old_logprobs):
             old[row, : len(values)] = values
     ids = [sequence.token_ids for sequence in sequences]
-    prefix = shared_prefix(ids) if share_prefix else 0
+    prefix = cluster_prefix or (shared_prefix(ids) if share_prefix else 0)
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -304,8 +333,41 @@ def collate(
         top_p=top_p,
         old_logprobs=old,
         prefix=prefix,
-        computed_tokens=computed_tokens(ids, prefix),
+        computed_tokens=computed_tokens(ids, prefix) - cluster_prefix,
+        cluster_prefix=cluster_prefix > 0,
     )
+
+
+def planned_batches(
+    sequences: Sequence[TrainingSequence],
+    *,
+    token_budget: int,
+    share_prefix: bool,
+    grammars: TokenMasks | None,
+    advantages: Sequence[float | tuple[float, ...]] | None = None,
+    weights: Sequence[float] | None = None,
+    old_logprobs: Sequence[torch.Tensor] | None = None,
+) -> Iterator[tuple[list[int], MicroBatch]]:
+    """``sequences`` in micro-batches (`plan_micro_batches`), each with its indices and
+    collated on the CPU: with ``share_prefix``, a cluster cut into several micro-batches
+    marks its prefix as theirs (`cluster_prefixes`), to be computed once by a
+    ``logprobs.SharedPrefixes``. Advantages and weights are 0 where not given (no loss is
+    taken)."""
+    token_ids = [s.token_ids for s in sequences]
+    batches = plan_micro_batches(token_ids, token_budget, share_prefix=share_prefix)
+    clusters = cluster_prefixes(token_ids, batches) if share_prefix else [0] * len(batches)
+    for indices, cluster_prefix in zip(batches, clusters, strict=True):
+        zeros = [0.0] * len(indices)
+        batch = collate(
+            [sequences[i] for i in indices],
+            [advantages[i] for i in indices] if advantages is not None else zeros,
+            [weights[i] for i in indices] if weights is not None else zeros,
+            grammars,
+            [old_logprobs[i] for i in indices] if old_logprobs is not None else None,
+            share_prefix=share_prefix,
+            cluster_prefix=cluster_prefix,
+        )
+        yield indices, batch
 
 
 def _advantages(advantages: Sequence[float | Sequence[float]], width: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +29,13 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 
 from osmosis_ai.train.algorithm.grammar_masks import TokenMasks  # noqa: E402
 from osmosis_ai.train.algorithm.logprobs import (  # noqa: E402
+    SharedPrefixes,
     policy_logprobs,
     policy_logprobs_and_entropy,
     reference_logprobs,
 )
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss  # noqa: E402
-from osmosis_ai.train.algorithm.micro_batches import collate, plan_micro_batches  # noqa: E402
+from osmosis_ai.train.algorithm.micro_batches import MicroBatch, planned_batches  # noqa: E402
 
 __all__ = ["NonFiniteStepError", "StepMetrics", "carries_loss", "train_step"]
 
@@ -213,28 +214,26 @@ def _apply(
     Raises:
         NonFiniteStepError: Its loss or gradient is not finite (its gradients are dropped).
     """
-    weights = _weights(sequences, config)
-    batches = _planned(sequences, config)
     optimizer.zero_grad(set_to_none=True)
     total, entropy_sum, computed = 0.0, 0.0, 0
     parts: list[LossParts] = []
-    for indices in batches:
-        batch = collate(
-            [sequences[i] for i in indices],
-            [advantages[i] for i in indices],
-            [weights[i] for i in indices],
-            grammars,
-            [old[i] for i in indices] if old is not None else None,
-            share_prefix=config.share_prefix,
-        ).to(device)
+    # A cluster's prefix computed once for its micro-batches: the policy's (with gradients,
+    # released before the gradients are read), the reference's apart (other weights).
+    prefixes, reference_prefixes = SharedPrefixes(), SharedPrefixes()
+    for _, planned in _planned(
+        sequences, config, grammars,
+        advantages=advantages, weights=_weights(sequences, config), old_logprobs=old,
+    ):  # fmt: skip
+        batch = planned.to(device)
         computed += batch.computed_tokens
         reference = None
         if reference_model is not None and config.algorithm.kl_beta > 0:
             reference = reference_logprobs(
-                reference_model, batch, bf16=config.bf16, temperature=config.temperature
-            )
+                reference_model, batch, bf16=config.bf16, temperature=config.temperature,
+                prefixes=reference_prefixes,
+            )  # fmt: skip
         logprobs, entropy = policy_logprobs_and_entropy(
-            model, batch, bf16=config.bf16, temperature=config.temperature
+            model, batch, bf16=config.bf16, temperature=config.temperature, prefixes=prefixes
         )
         loss, counted = grpo_loss(logprobs, batch, config.algorithm, reference)
         value = loss.detach().item()
@@ -249,6 +248,9 @@ def _apply(
         total += value
         entropy_sum += float(entropy[batch.weights > 0].sum())
         parts.append(counted)
+    prefixes.release()
+    reference_prefixes.release()
+    computed += prefixes.computed_tokens
     if not any(part.carrying for part in parts):
         optimizer.zero_grad(set_to_none=True)
         return _Applied(total, 0.0, parts, entropy_sum, computed, applied=False)
@@ -265,10 +267,19 @@ def _apply(
     return _Applied(total, grad_norm, parts, entropy_sum, computed)
 
 
-def _planned(sequences: Sequence[TrainingSequence], config: UpdateSettings) -> list[list[int]]:
-    """The micro-batches of ``sequences`` (indices) under the config's budget and sharing."""
-    return plan_micro_batches(
-        [s.token_ids for s in sequences], config.token_budget, share_prefix=config.share_prefix
+def _planned(
+    sequences: Sequence[TrainingSequence],
+    config: UpdateSettings,
+    grammars: TokenMasks | None,
+    **given: Any,
+) -> Iterator[tuple[list[int], MicroBatch]]:
+    """`planned_batches` of ``sequences`` under the config's budget and sharing."""
+    return planned_batches(
+        sequences,
+        token_budget=config.token_budget,
+        share_prefix=config.share_prefix,
+        grammars=grammars,
+        **given,
     )
 
 
@@ -315,16 +326,19 @@ def _start_logprobs(
     """Each sequence's policy logprobs ``[len - 1]`` before the step's first update (on the
     CPU, no gradient)."""
     start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
+    prefixes = SharedPrefixes()
     with torch.no_grad():
-        for indices in _planned(sequences, config):
-            chosen = [sequences[i] for i in indices]
-            unused = [0.0] * len(chosen)  # advantages and weights: no loss is taken
-            batch = collate(chosen, unused, unused, grammars, share_prefix=config.share_prefix)
+        for indices, batch in _planned(sequences, config, grammars):
             logprobs = policy_logprobs(
-                model, batch.to(device), bf16=config.bf16, temperature=config.temperature
+                model,
+                batch.to(device),
+                bf16=config.bf16,
+                temperature=config.temperature,
+                prefixes=prefixes,
             ).cpu()
             for row, index in enumerate(indices):
                 start[index] = logprobs[row, : len(sequences[index]) - 1].clone()
+    prefixes.release()
     return start
 
 

@@ -190,6 +190,7 @@ class Learner:
     ) -> Learner:
         """Load ``source`` (the base model or a checkpoint of this run) onto ``device`` for
         training (blocking); ``thread`` becomes `Learner.thread` (default: a new one)."""
+        from osmosis_ai.train.algorithm.attention import use_learner_attention
         from osmosis_ai.train.algorithm.logprobs import check_head, shares_prefixes
         from osmosis_ai.train.algorithm.schedule import adamw, warmup_schedule
 
@@ -213,6 +214,8 @@ class Learner:
         scheduler = warmup_schedule(optimizer, warmup_steps=max(1, steps // 10), total_steps=steps)
         bf16 = update_in_bf16(device, config.learner.precision, key="learner.precision")
         settings = config.update_settings(bf16=bf16)
+        if bf16 and device.type == "cpu":
+            use_learner_attention(model)
         if settings.share_prefix and not shares_prefixes(model):
             settings = replace(settings, share_prefix=False)
         base = model.get_base_model() if lora is not None else model
