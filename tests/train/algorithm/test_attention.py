@@ -4,6 +4,7 @@ kernel would within bf16 rounding, and leaves every other call to the fused kern
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -122,7 +123,8 @@ def test_a_lora_models_base_takes_the_learner_attention() -> None:
             tiny_llama(vocab_size=64), LoraConfig(r=2, target_modules=["q_proj"])
         )
     assert use_learner_attention(model)
-    assert model.get_base_model().config._attn_implementation == IMPLEMENTATION
+    base: Any = model.get_base_model()
+    assert base.config._attn_implementation == IMPLEMENTATION
 
 
 def test_the_backward_pass_keeps_the_weights_once_in_bf16() -> None:

@@ -47,7 +47,8 @@ def use_learner_attention(model: torch.nn.Module) -> bool:
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
-    base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model
+    unwrap = getattr(model, "get_base_model", None)
+    base: Any = unwrap() if callable(unwrap) else model
     if getattr(base.config, "_attn_implementation", None) != "sdpa":
         return False
     AttentionInterface.register(IMPLEMENTATION, learner_attention)
@@ -96,7 +97,7 @@ def learner_attention(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if attention_mask is None or not attends_by_math(query, attention_mask, **rest):
-        return sdpa_attention_forward(  # type: ignore[no-any-return]
+        return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, **rest
         )
     return matmul_attention(module, query, key, value, attention_mask, scaling=scaling)
