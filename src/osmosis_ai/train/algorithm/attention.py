@@ -2,7 +2,7 @@
 
 PyTorch's fused CPU attention (``scaled_dot_product_attention``'s flash kernel) is fast
 forward, but its bf16 backward pass has a large cost per row: 1,000 tokens as 31 rows of 32
-took it longer than as 2 rows of 512. A micro-batch of many short rows (a group's
+took it longer than as one row of 512. A micro-batch of many short rows (a group's
 continuations after their shared prompt, or short rollouts) paid it in every layer. For up to
 `MATH_QUERIES` queries with gradients, the attention is computed here as ``softmax(QKᵀ)V`` by
 batched matmuls in bf16 (the softmax and its gradient in fp32), in about half the fused
