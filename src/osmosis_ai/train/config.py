@@ -341,7 +341,9 @@ class LearnerConfig:
         docs='the update\'s forward pass under bf16 autocast (`"bf16"`), in `"fp32"`, or bf16 '
         "where the device computes it natively: a GPU of compute capability 8.0+, a CPU with "
         'AVX512-BF16 or AMX (about twice as fast); never on MPS. `"bf16"` where the device '
-        "would emulate it is refused",
+        "would emulate it is refused. On a CPU in bf16, attention over at most 128 queries is "
+        "computed by matmuls, where PyTorch's fused kernel's backward pass costs up to 3× as "
+        "much ([measured](measurements.md#attention-on-the-cpu-in-bf16))",
         formerly="training.precision",
     )
     token_budget: int = setting(
@@ -356,8 +358,9 @@ class LearnerConfig:
         comment="compute the first tokens a micro-batch's rollouts share (a group's prompt) once",
         docs="run the first tokens the rollouts of a micro-batch have in common (a group's "
         "prompt: system prompt, tools, task) through the model once, with its gradient, and "
-        "their rests against its keys and values; the logprobs and the gradient are the "
-        "unshared ones within fp32 rounding. `false`: every rollout whole",
+        "their rests against its keys and values (once for all the micro-batches a group is "
+        "cut into); the logprobs and the gradient are the unshared ones within fp32 "
+        "rounding. `false`: every rollout whole",
     )
     device: str = setting(
         "auto",

@@ -28,6 +28,7 @@ from osmosis_ai.train.algorithm.advantages import (
 )
 from osmosis_ai.train.algorithm.distill import distill_advantages, reverse_kl
 from osmosis_ai.train.algorithm.logprobs import (
+    SharedPrefixes,
     check_head,
     policy_logprobs,
     policy_logprobs_and_entropy,
@@ -38,10 +39,12 @@ from osmosis_ai.train.algorithm.logprobs import (
 from osmosis_ai.train.algorithm.loss import LossParts, grpo_loss, importance_weights
 from osmosis_ai.train.algorithm.micro_batches import (
     MicroBatch,
+    cluster_prefixes,
     collate,
     computed_tokens,
     pack_micro_batches,
     plan_micro_batches,
+    planned_batches,
     shared_prefix,
 )
 from osmosis_ai.train.algorithm.settings import (
@@ -83,6 +86,7 @@ __all__ = [
     "RECIPE_NAMES",
     "Recipe",
     "Scale",
+    "SharedPrefixes",
     "StepMetrics",
     "TIS_DEFAULTS",
     "TIS_MODES",
@@ -92,6 +96,7 @@ __all__ = [
     "baseline_scale",
     "carries_loss",
     "check_head",
+    "cluster_prefixes",
     "collate",
     "computed_tokens",
     "distill_advantages",
@@ -102,6 +107,7 @@ __all__ = [
     "overlong_shaped",
     "pack_micro_batches",
     "plan_micro_batches",
+    "planned_batches",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
     "reference_logprobs",

@@ -4,12 +4,13 @@ PyTorch's fused CPU attention (``scaled_dot_product_attention``'s flash kernel) 
 forward, but its bf16 backward pass has a large cost per row: 1,000 tokens as 31 rows of 32
 took it longer than as one row of 512. A micro-batch of many short rows (a group's
 continuations after their shared prompt, or short rollouts) paid it in every layer. For up to
-`MATH_QUERIES` queries with gradients, the attention is computed here as ``softmax(QKᵀ)V`` by
+`MATH_QUERIES` queries, the attention is computed here as ``softmax(QKᵀ)V`` by
 batched matmuls in bf16 (the softmax and its gradient in fp32), in about half the fused
 kernel's time at 32–128 queries (`benchmarks/attention.py`). Unlike the fused kernel it keeps
 its ``[B, H, Q, K]`` weights for the backward pass, in bf16 only (2 bytes an entry, where
-autograd through transformers' eager attention keeps 6). Longer queries, fp32, and passes
-without gradients (where the fused forward is the faster) keep the fused kernel.
+autograd through transformers' eager attention keeps 6). Longer queries, single-token
+decoding and fp32 keep the fused kernel. Passes without gradients take the same path as
+passes with them, so that the learner's logprobs round alike in both.
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ def use_learner_attention(model: torch.nn.Module) -> bool:
 
 def attends_by_math(query: torch.Tensor, attention_mask: torch.Tensor | None, **rest: Any) -> bool:
     """Whether `learner_attention` computes this call by matmuls: a query on the CPU in bf16
-    (or under bf16 autocast) of at most `MATH_QUERIES` positions, with gradients, a boolean
+    (or under bf16 autocast) of more than one and at most `MATH_QUERIES` positions, a boolean
     mask, and nothing the plain formula does not cover (dropout, a soft cap, attention
-    sinks, a position bias)."""
+    sinks, a position bias). With or without gradients alike: the learner's passes without
+    (the KL reference, the start-of-step logprobs) must round as its passes with them, or
+    the KL to an unchanged reference and the first update's ratios would not start at 0
+    and 1."""
     unusual = rest.get("dropout", 0.0) != 0.0 or any(
         rest.get(name) is not None for name in ("softcap", "sinks", "s_aux", "position_bias")
     )
@@ -73,8 +77,6 @@ def attends_by_math(query: torch.Tensor, attention_mask: torch.Tensor | None, **
     return (
         query.device.type == "cpu"
         and bf16
-        and torch.is_grad_enabled()
-        and query.requires_grad
         and 1 < query.shape[2] <= MATH_QUERIES
         and attention_mask is not None
         and attention_mask.dtype == torch.bool

@@ -214,8 +214,10 @@ class Learner:
         scheduler = warmup_schedule(optimizer, warmup_steps=max(1, steps // 10), total_steps=steps)
         bf16 = update_in_bf16(device, config.learner.precision, key="learner.precision")
         settings = config.update_settings(bf16=bf16)
-        if bf16 and device.type == "cpu":
-            use_learner_attention(model)
+        if bf16 and device.type == "cpu":  # the reference too: its logprobs must round alike
+            for scored in (model, reference):  # a LoRA reference is the model: set once
+                if scored is not None:
+                    use_learner_attention(scored)
         if settings.share_prefix and not shares_prefixes(model):
             settings = replace(settings, share_prefix=False)
         base = model.get_base_model() if lora is not None else model
