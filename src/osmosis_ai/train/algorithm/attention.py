@@ -69,14 +69,9 @@ def attends_by_math(query: torch.Tensor, attention_mask: torch.Tensor | None, **
     unusual = rest.get("dropout", 0.0) != 0.0 or any(
         rest.get(name) is not None for name in ("softcap", "sinks", "s_aux", "position_bias")
     )
-    # Under autocast the query may be fp32 (rotary embeddings promote it); the matmuls and
-    # the fused kernel alike then run in bf16.
-    bf16 = query.dtype == torch.bfloat16 or (
-        torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-    )
     return (
         query.device.type == "cpu"
-        and bf16
+        and _matmul_dtype(query) == torch.bfloat16
         and 1 < query.shape[2] <= MATH_QUERIES
         and attention_mask is not None
         and attention_mask.dtype == torch.bool
@@ -119,13 +114,19 @@ def matmul_attention(
     from transformers.integrations.sdpa_attention import repeat_kv
 
     groups = getattr(module, "num_key_value_groups", 1)
-    dtype = query.dtype
-    if torch.is_autocast_enabled(query.device.type):
-        dtype = torch.get_autocast_dtype(query.device.type)
+    dtype = _matmul_dtype(query)
     keys, values = repeat_kv(key, groups).to(dtype), repeat_kv(value, groups).to(dtype)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     out = _Attention.apply(query.to(dtype), keys, values, attention_mask, scale)  # type: ignore[no-untyped-call]
     return out.transpose(1, 2).contiguous(), None
+
+
+def _matmul_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype attention's matmuls run in: autocast's where it is on (the query may be fp32
+    there, rotary embeddings promote it), else the query's."""
+    if torch.is_autocast_enabled(query.device.type):
+        return torch.get_autocast_dtype(query.device.type)
+    return query.dtype
 
 
 class _Attention(torch.autograd.Function):
