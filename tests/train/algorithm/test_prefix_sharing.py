@@ -16,8 +16,15 @@ from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies.hf_dir import quiet_peft
 from osmosis_ai.train.algorithm.logprobs import policy_logprobs, sequence_logprobs
 from osmosis_ai.train.algorithm.micro_batches import (
+    MIN_SHARED_TOKENS,
+    PASS_TOKENS_BF16,
+    PASS_TOKENS_FP32,
+    batch_prefix,
     cluster_prefixes,
     collate,
+    pack_micro_batches,
+    pass_tokens,
+    plan_cost,
     plan_micro_batches,
     shared_prefix,
 )
@@ -90,6 +97,73 @@ def test_a_much_longer_row_is_cut_from_its_group_rather_than_padding_every_row()
     assert plan_micro_batches(similar, token_budget=256, share_prefix=True) == [
         sorted(range(8), key=lambda i: len(similar[i]))
     ]
+
+
+def test_a_plan_costs_its_tokens_and_a_pass_for_each_micro_batch_and_cluster_prefix() -> None:
+    prompt = tuple(range(100, 120))  # 20 tokens
+    group = [(*prompt, *range(n + 1)) for n in range(4)]  # rests of 1..4 tokens
+    # One micro-batch: the prompt once, 4 rests padded to 4, one pass.
+    assert plan_cost(group, [[0, 1, 2, 3]], pass_tokens=10) == 20 + 4 * 4 + 10
+    # Cut in two: each part its rests and a pass; the prompt once, in a pass of its own.
+    assert cluster_prefixes(group, [[0, 1], [2, 3]]) == [20, 20]
+    assert plan_cost(group, [[0, 1], [2, 3]], pass_tokens=10) == (20 + 10) + (2 * 2 + 10) + (
+        2 * 4 + 10
+    )
+    # Rows sharing too little for a prefix pass are computed whole.
+    loose = [(*prompt[:8], 1, 2), (*prompt[:8], 3, 4, 5)]
+    assert batch_prefix(loose) == 0 < shared_prefix(loose) == 8 < MIN_SHARED_TOKENS
+    assert plan_cost(loose, [[0, 1]], pass_tokens=10) == 2 * 11 + 10
+    assert (
+        collate(
+            [
+                make_sequence(f"r{n}", "g", 0.0, list(ids), [1] * len(ids))
+                for n, ids in enumerate(loose)
+            ],
+            [0.0, 0.0],
+            [1.0, 1.0],
+            share_prefix=True,
+        ).prefix
+        == 0
+    )
+
+
+def test_where_a_pass_costs_more_than_the_tokens_it_saves_micro_batches_are_fewer() -> None:
+    # Four GRPO groups of 8, each its own short prompt after a common system prompt of 20
+    # tokens (too little to cluster the groups), completions of 4 to 32 tokens: the
+    # calculator benchmark's and the TRL comparison's shape.
+    generator = torch.Generator().manual_seed(0)
+    system = list(range(1000, 1020))
+    token_ids: list[Sequence[int]] = []
+    for group in range(4):
+        task = list(range(2000 + 20 * group, 2000 + 20 * group + 14))
+        for _ in range(8):
+            length = int(torch.randint(4, 33, (1,), generator=generator))
+            token_ids.append(
+                (*system, *task, *torch.randint(0, 999, (length,), generator=generator).tolist())
+            )
+    lengths = [len(ids) for ids in token_ids]
+    packed = pack_micro_batches(lengths, 1024)
+    # Tokens alone: each group computes its prompt once, and is cut where that saves padding.
+    fewest = plan_micro_batches(token_ids, 1024, share_prefix=True, pass_tokens=0)
+    assert len(fewest) > len(packed) == 2
+    assert plan_cost(token_ids, fewest, pass_tokens=0) < plan_cost(token_ids, packed, pass_tokens=0)
+    # Priced as a pass costs in bf16 on a CPU, two full micro-batches (each computing the
+    # system prompt once) cost less than a micro-batch or more a group.
+    assert pass_tokens(bf16=True) == PASS_TOKENS_BF16
+    priced = plan_micro_batches(token_ids, 1024, share_prefix=True, pass_tokens=PASS_TOKENS_BF16)
+    assert sorted(map(sorted, priced)) == sorted(map(sorted, packed))
+    assert plan_cost(token_ids, priced, pass_tokens=PASS_TOKENS_BF16) < plan_cost(
+        token_ids, fewest, pass_tokens=PASS_TOKENS_BF16
+    )
+    assert all(batch_prefix([token_ids[i] for i in batch]) == 20 for batch in priced)
+    # Priced as in fp32, in between: fewer micro-batches than by tokens alone, each within
+    # one group, so that each computes its group's prompt once.
+    middle = plan_micro_batches(token_ids, 1024, share_prefix=True, pass_tokens=PASS_TOKENS_FP32)
+    assert len(packed) < len(middle) < len(fewest)
+    assert all(len({i // 8 for i in batch}) == 1 for batch in middle)
+    assert all(
+        batch_prefix([token_ids[i] for i in batch]) == 34 for batch in middle if len(batch) > 1
+    )
 
 
 def test_unshared_planning_is_packing_by_length() -> None:

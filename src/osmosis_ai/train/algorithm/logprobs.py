@@ -299,7 +299,11 @@ def sequence_logprobs(
     out: list[tuple[float, ...]] = [()] * len(sequences)
     prefixes = SharedPrefixes()
     for indices, batch in planned_batches(
-        sequences, token_budget=token_budget, share_prefix=share_prefix, grammars=grammars
+        sequences,
+        token_budget=token_budget,
+        share_prefix=share_prefix,
+        grammars=grammars,
+        bf16=bf16,
     ):
         scored = reference_logprobs(
             model, batch.to(device), bf16=bf16, temperature=temperature, prefixes=prefixes

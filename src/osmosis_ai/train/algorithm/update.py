@@ -279,6 +279,7 @@ def _planned(
         token_budget=config.token_budget,
         share_prefix=config.share_prefix,
         grammars=grammars,
+        bf16=config.bf16,
         **given,
     )
 
