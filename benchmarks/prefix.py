@@ -85,6 +85,11 @@ class Run:
         return max(s.get("peak_rss_gb") or 0.0 for s in self.steps)
 
 
+def _step_mean(run: Run, key: str) -> float:
+    """The mean of a step figure over the run's steps (0 where a step has none)."""
+    return statistics.fmean(s.get(key) or 0.0 for s in run.steps)
+
+
 def _without_eval(config: Path) -> None:
     """Drop the config's ``[eval]`` table: the comparison times the steps alone."""
     text = config.read_text()
@@ -184,11 +189,16 @@ def compare(args: argparse.Namespace, workdir: Path) -> None:
             )
             for way, rs in runs.items():
                 per_repeat = [round(r.generation_sec, 1) for r in rs]
-                updates = [round(statistics.fmean(s["update_sec"] for s in r.steps), 1) for r in rs]
+                updates = [round(_step_mean(r, "update_sec"), 1) for r in rs]
                 peaks = [round(r.peak_rss_gb, 2) for r in rs]
+                # The rollouts differ between runs: their tokens and the engine's busy time
+                # tell the engine's speed apart from what the policy chose to write.
+                tokens = [round(_step_mean(r, "tokens_generated")) for r in rs]
+                busy = [round(_step_mean(r, "policy_busy_sec"), 1) for r in rs]
                 print(
                     f"    {way}: generation s/step {per_repeat}, update s/step {updates}, "
-                    f"peak RSS GB {peaks}"
+                    f"peak RSS GB {peaks}, tokens generated/step {tokens}, engine busy "
+                    f"s/step {busy}"
                 )
 
 

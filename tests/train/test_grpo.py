@@ -45,7 +45,7 @@ NAMES = {
     "overlong_penalty",
     "overlong_shaped",
     "pack_micro_batches",
-    "pass_tokens",
+    "tokens_per_pass",
     "plan_cost",
     "plan_micro_batches",
     "planned_batches",

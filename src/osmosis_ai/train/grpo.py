@@ -46,11 +46,11 @@ from osmosis_ai.train.algorithm.micro_batches import (
     collate,
     computed_tokens,
     pack_micro_batches,
-    pass_tokens,
     plan_cost,
     plan_micro_batches,
     planned_batches,
     shared_prefix,
+    tokens_per_pass,
 )
 from osmosis_ai.train.algorithm.settings import (
     ADVANTAGE_EPS,
@@ -114,7 +114,6 @@ __all__ = [
     "overlong_penalty",
     "overlong_shaped",
     "pack_micro_batches",
-    "pass_tokens",
     "plan_cost",
     "plan_micro_batches",
     "planned_batches",
@@ -128,6 +127,7 @@ __all__ = [
     "shares_prefixes",
     "step_advantages",
     "token_weights",
+    "tokens_per_pass",
     "train_step",
     "turn_advantages",
     "zero_gradient_groups",

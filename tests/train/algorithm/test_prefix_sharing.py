@@ -23,10 +23,10 @@ from osmosis_ai.train.algorithm.micro_batches import (
     cluster_prefixes,
     collate,
     pack_micro_batches,
-    pass_tokens,
     plan_cost,
     plan_micro_batches,
     shared_prefix,
+    tokens_per_pass,
 )
 from osmosis_ai.train.algorithm.sequences import TrainingSequence
 from osmosis_ai.train.algorithm.settings import AlgorithmConfig, UpdateSettings
@@ -149,7 +149,7 @@ def test_where_a_pass_costs_more_than_the_tokens_it_saves_micro_batches_are_fewe
     assert plan_cost(token_ids, fewest, pass_tokens=0) < plan_cost(token_ids, packed, pass_tokens=0)
     # Priced as a pass costs in bf16 on a CPU, two full micro-batches (each computing the
     # system prompt once) cost less than a micro-batch or more a group.
-    assert pass_tokens(bf16=True) == PASS_TOKENS_BF16
+    assert tokens_per_pass(bf16=True) == PASS_TOKENS_BF16
     priced = plan_micro_batches(token_ids, 1024, share_prefix=True, pass_tokens=PASS_TOKENS_BF16)
     assert sorted(map(sorted, priced)) == sorted(map(sorted, packed))
     assert plan_cost(token_ids, priced, pass_tokens=PASS_TOKENS_BF16) < plan_cost(

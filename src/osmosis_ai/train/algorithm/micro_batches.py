@@ -7,7 +7,7 @@ their first tokens (a GRPO group's prompt: system prompt, tools, the task), whic
 then computes once (`MicroBatch.prefix`, see ``logprobs``): its size is the prefix once and
 each row's padded rest. A group cut into several micro-batches computes its prefix once for
 all of them (`cluster_prefixes`, ``logprobs.SharedPrefixes``). Each micro-batch costs a pass
-besides its tokens (`pass_tokens`): the plan weighs both (`plan_cost`).
+besides its tokens (`tokens_per_pass`): the plan weighs both (`plan_cost`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ __all__ = [
     "collate",
     "computed_tokens",
     "pack_micro_batches",
-    "pass_tokens",
     "plan_cost",
     "plan_micro_batches",
     "planned_batches",
     "shared_prefix",
+    "tokens_per_pass",
 ]
 
 
@@ -92,7 +92,7 @@ PASS_TOKENS_BF16 = 288
 PASS_TOKENS_FP32 = 32
 
 
-def pass_tokens(*, bf16: bool) -> int:
+def tokens_per_pass(*, bf16: bool) -> int:
     """What one more forward and backward pass costs, in tokens, in the update's precision."""
     return PASS_TOKENS_BF16 if bf16 else PASS_TOKENS_FP32
 
@@ -120,7 +120,7 @@ def plan_micro_batches(
       common: fewer, fuller micro-batches where the groups are small or their prompts short.
 
     ``pass_tokens`` is what one more forward and backward pass costs, in tokens
-    (`pass_tokens`; 0: the plan computing the fewest tokens, however many micro-batches).
+    (`tokens_per_pass`; 0: the plan computing the fewest tokens, however many micro-batches).
 
     Raises:
         ConfigError: One sequence alone is longer than the budget.
@@ -442,7 +442,7 @@ def planned_batches(
     and weights are 0 where not given (no loss is taken)."""
     token_ids = [s.token_ids for s in sequences]
     batches = plan_micro_batches(
-        token_ids, token_budget, share_prefix=share_prefix, pass_tokens=pass_tokens(bf16=bf16)
+        token_ids, token_budget, share_prefix=share_prefix, pass_tokens=tokens_per_pass(bf16=bf16)
     )
     clusters = cluster_prefixes(token_ids, batches) if share_prefix else [0] * len(batches)
     for indices, cluster_prefix in zip(batches, clusters, strict=True):
