@@ -129,9 +129,10 @@ def plan_micro_batches(
     packed = pack_micro_batches(lengths, token_budget)
     if not share_prefix:
         return packed
+    clusters = _clusters(token_ids)
     clustered: list[list[int]] = []
     alone: list[int] = []
-    for indices, prefix in _clusters(token_ids):
+    for indices, prefix in clusters:
         for part in _cut(indices, prefix, lengths, token_budget, pass_tokens):
             if len(part) > 1:
                 clustered.append(part)
@@ -140,7 +141,8 @@ def plan_micro_batches(
     leftover = pack_micro_batches([lengths[i] for i in alone], token_budget)
     clustered += [[alone[i] for i in batch] for batch in leftover]
     by_cluster, by_length = (
-        plan_cost(token_ids, plan, pass_tokens=pass_tokens) for plan in (clustered, packed)
+        _cost(token_ids, plan, _batch_clusters(plan, clusters), pass_tokens)
+        for plan in (clustered, packed)
     )
     return clustered if by_cluster <= by_length else packed
 
@@ -152,9 +154,20 @@ def plan_cost(
     tokens: the tokens each computes, padding included (its prefix once, a cluster's prefix
     once for all its micro-batches), and ``pass_tokens`` for each forward and backward pass
     (one per micro-batch, one more for each cluster prefix computed apart)."""
+    found = _batch_clusters(batches, _clusters(token_ids))
+    return _cost(token_ids, batches, found, pass_tokens)
+
+
+def _cost(
+    token_ids: Sequence[Sequence[int]],
+    batches: Sequence[Sequence[int]],
+    found: Sequence[tuple[int, int] | None],
+    pass_tokens: int,
+) -> int:
+    """`plan_cost`, each batch's cluster ``found`` already (`_batch_clusters`)."""
     total = 0
     clusters: set[int] = set()
-    for batch, cluster in zip(batches, _batch_clusters(token_ids, batches), strict=True):
+    for batch, cluster in zip(batches, found, strict=True):
         rows = [token_ids[i] for i in batch]
         if cluster is not None:
             number, prefix = cluster
@@ -175,16 +188,18 @@ def cluster_prefixes(
     the common beginning of its rows' cluster where that cluster was cut into several
     micro-batches of several rows, which then compute it once for all of them (``logprobs.
     SharedPrefixes``); 0 for any other batch (it shares its own prefix, or nothing)."""
-    return [cluster[1] if cluster else 0 for cluster in _batch_clusters(token_ids, batches)]
+    found = _batch_clusters(batches, _clusters(token_ids))
+    return [cluster[1] if cluster else 0 for cluster in found]
 
 
 def _batch_clusters(
-    token_ids: Sequence[Sequence[int]], batches: Sequence[Sequence[int]]
+    batches: Sequence[Sequence[int]], clusters: Sequence[tuple[list[int], int]]
 ) -> list[tuple[int, int] | None]:
-    """Each batch's cluster (its number and common beginning, `_clusters`) where its rows,
-    several, are all of one cluster cut into several such batches; else ``None``."""
+    """Each batch's cluster (its number and common beginning, of ``clusters``: `_clusters`)
+    where its rows, several, are all of one cluster cut into several such batches; else
+    ``None``."""
     cluster_of: dict[int, tuple[int, int]] = {}
-    for number, (indices, prefix) in enumerate(_clusters(token_ids)):
+    for number, (indices, prefix) in enumerate(clusters):
         cluster_of.update((index, (number, prefix)) for index in indices)
     found = [
         cluster_of[batch[0]] if len({cluster_of[i] for i in batch}) == 1 < len(batch) else None
