@@ -1,11 +1,12 @@
 """The torch engine's batching, on a tiny random Llama with the embedded model's tokenizer:
 calls that start together share one prefill (and calls with one prompt one prefill row), a
-batch holds what its cache has room for, and the recorded logprobs stay exact in a wide
-batch."""
+batch holds what its cache has room for, the recorded logprobs stay exact in a wide
+batch, and a bf16 copy's weights are released while an update runs."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from osmosis_ai.errors import PolicyError
 from osmosis_ai.gateway.policies.engines import TorchEngine
 from osmosis_ai.gateway.policies.engines._batch_budget import (
     CACHE_SHARE,
@@ -217,3 +219,73 @@ def test_a_wide_admission_is_prefilled_in_bounded_passes(loaded: tuple[Any, Any]
     assert passes == [2, 2, 1]  # prefills of at most 2 × the longest prompt
     for job in jobs:
         assert _logprob_gap(model, job.prompt_ids, job.token_ids, job.logprobs) <= 1e-3
+
+
+@in_module_loop
+async def test_a_bf16_copy_holds_no_weights_while_an_update_runs(
+    loaded: tuple[Any, Any],
+) -> None:
+    """Its weights are released for the update (the update's peak memory does not hold
+    them); the push fills them with the trained model's, as a copy made from it would hold
+    them; an update that raises gives them back from the model; one that pushes nothing
+    leaves the engine without weights, and its calls fail saying so."""
+    import torch
+
+    trained = copy.deepcopy(loaded[0])
+    tokenizer = loaded[1]
+    request = _request(tokenizer, "Tell me about the sea.", max_tokens=8, seed=3)
+    engine = TorchEngine(trained, tokenizer, precision="bf16")
+    await engine.start()
+    try:
+        before = await engine.generate(request)
+        async with engine.updating(version=1) as update:
+            waiting = asyncio.create_task(engine.generate(request))  # waits for the push
+            assert engine.released
+            assert all(p.numel() == 0 for p in engine.model.parameters())
+            with torch.no_grad():
+                for parameter in trained.parameters():
+                    parameter.mul_(1.5)
+            await update.push(trained)
+        assert not engine.released and engine.version == 1
+        pushed = await engine.generate(request)
+        assert (await waiting).logprobs == pushed.logprobs and (await waiting).version == 1
+        with pytest.raises(RuntimeError, match="update failed"):
+            async with engine.updating(version=2):
+                raise RuntimeError("update failed")
+        assert not engine.released and engine.version == 1
+        assert (await engine.generate(request)).logprobs == pushed.logprobs
+        async with engine.updating(version=2):
+            pass  # a push that never arrived
+        with pytest.raises(PolicyError, match="no weights: an update released") as caught:
+            await engine.generate(request)
+        assert caught.value.status_code == 500
+    finally:
+        await engine.aclose()
+    fresh = TorchEngine(trained, tokenizer, precision="bf16")
+    await fresh.start()
+    try:
+        assert (await fresh.generate(request)).logprobs == pushed.logprobs
+    finally:
+        await fresh.aclose()
+    assert pushed.logprobs != before.logprobs
+
+
+@in_module_loop
+async def test_scoring_gives_the_logprobs_generation_recorded(
+    engine: TorchEngine, loaded: tuple[Any, Any]
+) -> None:
+    """`TorchEngine.score` (the weight probe's call) is one forward pass between batches: a
+    scoring that arrives while calls generate waits for their batch, and the logprobs it
+    gives for a generation's tokens are the ones generation recorded."""
+    tokenizer = loaded[1]
+    requests = [_request(tokenizer, f"Name {n} rivers.", max_tokens=10, seed=n) for n in range(4)]
+    first = await engine.generate(requests[0])
+    generating = asyncio.ensure_future(_started_together(engine, requests[1:]))
+    await asyncio.sleep(0.05)
+    async with asyncio.timeout(60):
+        scores = await engine.score(requests[0].prompt_ids, first.token_ids)
+        generations = await generating
+    assert scores.version == engine.version == first.version
+    assert len(scores.logprobs) == len(first.token_ids)
+    assert max(abs(a - b) for a, b in zip(scores.logprobs, first.logprobs, strict=True)) <= 1e-4
+    assert all(g.token_ids for g in generations)

@@ -4,7 +4,9 @@ A `TokenEngine` knows nothing of chat: the chat front (``chat_front.py``) turns 
 chat-completions request into a `GenerationRequest` (exact prompt ids, `Sampling`, an
 optional `JsonGrammar`) and the engine's `Generation` back into an answer. Engines differ in
 where the tokens come from (the torch loop here, a vLLM server) and in how new weights reach
-them (`TokenEngine.updating` and `WeightUpdate.push`).
+them (`TokenEngine.updating` and `WeightUpdate.push`). An engine may also score given tokens
+(`TokenEngine.score`, where `TokenEngine.can_score`): the trainer's weight probe compares
+that with the learner.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
+from osmosis_ai.errors import PolicyError
+
 __all__ = [
     "LarkGrammar",
     "Generation",
@@ -21,6 +25,7 @@ __all__ = [
     "Grammar",
     "JsonGrammar",
     "Sampling",
+    "Scores",
     "TokenEngine",
     "WeightUpdate",
 ]
@@ -95,6 +100,16 @@ class Generation:
     request's), ``None`` when it did not: the learner replays it to score the same masks."""
 
 
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """What `TokenEngine.score` answers."""
+
+    logprobs: list[float]
+    """Each scored token's logprob after the tokens before it (temperature 1, no cut)."""
+    version: int
+    """The weight version (training step) that scored them."""
+
+
 class WeightUpdate(Protocol):
     """The handle `TokenEngine.updating` yields while generation is held back."""
 
@@ -151,6 +166,25 @@ class TokenEngine(ABC):
         Raises:
             PolicyError: The engine failed or stopped.
         """
+
+    @property
+    def can_score(self) -> bool:
+        """Whether `score` works. Not a vLLM server's: its ``prompt_logprobs`` would do, but
+        a server with LoRA enabled (vLLM 0.32) dies when such a call shares a batch with
+        others, and an engine cannot tell whether the server it attached to has it on."""
+        return False
+
+    async def score(self, prompt_ids: list[int], token_ids: list[int]) -> Scores:
+        """The logprobs of ``token_ids`` after ``prompt_ids``, from one prefill with the
+        current weights (temperature 1): what the trainer's weight probe compares with the
+        learner's, far cheaper than generating the tokens again (`can_score`).
+
+        Raises:
+            PolicyError: The engine failed, or cannot score (501; the default).
+        """
+        raise PolicyError(
+            f"the {self.kind or 'token'} engine does not score tokens", status_code=501
+        )
 
     @abstractmethod
     def updating(self, version: int | None = None) -> AbstractAsyncContextManager[WeightUpdate]:

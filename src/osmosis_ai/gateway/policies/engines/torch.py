@@ -21,6 +21,7 @@ from osmosis_ai.gateway.policies.engines._prefix_store import PrefixStore
 from osmosis_ai.gateway.policies.engines.base import (
     Generation,
     GenerationRequest,
+    Scores,
     TokenEngine,
 )
 from osmosis_ai.gateway.policies.engines.grammar import (
@@ -56,18 +57,23 @@ class _Pending:
 
 class _SharedWeights:
     """The engine's `WeightUpdate`: a trainer's model object is the engine's own, or its
-    weights are copied in."""
+    weights are copied in (into a bf16 copy's released parameters, new storage)."""
 
     def __init__(self, engine: TorchEngine) -> None:
         self._engine = engine
 
     async def push(self, model: Any) -> None:
+        engine = self._engine
         if hasattr(model, "get_base_model"):  # a peft model: its base carries the adapter
             model = model.get_base_model()
-        if model is self._engine.model:
+        if model is engine.model:
             return  # trained in place: the engine already generates with it
         state = model.state_dict()
-        await self._engine._run(lambda: self._engine.model.load_state_dict(state))
+        if engine.released:
+            await engine._run(functools.partial(_fill, engine.model, state))
+            engine.released = False
+        else:
+            await engine._run(functools.partial(engine.model.load_state_dict, state))
 
 
 class TorchEngine(TokenEngine):
@@ -91,7 +97,11 @@ class TorchEngine(TokenEngine):
     With ``precision="bf16"`` it generates from a bf16 copy of the model (made when it
     starts, the weights copied in at every update): about half the memory traffic of fp32
     per decoding step, at the price of logprobs that differ from an fp32 learner's (recorded
-    as the engine computed them, so the trainer's off-policy correction sees the gap).
+    as the engine computed them, so the trainer's off-policy correction sees the gap). The
+    copy's weights are released while an update runs, when nothing generates, so that the
+    update's peak memory does not hold them, and the push fills them again: an update that
+    pushes nothing leaves the engine without weights, and its calls fail saying so (a push
+    that never arrived cannot go unnoticed); one that raises takes the model's weights back.
 
     Grammars are compiled with llguidance from their Lark text (`grammar_text`, which the
     answer records), imported when the first one arrives; without it only unconstrained
@@ -141,6 +151,10 @@ class TorchEngine(TokenEngine):
         self.budget: BatchBudget | None = None
         """What a batch may hold (set when the engine starts)."""
         self.prefix_cache = prefix_cache
+        self.released = False
+        """Whether a bf16 copy's weights are released: while an update runs, and after one
+        that pushed nothing."""
+        self._source: Any = None  # the model a bf16 copy was made from
         self.prefixes: PrefixStore | None = None
         """Finished calls' keys and values (set when the engine starts, with
         ``prefix_cache`` on a model whose every layer is full attention)."""
@@ -158,7 +172,8 @@ class TorchEngine(TokenEngine):
         self._inbox: collections.deque[_Pending] = collections.deque()
         self._arrived = asyncio.Event()
         self._weights = asyncio.Lock()
-        self._updates_waiting = 0
+        # Updates and scorings waiting for the weights: the running batch takes no new calls.
+        self._holds_waiting = 0
         self._closing = False
         self._own_thread = thread is None
         self._executor = thread or ThreadPoolExecutor(1, thread_name_prefix="osmosis-torch")
@@ -179,6 +194,7 @@ class TorchEngine(TokenEngine):
         self._torch = importlib.import_module("torch")  # loaded already: the model is torch's
         torch = self._torch
         if self.precision == "bf16" and next(self.model.parameters()).dtype != torch.bfloat16:
+            self._source = self.model
             self.model = await self._run(functools.partial(_bf16_copy, self.model))
         self.budget = BatchBudget.of(
             self.model.config,
@@ -213,15 +229,45 @@ class TorchEngine(TokenEngine):
 
         While an update waits, the running batch takes no new calls and ends.
         """
-        self._updates_waiting += 1
+        async with self._held():
+            if self.prefixes is not None:  # no batch runs: the worker thread is idle
+                self.prefixes.clear()
+            if self._source is not None and not self.released:
+                await self._run(functools.partial(_release, self.model))
+                self.released = True
+            try:
+                yield _SharedWeights(self)
+            except (Exception, asyncio.CancelledError):
+                if self.released:  # the failed update's weights are the model's own
+                    await self._run(functools.partial(_fill, self.model, self._source))
+                    self.released = False
+                raise
+            self.version = self.version + 1 if version is None else version
+
+    @property
+    def can_score(self) -> bool:
+        return True
+
+    async def score(self, prompt_ids: list[int], token_ids: list[int]) -> Scores:
+        """One forward pass over ``prompt_ids + token_ids`` between two batches (the running
+        one takes no new calls meanwhile), its logits in fp32 (see `TokenEngine.score`)."""
+        if self._dispatcher is None:
+            raise PolicyError("the torch engine is not started", status_code=503)
+        async with self._held():
+            if self.released:
+                raise _unpushed()
+            forward = functools.partial(_scored, self.model, prompt_ids, token_ids)
+            return Scores(await self._run(forward), self.version)
+
+    @contextlib.asynccontextmanager
+    async def _held(self) -> AsyncIterator[None]:
+        """The weights to oneself: no batch runs until the block ends."""
+        self._holds_waiting += 1
         try:
             async with self._weights:
-                if self.prefixes is not None:  # no batch runs: the worker thread is idle
-                    self.prefixes.clear()
-                yield _SharedWeights(self)
-                self.version = self.version + 1 if version is None else version
+                yield
         finally:
-            self._updates_waiting -= 1
+            self._holds_waiting -= 1
             if self._inbox:
                 self._arrived.set()
 
@@ -260,6 +306,10 @@ class TorchEngine(TokenEngine):
                 continue
             await self._gather()
             async with self._weights:
+                if self.released:  # calls that waited through an update that pushed nothing
+                    while self._inbox:
+                        self._inbox.popleft().settle(None, _unpushed())
+                    continue
                 started = time.perf_counter()
                 await self._run(functools.partial(self._serve, loop, self.version))
                 self.busy_sec += time.perf_counter() - started
@@ -319,11 +369,11 @@ class TorchEngine(TokenEngine):
 
     def _take(self, running: list[int]) -> list[_Pending]:
         """The waiting calls, in order, that the batch has room for beside calls reaching
-        ``running`` tokens; none while a weight update waits (worker thread)."""
+        ``running`` tokens; none while an update or a scoring waits (worker thread)."""
         assert self.budget is not None  # set by start(), before any call is served
         taken: list[_Pending] = []
         reaches = list(running)
-        while self._inbox and not self._updates_waiting:
+        while self._inbox and not self._holds_waiting:
             reach = _reach(self._inbox[0].job)
             if reaches and not self.budget.fits([*reaches, reach]):
                 break  # in order: a long call waits for room, it is not overtaken
@@ -360,6 +410,35 @@ def _bf16_copy(model: Any) -> Any:
     return copied
 
 
+def _scored(model: Any, prompt_ids: list[int], token_ids: list[int]) -> list[float]:
+    """The logprobs of ``token_ids`` after ``prompt_ids`` under ``model`` (one forward
+    pass, fp32 logits, temperature 1; worker thread)."""
+    import torch
+
+    ids = torch.tensor([[*prompt_ids, *token_ids]], device=model.device)
+    with torch.inference_mode():
+        logits = model(ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
+        chosen = ids[0, len(prompt_ids) :].unsqueeze(1)
+        return torch.log_softmax(logits, dim=-1).gather(1, chosen).squeeze(1).tolist()
+
+
+def _release(model: Any) -> None:
+    """Free the storage of ``model``'s parameters (a bf16 copy's, during an update)."""
+    import torch
+
+    for parameter in model.parameters():
+        parameter.data = torch.empty(0, dtype=parameter.dtype, device=parameter.device)
+
+
+def _fill(model: Any, source: Any) -> None:
+    """Give ``model``'s parameters ``source``'s values in their own dtype, new storage:
+    ``source`` is a model whose parameters have the same names, or its state dict."""
+    state = source if isinstance(source, dict) else source.state_dict()
+    for name, parameter in model.named_parameters():
+        value = state[name].detach()
+        parameter.data = value.to(device=parameter.device, dtype=parameter.dtype, copy=True)
+
+
 def _full_attention(model: Any) -> bool:
     """Whether every layer of ``model`` attends to the whole sequence (no sliding window, no
     recurrent or linear-attention layer)."""
@@ -371,3 +450,11 @@ def _full_attention(model: Any) -> bool:
 
 def _stopped() -> PolicyError:
     return PolicyError("the torch engine stopped", status_code=503)
+
+
+def _unpushed() -> PolicyError:
+    return PolicyError(
+        "the torch engine has no weights: an update released its bf16 copy's and pushed "
+        "none (call push() inside updating())",
+        status_code=500,
+    )
