@@ -37,13 +37,14 @@ SMALL = (
 )
 #: The untrained model solves few rows at temperature 0.8 (none in the first two steps of a
 #: shipped Strands run), so the test samples closer to its greedy answers and runs a group
-#: whose rewards all agree once more: a step then has a group to train on. It generates in
+#: whose rewards all agree up to twice more: a step then has a group to train on (with once
+#: more, all 32 rollouts of an OpenAI Agents run's two steps failed once in CI). It generates in
 #: fp32, as on every CPU: bf16 generation (`"auto"` where the CPU computes bf16 natively)
 #: samples other answers on each kind of CPU, and on one with AMX no Pydantic AI row was
 #: solved in two steps.
 VARIED = (
     "sampling.temperature=0.5",
-    "algorithm.resample_zero_gradient=1",
+    "algorithm.resample_zero_gradient=2",
     'engine.precision="fp32"',
 )
 

@@ -28,12 +28,13 @@ from osmosis_ai.gateway.policies.engines.torch import TorchEngine
 from osmosis_ai.train.learner.core import Learner
 from osmosis_ai.train.loop.outcome import TrainingStopped
 
-__all__ = ["PROBE_TEXT", "WeightProbe", "probe_tolerance"]
+__all__ = ["PROBE_SEED", "PROBE_TEXT", "PROBE_TOKENS", "WeightProbe", "probe_tolerance"]
 
 #: The probe's prompt: plain text, which any tokenizer encodes (no chat template needed).
 PROBE_TEXT = "The weather report for the coast this weekend says that"
-_PROBE_TOKENS = 16
-_PROBE_SEED = 1234
+#: How many tokens the probe compares, and the seed they are sampled with.
+PROBE_TOKENS = 16
+PROBE_SEED = 1234
 #: The torch engine's tolerance: the learner's own weights, in the same precision.
 _EXACT = 1e-3
 #: A server's tolerance is this many times its gap before the first step, and at least
@@ -112,7 +113,7 @@ class WeightProbe:
         """The probe's tokens, the engine's logprobs of them and its weight version."""
         engine = self._engine
         if self.token_ids is None or not engine.can_score:
-            sampling = Sampling(temperature=1.0, max_tokens=_PROBE_TOKENS, seed=_PROBE_SEED)
+            sampling = Sampling(temperature=1.0, max_tokens=PROBE_TOKENS, seed=PROBE_SEED)
             generation = await engine.generate(GenerationRequest(self.prompt_ids, sampling))
             if not engine.can_score:
                 return generation.token_ids, generation.logprobs, generation.version
