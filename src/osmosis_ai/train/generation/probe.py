@@ -9,10 +9,10 @@ after it happens. The engine generates the probe's tokens (a continuation of the
 sampled with a fixed seed) and the learner scores them. An engine that can score tokens
 (`TokenEngine.can_score`: the torch engine) generates them once, at the first probe, and
 then scores them in one prefill (`TokenEngine.score`), a fraction of generating them one
-decoding step at a time (on a 2-core CPU and the embedded model about 0.05 s against 0.65
-s); a vLLM server generates them at every probe. The gap is the median
-|engine - learner| logprob of the probe's tokens (a
-stale engine moves every token; one rare token scored a little apart does not stop a run); the
+decoding step at a time (on a 2-core CPU and the embedded model about 0.05 s against 0.77
+s in bf16, `benchmarks/probe.py`); a vLLM server generates them at every probe. The gap is
+the median |engine - learner| logprob of the probe's tokens (a stale engine moves every
+token; one rare token scored a little apart does not stop a run); the
 tolerance is the engine's: the torch engine in fp32 generates with the learner's own weights
 (``1e-3``); a vLLM server, or the torch engine's bf16 copy, holds them in its own dtype, so
 its tolerance is four times the gap measured before the first step (when both hold the same

@@ -239,7 +239,8 @@ class TorchEngine(TokenEngine):
                 yield _SharedWeights(self)
             except (Exception, asyncio.CancelledError):
                 if self.released:  # the failed update's weights are the model's own
-                    await self._run(functools.partial(_fill, self.model, self._source))
+                    source = self._source
+                    await self._run(lambda: _fill(self.model, source.state_dict()))
                     self.released = False
                 raise
             self.version = self.version + 1 if version is None else version
@@ -430,10 +431,9 @@ def _release(model: Any) -> None:
         parameter.data = torch.empty(0, dtype=parameter.dtype, device=parameter.device)
 
 
-def _fill(model: Any, source: Any) -> None:
-    """Give ``model``'s parameters ``source``'s values in their own dtype, new storage:
-    ``source`` is a model whose parameters have the same names, or its state dict."""
-    state = source if isinstance(source, dict) else source.state_dict()
+def _fill(model: Any, state: dict[str, Any]) -> None:
+    """Give ``model``'s parameters their values in ``state`` (a state dict with the same
+    names) in their own dtype, new storage."""
     for name, parameter in model.named_parameters():
         value = state[name].detach()
         parameter.data = value.to(device=parameter.device, dtype=parameter.dtype, copy=True)
