@@ -14,7 +14,8 @@ import torch
 
 from osmosis_ai.errors import ConfigError
 from osmosis_ai.gateway.policies.hf_dir import quiet_peft
-from osmosis_ai.train.algorithm.logprobs import policy_logprobs, sequence_logprobs
+from osmosis_ai.train.algorithm.attention import use_learner_attention
+from osmosis_ai.train.algorithm.logprobs import packs_prefix, policy_logprobs, sequence_logprobs
 from osmosis_ai.train.algorithm.micro_batches import (
     MIN_SHARED_TOKENS,
     PASS_TOKENS_BF16,
@@ -275,6 +276,52 @@ def test_shared_logprobs_and_gradient_equal_the_unshared_ones(
 ) -> None:
     model = ARCHITECTURES[architecture](attention)
     _assert_exact(model, _group(vocab=64))
+
+
+def test_a_prefix_and_its_rests_run_as_one_pass_where_the_mask_allows() -> None:
+    """Fused attention on full-attention layers: one packed pass a micro-batch (exact: the
+    test above); eager attention, or a sliding window the mask would drop: the prefix's pass,
+    then the rests' against its cache."""
+    sequences = _group(vocab=64)
+    batch = collate(sequences, [1.0] * 4, [1.0] * 4, share_prefix=True)
+    passes = {}
+    kinds = [("llama", "sdpa"), ("llama", "eager"), ("mistral-sliding-window", "sdpa")]
+    for name, attention in kinds:
+        model = ARCHITECTURES[name](attention)
+        body = model.get_decoder()  # type: ignore[operator]
+        calls = _counted_calls(body)
+        with torch.no_grad():
+            policy_logprobs(model, batch)
+        passes[name, attention] = len(calls)
+        assert packs_prefix(body) == (len(calls) == 1)
+    assert passes == {
+        ("llama", "sdpa"): 1,
+        ("llama", "eager"): 2,
+        ("mistral-sliding-window", "sdpa"): 2,
+    }
+
+
+def _counted_calls(module: torch.nn.Module) -> list[int]:
+    """A list that grows by one at each forward call of ``module``."""
+    calls: list[int] = []
+    module.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls
+
+
+def test_the_learners_attention_runs_a_packed_pass_as_close_as_bf16_rounding() -> None:
+    """Under bf16 autocast the learner's own attention (matmuls for short queries) takes the
+    packed row's boolean mask as it takes the cache's."""
+    model = ARCHITECTURES["llama"]("sdpa")
+    assert use_learner_attention(model) and packs_prefix(model.get_decoder())  # type: ignore[operator]
+    model.train(False)
+    sequences = _group(vocab=64)
+    out = []
+    for share in (False, True):
+        batch = collate(sequences, [1.0] * 4, [1.0] * 4, share_prefix=share)
+        with torch.no_grad():
+            out.append(policy_logprobs(model, batch, bf16=True))
+    assert float((out[0] - out[1]).abs().max()) < 0.05  # bf16 keeps 8 bits of mantissa
+    assert not torch.equal(out[0], torch.zeros_like(out[0]))
 
 
 def test_sharing_is_exact_on_the_embedded_model(embedded_hf_dir: Path) -> None:

@@ -145,11 +145,13 @@ def _hidden(
 ) -> torch.Tensor:
     """The decoder's last hidden states ``[B, T, H]`` of the batch.
 
-    A shared prefix (`MicroBatch.prefix`) is run once, as one row (or taken from
-    ``prefixes``); its keys and values are repeated along the batch as a cache, which every
-    row's rest attends to, at the positions after it. Its hidden states, repeated, start every
-    row's. Autograd sums the rows' gradients through the repeat, so the prefix's gradient is
-    the sum the unshared pass computes, and each position sees the same keys and values as
+    A shared prefix (`MicroBatch.prefix`) is computed once. Where the attention takes a
+    given mask (`packs_prefix`), the prefix and every row's rest run as one packed row
+    (`_packed_hidden`). Otherwise (or for a cluster's prefix, taken from ``prefixes``) it is
+    run as one row whose keys and values are repeated along the batch as a cache, which every
+    row's rest attends to, at the positions after it, and its hidden states, repeated, start
+    every row's. Either way autograd sums the rows' gradients on the prefix, so its gradient
+    is the sum the unshared pass computes, and each position sees the same keys and values as
     unshared: equal within rounding.
     """
     body = _body(model)
@@ -161,6 +163,8 @@ def _hidden(
         return hidden
     if batch.cluster_prefix and prefixes is not None:
         cache, start = prefixes.taken(body, batch.input_ids[0, :prefix])
+    elif packs_prefix(body):
+        return _packed_hidden(body, batch)
     else:
         cache, start = _prefix_pass(body, batch.input_ids[0, :prefix])
     cache.batch_repeat_interleave(rows)
@@ -171,6 +175,63 @@ def _hidden(
         **{_cache_keyword(body): cache},
     ).last_hidden_state
     return torch.cat([start.expand(rows, -1, -1), rest], dim=1)
+
+
+def packs_prefix(body: torch.nn.Module) -> bool:
+    """Whether a batch's prefix and its rows' rests can run as one packed row under a 4D
+    boolean mask (`_packed_hidden`): transformers passes such a mask as it is to PyTorch's
+    fused attention (``sdpa``, and the learner's, which builds its masks alike), and every
+    layer attends to the whole sequence (a sliding window would not be in the mask)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    from osmosis_ai.train.algorithm.attention import IMPLEMENTATION
+
+    config: Any = body.config
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", IMPLEMENTATION):
+        return False
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+
+
+def _packed_hidden(body: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+    """`_hidden` of a batch with a shared prefix from one forward pass over one packed row:
+    the prefix, then each row's rest (padding left out), at the positions each has in its own
+    row. A rest attends to the prefix and, causally, to itself. The hidden states are
+    gathered back into the batch's layout (a padding position takes the first token's,
+    which nothing reads); a prefix position's gradient is the sum over the rows, as through
+    the cache.
+
+    One pass where the cache takes two (the prefix's, then the rests'): each pass of a
+    micro-batch reads every weight and writes every weight's gradient however few its
+    tokens, which on a CPU costs as much as tens of tokens.
+    """
+    prefix, device = batch.prefix, batch.input_ids.device
+    lengths = batch.attention_mask.sum(dim=1).tolist()  # rows are right-padded
+    rests = [length - prefix for length in lengths]
+    tokens = torch.cat(
+        [batch.input_ids[0, :prefix]]
+        + [batch.input_ids[row, prefix:length] for row, length in enumerate(lengths)]
+    ).unsqueeze(0)
+    positions = torch.cat(
+        [torch.arange(prefix)] + [torch.arange(prefix, length) for length in lengths]
+    ).to(device)
+    # The row each packed position belongs to; -1: the prefix, which every row sees.
+    owner = torch.cat(
+        [torch.full((prefix,), -1)] + [torch.full((rest,), row) for row, rest in enumerate(rests)]
+    ).to(device)
+    order = torch.arange(tokens.shape[1], device=device)
+    sees = (owner.unsqueeze(1) == owner.unsqueeze(0)) | (owner.unsqueeze(0) == -1)
+    mask = (sees & (order.unsqueeze(1) >= order.unsqueeze(0)))[None, None]
+    hidden: torch.Tensor = body(
+        input_ids=tokens, attention_mask=mask, position_ids=positions.unsqueeze(0)
+    ).last_hidden_state[0]
+    layout = torch.zeros(batch.input_ids.shape, dtype=torch.long)
+    start = prefix
+    for row, rest in enumerate(rests):
+        layout[row, :prefix] = torch.arange(prefix)
+        layout[row, prefix : prefix + rest] = torch.arange(start, start + rest)
+        start += rest
+    return hidden[layout.to(device)]
 
 
 def _prefix_pass(body: torch.nn.Module, tokens: torch.Tensor) -> tuple[Any, torch.Tensor]:
