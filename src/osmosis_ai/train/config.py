@@ -358,9 +358,10 @@ class LearnerConfig:
         comment="compute the first tokens a micro-batch's rollouts share (a group's prompt) once",
         docs="run the first tokens the rollouts of a micro-batch have in common (a group's "
         "prompt: system prompt, tools, task) through the model once, with its gradient, and "
-        "their rests against its keys and values (once for all the micro-batches a group is "
-        "cut into); the logprobs and the gradient are the unshared ones within fp32 "
-        "rounding. `false`: every rollout whole",
+        "their rests against its keys and values: in one packed pass of several groups, no "
+        "padding, where the attention is SDPA over full-attention layers, else against a "
+        "cache (once for all the micro-batches a group is cut into); the logprobs and the "
+        "gradient are the unshared ones within fp32 rounding. `false`: every rollout whole",
     )
     device: str = setting(
         "auto",

@@ -24,8 +24,10 @@ from osmosis_ai.train.algorithm.micro_batches import (
     cluster_prefixes,
     collate,
     pack_micro_batches,
+    packed_tokens,
     plan_cost,
     plan_micro_batches,
+    row_prefixes,
     shared_prefix,
     tokens_per_pass,
 )
@@ -165,6 +167,19 @@ def test_where_a_pass_costs_more_than_the_tokens_it_saves_micro_batches_are_fewe
     assert all(
         batch_prefix([token_ids[i] for i in batch]) == 34 for batch in middle if len(batch) > 1
     )
+    # A model that runs a packed row: the whole step in one micro-batch, each group's prompt
+    # once and no padding, cheaper than either.
+    for pass_tokens in (PASS_TOKENS_FP32, PASS_TOKENS_BF16):
+        one = plan_micro_batches(
+            token_ids, 1024, share_prefix=True, pass_tokens=pass_tokens, packs=True
+        )
+        assert [sorted(batch) for batch in one] == [list(range(32))]
+    shares = row_prefixes(token_ids)
+    assert shares == tuple((8 * (i // 8), 34) for i in range(32))
+    assert packed_tokens(token_ids, shares) == sum(lengths) - 34 * 28
+    assert packed_tokens(token_ids, shares) + PASS_TOKENS_FP32 < plan_cost(
+        token_ids, middle, pass_tokens=PASS_TOKENS_FP32
+    )
 
 
 def test_unshared_planning_is_packing_by_length() -> None:
@@ -278,6 +293,37 @@ def test_shared_logprobs_and_gradient_equal_the_unshared_ones(
     _assert_exact(model, _group(vocab=64))
 
 
+#: The architectures whose attention takes a packed row's mask (full attention, fused).
+PACKING = ["gpt-neox", "llama", "phi3", "qwen2", "qwen3"]
+
+
+@pytest.mark.parametrize("architecture", PACKING)
+def test_a_packed_batch_of_two_groups_and_a_lone_row_is_exact(architecture: str) -> None:
+    """Each group's prompt once, the lone row whole, no padding, in one pass: the logprobs
+    and the gradient equal the unshared batch's."""
+    model = ARCHITECTURES[architecture]("sdpa")
+    model.eval()
+    lone = make_sequence("lone", "l", 0.0, tokens=list(range(7, 40)), mask=[0] * 20 + [1] * 13)
+    sequences = [*_group(vocab=64, seed=1), lone, *_group(vocab=64, seed=2, rollouts=3)]
+    ones = [1.0] * len(sequences)
+    batch = collate(sequences, ones, ones, share_prefix=True, packed=True)
+    assert batch.row_prefixes == ((0, 24),) * 4 + ((4, 0),) + ((5, 24),) * 3
+    assert batch.computed_tokens == sum(len(s) for s in sequences) - 24 * 5
+    unshared = collate(sequences, ones, ones)
+    results = []
+    for scored in (unshared, batch):
+        model.zero_grad(set_to_none=True)
+        logprobs = policy_logprobs(model, scored)
+        (logprobs * scored.weights).sum().backward()  # type: ignore[no-untyped-call]
+        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((logprobs.detach(), gradient))
+    (expected, expected_gradient), (logprobs, gradient) = results
+    bound = LOGPROB_TOLERANCE * expected.abs().clamp(min=1.0)
+    assert bool(((logprobs - expected).abs() <= bound).all())
+    difference = (gradient - expected_gradient).norm() / expected_gradient.norm()
+    assert float(difference) <= GRADIENT_TOLERANCE
+
+
 def test_a_prefix_and_its_rests_run_as_one_pass_where_the_mask_allows() -> None:
     """Fused attention on full-attention layers: one packed pass a micro-batch (exact: the
     test above); eager attention, or a sliding window the mask would drop: the prefix's pass,
@@ -293,7 +339,7 @@ def test_a_prefix_and_its_rests_run_as_one_pass_where_the_mask_allows() -> None:
         with torch.no_grad():
             policy_logprobs(model, batch)
         passes[name, attention] = len(calls)
-        assert packs_prefix(body) == (len(calls) == 1)
+        assert packs_prefix(model) == (len(calls) == 1)
     assert passes == {
         ("llama", "sdpa"): 1,
         ("llama", "eager"): 2,
@@ -312,7 +358,7 @@ def test_the_learners_attention_runs_a_packed_pass_as_close_as_bf16_rounding() -
     """Under bf16 autocast the learner's own attention (matmuls for short queries) takes the
     packed row's boolean mask as it takes the cache's."""
     model = ARCHITECTURES["llama"]("sdpa")
-    assert use_learner_attention(model) and packs_prefix(model.get_decoder())  # type: ignore[operator]
+    assert use_learner_attention(model) and packs_prefix(model)
     model.train(False)
     sequences = _group(vocab=64)
     out = []
@@ -384,13 +430,15 @@ def test_a_teachers_sequence_logprobs_are_the_same_shared() -> None:
         pytest.param(AlgorithmConfig(epochs=2, kl_beta=0.05), True, id="lora-epochs-kl"),
     ],
 )
+@pytest.mark.parametrize("budget", [96, 512], ids=["cut", "packed"])
 def test_a_whole_step_shared_moves_the_weights_as_unshared(
-    algorithm: AlgorithmConfig, lora: bool
+    algorithm: AlgorithmConfig, lora: bool, budget: int
 ) -> None:
     """Two groups, a budget that cuts the larger into two micro-batches, which compute its
-    prompt once for both: the weights after the step (Adam, clipping, every loss term) and its
-    figures match; only the tokens computed drop, by every rollout's prompt but one a group.
-    Through a LoRA adapter the KL reference is the same model with its adapter disabled."""
+    prompt once for both, or one that packs both groups into one micro-batch, each prompt
+    once: the weights after the step (Adam, clipping, every loss term) and its figures match;
+    only the tokens computed drop, by every rollout's prompt but one a group. Through a LoRA
+    adapter the KL reference is the same model with its adapter disabled."""
     from peft import LoraConfig, get_peft_model
 
     sequences = _group(vocab=64, seed=1, rollouts=8) + [
@@ -411,7 +459,7 @@ def test_a_whole_step_shared_moves_the_weights_as_unshared(
         trained = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.SGD(trained, lr=0.1)  # linear in the gradient
         settings = UpdateSettings(
-            algorithm=algorithm, max_tokens=16, token_budget=96, share_prefix=share
+            algorithm=algorithm, max_tokens=16, token_budget=budget, share_prefix=share
         )
         metrics = train_step(
             model, optimizer, sequences, settings, step=1, reference_model=reference
@@ -425,5 +473,6 @@ def test_a_whole_step_shared_moves_the_weights_as_unshared(
     assert shared.tokens == unshared.tokens == unshared.computed_tokens
     if algorithm.mini_batches == 1:
         assert shared.computed_tokens == shared.tokens - 24 * (len(sequences) - 2)
+        assert shared.micro_batches == algorithm.epochs * (1 if budget == 512 else 2)
     else:  # each mini-batch holds part of each group
         assert shared.computed_tokens < unshared.tokens

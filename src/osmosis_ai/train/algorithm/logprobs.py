@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SharedPrefixes",
     "check_head",
+    "packs_prefix",
     "policy_logprobs",
     "policy_logprobs_and_entropy",
     "reference_logprobs",
@@ -156,15 +157,17 @@ def _hidden(
     """
     body = _body(model)
     prefix, rows = batch.prefix, batch.input_ids.shape[0]
-    if not prefix:
+    if batch.row_prefixes and packs_prefix(model):
+        return _packed_hidden(body, batch, batch.row_prefixes)
+    if not prefix:  # (a packed batch on a model that cannot pack: its rows whole)
         hidden: torch.Tensor = body(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
         ).last_hidden_state
         return hidden
     if batch.cluster_prefix and prefixes is not None:
         cache, start = prefixes.taken(body, batch.input_ids[0, :prefix])
-    elif packs_prefix(body):
-        return _packed_hidden(body, batch)
+    elif packs_prefix(model):
+        return _packed_hidden(body, batch, ((0, prefix),) * rows)
     else:
         cache, start = _prefix_pass(body, batch.input_ids[0, :prefix])
     cache.batch_repeat_interleave(rows)
@@ -177,60 +180,77 @@ def _hidden(
     return torch.cat([start.expand(rows, -1, -1), rest], dim=1)
 
 
-def packs_prefix(body: torch.nn.Module) -> bool:
-    """Whether a batch's prefix and its rows' rests can run as one packed row under a 4D
-    boolean mask (`_packed_hidden`): transformers passes such a mask as it is to PyTorch's
-    fused attention (``sdpa``, and the learner's, which builds its masks alike), and every
-    layer attends to the whole sequence (a sliding window would not be in the mask)."""
+def packs_prefix(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can run a micro-batch as one packed row under a 4D boolean mask
+    (`_packed_hidden`: shared prefixes once, no padding): transformers passes such a mask as
+    it is to PyTorch's fused attention (``sdpa``, and the learner's, which builds its masks
+    alike), and every layer attends to the whole sequence (a sliding window would not be in
+    the mask)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     from osmosis_ai.train.algorithm.attention import IMPLEMENTATION
 
-    config: Any = body.config
+    config: Any = _body(model).config
     if getattr(config, "_attn_implementation", None) not in ("sdpa", IMPLEMENTATION):
         return False
     return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
 
 
-def _packed_hidden(body: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-    """`_hidden` of a batch with a shared prefix from one forward pass over one packed row:
-    the prefix, then each row's rest (padding left out), at the positions each has in its own
-    row. A rest attends to the prefix and, causally, to itself. The hidden states are
-    gathered back into the batch's layout (a padding position takes the first token's,
-    which nothing reads); a prefix position's gradient is the sum over the rows, as through
-    the cache.
+def _packed_hidden(
+    body: torch.nn.Module, batch: MicroBatch, shares: Sequence[tuple[int, int]]
+) -> torch.Tensor:
+    """`_hidden` of a batch from one forward pass over one packed row, padding left out:
+    each prefix once (``shares[row]``: the row whose first tokens it shares, and how many;
+    ``(row, 0)``: none), followed by the rests of the rows sharing it, each token at the
+    position it has in its own row. A rest attends to its prefix and, causally, to itself.
+    The hidden states are gathered back into the batch's layout (a padding position takes
+    the first token's, which nothing reads); a prefix position's gradient is the sum over its
+    rows, as through the cache.
 
-    One pass where the cache takes two (the prefix's, then the rests'): each pass of a
-    micro-batch reads every weight and writes every weight's gradient however few its
-    tokens, which on a CPU costs as much as tens of tokens.
+    One pass where the cache takes two (the prefix's, then the rests') and one micro-batch
+    may hold several groups: each pass reads every weight and writes every weight's gradient
+    however few its tokens, which on a CPU costs as much as tens of tokens.
     """
-    prefix, device = batch.prefix, batch.input_ids.device
+    device, rows = batch.input_ids.device, batch.input_ids.shape[0]
     lengths = batch.attention_mask.sum(dim=1).tolist()  # rows are right-padded
-    rests = [length - prefix for length in lengths]
-    tokens = torch.cat(
-        [batch.input_ids[0, :prefix]]
-        + [batch.input_ids[row, prefix:length] for row, length in enumerate(lengths)]
-    ).unsqueeze(0)
-    positions = torch.cat(
-        [torch.arange(prefix)] + [torch.arange(prefix, length) for length in lengths]
-    ).to(device)
-    # The row each packed position belongs to; -1: the prefix, which every row sees.
-    owner = torch.cat(
-        [torch.full((prefix,), -1)] + [torch.full((rest,), row) for row, rest in enumerate(rests)]
-    ).to(device)
-    order = torch.arange(tokens.shape[1], device=device)
-    sees = (owner.unsqueeze(1) == owner.unsqueeze(0)) | (owner.unsqueeze(0) == -1)
-    mask = (sees & (order.unsqueeze(1) >= order.unsqueeze(0)))[None, None]
-    hidden: torch.Tensor = body(
-        input_ids=tokens, attention_mask=mask, position_ids=positions.unsqueeze(0)
-    ).last_hidden_state[0]
+    members: dict[int, list[int]] = {}
+    for row, (leader, _) in enumerate(shares):
+        members.setdefault(leader, []).append(row)
+    pieces: list[torch.Tensor] = []
+    positions, owners, seen = [], [], []
     layout = torch.zeros(batch.input_ids.shape, dtype=torch.long)
-    start = prefix
-    for row, rest in enumerate(rests):
-        layout[row, :prefix] = torch.arange(prefix)
-        layout[row, prefix : prefix + rest] = torch.arange(start, start + rest)
-        start += rest
+    start = 0
+
+    def append(tokens: torch.Tensor, first: int, owner: int, sees: int) -> None:
+        nonlocal start
+        pieces.append(tokens)
+        positions.append(torch.arange(first, first + len(tokens)))
+        owners.append(torch.full((len(tokens),), owner))
+        seen.append(torch.full((len(tokens),), sees))
+        start += len(tokens)
+
+    for leader, group in members.items():
+        prefix = shares[leader][1]
+        if prefix:  # owned by rows + leader, which no row's own tokens are
+            layout[group, :prefix] = torch.arange(start, start + prefix)
+            append(batch.input_ids[leader, :prefix], 0, rows + leader, rows + leader)
+        for row in group:
+            layout[row, prefix : lengths[row]] = torch.arange(start, start + lengths[row] - prefix)
+            append(
+                batch.input_ids[row, prefix : lengths[row]],
+                prefix, row, rows + leader if prefix else row,
+            )  # fmt: skip
+    owner, sees = torch.cat(owners).to(device), torch.cat(seen).to(device)
+    order = torch.arange(start, device=device)
+    # [query, key]: a key of the query's own tokens or of its prefix, not after it.
+    mask = (owner.unsqueeze(0) == owner.unsqueeze(1)) | (owner.unsqueeze(0) == sees.unsqueeze(1))
+    mask &= order.unsqueeze(0) <= order.unsqueeze(1)
+    hidden: torch.Tensor = body(
+        input_ids=torch.cat(pieces).unsqueeze(0),
+        attention_mask=mask[None, None],
+        position_ids=torch.cat(positions).to(device).unsqueeze(0),
+    ).last_hidden_state[0]
     return hidden[layout.to(device)]
 
 

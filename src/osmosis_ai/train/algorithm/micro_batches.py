@@ -7,7 +7,9 @@ their first tokens (a GRPO group's prompt: system prompt, tools, the task), whic
 then computes once (`MicroBatch.prefix`, see ``logprobs``): its size is the prefix once and
 each row's padded rest. A group cut into several micro-batches computes its prefix once for
 all of them (`cluster_prefixes`, ``logprobs.SharedPrefixes``). Each micro-batch costs a pass
-besides its tokens (`tokens_per_pass`): the plan weighs both (`plan_cost`).
+besides its tokens (`tokens_per_pass`): the plan weighs both (`plan_cost`). For a model that
+runs a micro-batch as one packed row (``logprobs.packs_prefix``), a micro-batch may instead
+hold several groups, each prefix once and no padding (`row_prefixes`, `_packed_plan`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ __all__ = [
     "collate",
     "computed_tokens",
     "pack_micro_batches",
+    "packed_tokens",
     "plan_cost",
     "plan_micro_batches",
     "planned_batches",
+    "row_prefixes",
     "shared_prefix",
     "tokens_per_pass",
 ]
@@ -103,6 +107,7 @@ def plan_micro_batches(
     *,
     share_prefix: bool,
     pass_tokens: int = PASS_TOKENS_FP32,
+    packs: bool = False,
 ) -> list[list[int]]:
     """Indices of sequences grouped into micro-batches, each of which fits ``token_budget``.
 
@@ -122,13 +127,30 @@ def plan_micro_batches(
     ``pass_tokens`` is what one more forward and backward pass costs, in tokens
     (`tokens_per_pass`; 0: the plan computing the fewest tokens, however many micro-batches).
 
+    ``packs``: the model can run a micro-batch as one packed row (``logprobs.packs_prefix``):
+    a third plan, packed (`_packed_plan`), is taken where it costs least.
+
     Raises:
         ConfigError: One sequence alone is longer than the budget.
     """
+    return _plan(
+        token_ids, token_budget, share_prefix=share_prefix, pass_tokens=pass_tokens, packs=packs
+    )[0]
+
+
+def _plan(
+    token_ids: Sequence[Sequence[int]],
+    token_budget: int,
+    *,
+    share_prefix: bool,
+    pass_tokens: int,
+    packs: bool,
+) -> tuple[list[list[int]], bool]:
+    """`plan_micro_batches`, and whether the plan is the packed one."""
     lengths = [len(ids) for ids in token_ids]
     packed = pack_micro_batches(lengths, token_budget)
     if not share_prefix:
-        return packed
+        return packed, False
     clusters = _clusters(token_ids)
     clustered: list[list[int]] = []
     alone: list[int] = []
@@ -144,7 +166,69 @@ def plan_micro_batches(
         _cost(token_ids, plan, _batch_clusters(plan, clusters), pass_tokens)
         for plan in (clustered, packed)
     )
-    return clustered if by_cluster <= by_length else packed
+    if packs:
+        rows, cost = _packed_plan(clusters, lengths, token_budget)
+        if cost + len(rows) * pass_tokens < min(by_cluster, by_length):
+            return rows, True
+    return (clustered if by_cluster <= by_length else packed), False
+
+
+def _packed_plan(
+    clusters: Sequence[tuple[list[int], int]], lengths: Sequence[int], token_budget: int
+) -> tuple[list[list[int]], int]:
+    """Micro-batches of packed rows (`collate` with ``packed``) and the tokens they compute.
+
+    Each cluster of several rows (`_clusters`) is a unit of its prefix once and its rows'
+    rests, cut (its rows shortest first) where it would not fit the budget, each part then
+    computing the prefix again; a row of no cluster is a unit of its own. Units are placed
+    largest first into the first micro-batch they fit (no padding: a micro-batch's size is
+    its units'), so that the step runs in few passes.
+    """
+    units: list[tuple[list[int], int]] = []
+    for indices, prefix in clusters:
+        for index in indices:
+            _check_length(lengths[index], token_budget)
+        if len(indices) < 2:
+            units.append((list(indices), lengths[indices[0]]))
+            continue
+        part: list[int] = []
+        size = prefix
+        for index in sorted(indices, key=lambda i: lengths[i]):
+            if part and size + lengths[index] - prefix > token_budget:
+                units.append((part, size))
+                part, size = [], prefix
+            part.append(index)
+            size += lengths[index] - prefix
+        units.append((part, size))
+    batches: list[tuple[list[int], int]] = []
+    for rows, size in sorted(units, key=lambda unit: -unit[1]):
+        fits = next((b for b, (_, used) in enumerate(batches) if used + size <= token_budget), None)
+        if fits is None:
+            batches.append((list(rows), size))
+        else:
+            batches[fits] = (batches[fits][0] + rows, batches[fits][1] + size)
+    return [rows for rows, _ in batches], sum(size for _, size in batches)
+
+
+def row_prefixes(token_ids: Sequence[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """For each of ``token_ids`` (a packed micro-batch's rows), the first row of its cluster
+    (`_clusters`) and the cluster's common beginning, computed once for them; the row itself
+    and 0 for a row in no cluster of several."""
+    shares = [(row, 0) for row in range(len(token_ids))]
+    for indices, prefix in _clusters(token_ids):
+        if len(indices) > 1:
+            for row in indices:
+                shares[row] = (min(indices), prefix)
+    return tuple(shares)
+
+
+def packed_tokens(token_ids: Sequence[Sequence[int]], shares: Sequence[tuple[int, int]]) -> int:
+    """The tokens a packed micro-batch computes (`row_prefixes`): each prefix once, each
+    row's rest."""
+    prefixes = sum(prefix for row, (leader, prefix) in enumerate(shares) if row == leader)
+    return prefixes + sum(
+        len(ids) - prefix for ids, (_, prefix) in zip(token_ids, shares, strict=True)
+    )
 
 
 def plan_cost(
@@ -341,6 +425,10 @@ class MicroBatch:
     cluster_prefix: bool = False
     """The prefix is the one its cluster's other micro-batches share too, computed once for
     them all (``logprobs.SharedPrefixes``), so not counted in ``computed_tokens``."""
+    row_prefixes: tuple[tuple[int, int], ...] = ()
+    """A packed batch (``collate(packed=True)``): for each row, the row whose first tokens it
+    shares and how many (itself and 0: none), each such prefix computed once in one packed
+    pass of all the rows (``logprobs``); empty: the batch's one ``prefix`` is shared."""
 
     def to(self, device: torch.device) -> MicroBatch:
         """The same batch on ``device``."""
@@ -360,6 +448,7 @@ class MicroBatch:
             prefix=self.prefix,
             computed_tokens=self.computed_tokens,
             cluster_prefix=self.cluster_prefix,
+            row_prefixes=self.row_prefixes,
         )
 
 
@@ -372,6 +461,7 @@ def collate(
     *,
     share_prefix: bool = False,
     cluster_prefix: int = 0,
+    packed: bool = False,
 ) -> MicroBatch:
     """Pad ``sequences`` into one micro-batch on the CPU (`MicroBatch.to` moves it), with
     their advantages (one per sequence, or one per token of it) and per-token weights beside,
@@ -379,7 +469,9 @@ def collate(
     laid out per token. ``old_logprobs`` are each sequence's logprobs at the start of the
     step (``[len - 1]``, as `policy_logprobs` gives them), padded beside. With
     ``share_prefix`` the rows' common first tokens are the batch's ``prefix``; a
-    ``cluster_prefix`` (`cluster_prefixes`) is its prefix instead, computed elsewhere.
+    ``cluster_prefix`` (`cluster_prefixes`) is its prefix instead, computed elsewhere. With
+    ``share_prefix`` and ``packed``, each cluster of rows (`_clusters`) shares its own
+    prefix (`MicroBatch.row_prefixes`), all computed in one packed pass.
 
     Raises:
         ConfigError: A sequence has grammar spans and no ``grammars`` replays them.
@@ -397,14 +489,14 @@ def collate(
         mask[row, :length] = torch.tensor(sequence.loss_mask, dtype=torch.float32)
         behaviour[row, :length] = torch.tensor(sequence.behaviour_logprobs, dtype=torch.float32)
     loss_mask = mask[:, 1:]
-    packed, unreplayed = None, 0
+    grammar_masks, unreplayed = None, 0
     if any(sequence.grammar_spans for sequence in sequences):
         if grammars is None:
             raise ConfigError(
                 "sequences generated under a grammar need the model's grammar compiler to be "
                 "scored (pass grammars=)"
             )
-        packed, unreplayed = replayed_masks(sequences, width, grammars)
+        grammar_masks, unreplayed = replayed_masks(sequences, width, grammars)
     top_k = top_p = None
     if any(sequence.truncation_spans for sequence in sequences):
         top_k = torch.zeros(rows, width - 1, dtype=torch.long)
@@ -420,7 +512,11 @@ def collate(
         for row, values in enumerate(old_logprobs):
             old[row, : len(values)] = values
     ids = [sequence.token_ids for sequence in sequences]
-    prefix = cluster_prefix or (batch_prefix(ids) if share_prefix else 0)
+    shares = row_prefixes(ids) if share_prefix and packed else ()
+    prefix = 0 if shares else cluster_prefix or (batch_prefix(ids) if share_prefix else 0)
+    computed = (
+        packed_tokens(ids, shares) if shares else computed_tokens(ids, prefix) - cluster_prefix
+    )
     return MicroBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -428,14 +524,15 @@ def collate(
         behaviour_logprobs=behaviour[:, 1:],
         advantages=_advantages(advantages, width),
         weights=loss_mask * torch.tensor(weights, dtype=torch.float32).unsqueeze(1),
-        grammar_masks=packed,
+        grammar_masks=grammar_masks,
         unreplayed_tokens=unreplayed,
         top_k=top_k,
         top_p=top_p,
         old_logprobs=old,
         prefix=prefix,
-        computed_tokens=computed_tokens(ids, prefix) - cluster_prefix,
+        computed_tokens=computed,
         cluster_prefix=cluster_prefix > 0,
+        row_prefixes=shares,
     )
 
 
@@ -449,17 +546,21 @@ def planned_batches(
     advantages: Sequence[float | tuple[float, ...]] | None = None,
     weights: Sequence[float] | None = None,
     old_logprobs: Sequence[torch.Tensor] | None = None,
+    packs: bool = False,
 ) -> Iterator[tuple[list[int], MicroBatch]]:
     """``sequences`` in micro-batches (`plan_micro_batches`, a pass priced in the passes'
     precision, ``bf16``: `pass_tokens`), each with its indices and collated on the CPU: with
     ``share_prefix``, a cluster cut into several micro-batches marks its prefix as theirs
     (`cluster_prefixes`), to be computed once by a ``logprobs.SharedPrefixes``. Advantages
-    and weights are 0 where not given (no loss is taken)."""
+    and weights are 0 where not given (no loss is taken). ``packs``: the model can run a
+    micro-batch as one packed row (``logprobs.packs_prefix``), so the plan may be packed."""
     token_ids = [s.token_ids for s in sequences]
-    batches = plan_micro_batches(
-        token_ids, token_budget, share_prefix=share_prefix, pass_tokens=tokens_per_pass(bf16=bf16)
-    )
-    clusters = cluster_prefixes(token_ids, batches) if share_prefix else [0] * len(batches)
+    batches, packed = _plan(
+        token_ids, token_budget, share_prefix=share_prefix,
+        pass_tokens=tokens_per_pass(bf16=bf16), packs=packs,
+    )  # fmt: skip
+    shared = share_prefix and not packed
+    clusters = cluster_prefixes(token_ids, batches) if shared else [0] * len(batches)
     for indices, cluster_prefix in zip(batches, clusters, strict=True):
         zeros = [0.0] * len(indices)
         batch = collate(
@@ -470,6 +571,7 @@ def planned_batches(
             [old_logprobs[i] for i in indices] if old_logprobs is not None else None,
             share_prefix=share_prefix,
             cluster_prefix=cluster_prefix,
+            packed=packed,
         )
         yield indices, batch
 

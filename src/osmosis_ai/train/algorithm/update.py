@@ -30,6 +30,7 @@ import torch  # noqa: E402  (after the check that names the extra to install)
 from osmosis_ai.train.algorithm.grammar_masks import TokenMasks  # noqa: E402
 from osmosis_ai.train.algorithm.logprobs import (  # noqa: E402
     SharedPrefixes,
+    packs_prefix,
     policy_logprobs,
     policy_logprobs_and_entropy,
     reference_logprobs,
@@ -221,7 +222,7 @@ def _apply(
     # released before the gradients are read), the reference's apart (other weights).
     prefixes, reference_prefixes = SharedPrefixes(), SharedPrefixes()
     for _, planned in _planned(
-        sequences, config, grammars,
+        model, sequences, config, grammars,
         advantages=advantages, weights=_weights(sequences, config), old_logprobs=old,
     ):  # fmt: skip
         batch = planned.to(device)
@@ -268,18 +269,21 @@ def _apply(
 
 
 def _planned(
+    model: torch.nn.Module,
     sequences: Sequence[TrainingSequence],
     config: UpdateSettings,
     grammars: TokenMasks | None,
     **given: Any,
 ) -> Iterator[tuple[list[int], MicroBatch]]:
-    """`planned_batches` of ``sequences`` under the config's budget and sharing."""
+    """`planned_batches` of ``sequences`` under the config's budget and sharing, packed
+    where ``model`` can run a packed row."""
     return planned_batches(
         sequences,
         token_budget=config.token_budget,
         share_prefix=config.share_prefix,
         grammars=grammars,
         bf16=config.bf16,
+        packs=config.share_prefix and packs_prefix(model),
         **given,
     )
 
@@ -329,7 +333,7 @@ def _start_logprobs(
     start: list[torch.Tensor] = [torch.zeros(0)] * len(sequences)
     prefixes = SharedPrefixes()
     with torch.no_grad():
-        for indices, batch in _planned(sequences, config, grammars):
+        for indices, batch in _planned(model, sequences, config, grammars):
             logprobs = policy_logprobs(
                 model,
                 batch.to(device),
