@@ -111,8 +111,7 @@ def _scored(
     top_k = batch.top_k[on] if batch.top_k is not None else None
     top_p = batch.top_p[on] if batch.top_p is not None else None
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-        hidden = _hidden(model, batch, prefixes)
-        chosen = hidden[:, :-1][on]
+        chosen = _hidden(model, batch, prefixes, on)
         head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[operator]
         chunks, entropies = [], []
         for index, (part, part_targets) in enumerate(
@@ -142,9 +141,10 @@ def _scored(
 
 
 def _hidden(
-    model: torch.nn.Module, batch: MicroBatch, prefixes: SharedPrefixes | None
+    model: torch.nn.Module, batch: MicroBatch, prefixes: SharedPrefixes | None, on: torch.Tensor
 ) -> torch.Tensor:
-    """The decoder's last hidden states ``[B, T, H]`` of the batch.
+    """The decoder's last hidden states ``[N, H]`` at the batch's positions ``on`` selects
+    (``[B, T - 1]``: those that predict a scored token).
 
     A shared prefix (`MicroBatch.prefix`) is computed once. Where the attention takes a
     given mask (`packs_prefix`), the prefix and every row's rest run as one packed row
@@ -158,16 +158,16 @@ def _hidden(
     body = _body(model)
     prefix, rows = batch.prefix, batch.input_ids.shape[0]
     if batch.row_prefixes and packs_prefix(model):
-        return _packed_hidden(body, batch, batch.row_prefixes)
+        return _packed_hidden(body, batch, batch.row_prefixes, on)
     if not prefix:  # (a packed batch on a model that cannot pack: its rows whole)
         hidden: torch.Tensor = body(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask
         ).last_hidden_state
-        return hidden
+        return hidden[:, :-1][on]
     if batch.cluster_prefix and prefixes is not None:
         cache, start = prefixes.taken(body, batch.input_ids[0, :prefix])
     elif packs_prefix(model):
-        return _packed_hidden(body, batch, ((0, prefix),) * rows)
+        return _packed_hidden(body, batch, ((0, prefix),) * rows, on)
     else:
         cache, start = _prefix_pass(body, batch.input_ids[0, :prefix])
     cache.batch_repeat_interleave(rows)
@@ -177,7 +177,7 @@ def _hidden(
         use_cache=True,
         **{_cache_keyword(body): cache},
     ).last_hidden_state
-    return torch.cat([start.expand(rows, -1, -1), rest], dim=1)
+    return torch.cat([start.expand(rows, -1, -1), rest], dim=1)[:, :-1][on]
 
 
 def packs_prefix(model: torch.nn.Module) -> bool:
@@ -198,15 +198,15 @@ def packs_prefix(model: torch.nn.Module) -> bool:
 
 
 def _packed_hidden(
-    body: torch.nn.Module, batch: MicroBatch, shares: Sequence[tuple[int, int]]
+    body: torch.nn.Module, batch: MicroBatch, shares: Sequence[tuple[int, int]], on: torch.Tensor
 ) -> torch.Tensor:
     """`_hidden` of a batch from one forward pass over one packed row, padding left out:
     each prefix once (``shares[row]``: the row whose first tokens it shares, and how many;
     ``(row, 0)``: none), followed by the rests of the rows sharing it, each token at the
     position it has in its own row. A rest attends to its prefix and, causally, to itself.
-    The hidden states are gathered back into the batch's layout (a padding position takes
-    the first token's, which nothing reads); a prefix position's gradient is the sum over its
-    rows, as through the cache.
+    The states of the positions ``on`` selects are gathered from it (never the batch's
+    padded ``[B, T, H]``, which for several groups may be many times the packed row); a
+    prefix position's gradient is the sum over its rows, as through the cache.
 
     One pass where the cache takes two (the prefix's, then the rests') and one micro-batch
     may hold several groups: each pass reads every weight and writes every weight's gradient
@@ -251,7 +251,7 @@ def _packed_hidden(
         attention_mask=mask[None, None],
         position_ids=torch.cat(positions).to(device).unsqueeze(0),
     ).last_hidden_state[0]
-    return hidden[layout.to(device)]
+    return hidden[layout[:, :-1].to(device)[on]]
 
 
 def _prefix_pass(body: torch.nn.Module, tokens: torch.Tensor) -> tuple[Any, torch.Tensor]:
