@@ -20,6 +20,7 @@ from osmosis_ai.train.algorithm.micro_batches import (
     MIN_SHARED_TOKENS,
     PASS_TOKENS_BF16,
     PASS_TOKENS_FP32,
+    MicroBatch,
     batch_prefix,
     cluster_prefixes,
     collate,
@@ -212,12 +213,8 @@ def _group(
     ]
 
 
-def _scored(
-    model: torch.nn.Module, sequences: list[TrainingSequence], *, share: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _scored(model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch's logprobs and the gradient of their weighted sum."""
-    batch = collate(sequences, [1.0] * len(sequences), [1.0] * len(sequences), share_prefix=share)
-    assert (batch.prefix > 0) == share
     model.zero_grad(set_to_none=True)
     logprobs = policy_logprobs(model, batch)
     (logprobs * batch.weights).sum().backward()  # type: ignore[no-untyped-call]
@@ -227,14 +224,23 @@ def _scored(
     return logprobs.detach(), gradient
 
 
-def _assert_exact(model: torch.nn.Module, sequences: list[TrainingSequence]) -> None:
+def _assert_exact(
+    model: torch.nn.Module, sequences: list[TrainingSequence], *, packed: bool = False
+) -> MicroBatch:
+    """The shared (``packed``: packed) batch's logprobs and gradient against the unshared
+    one's; returns the shared batch."""
     model.eval()
-    unshared_logprobs, unshared_gradient = _scored(model, sequences, share=False)
-    logprobs, gradient = _scored(model, sequences, share=True)
+    ones = [1.0] * len(sequences)
+    unshared = collate(sequences, ones, ones)
+    shared = collate(sequences, ones, ones, share_prefix=True, packed=packed)
+    assert unshared.prefix == 0 and (shared.prefix > 0 or shared.row_prefixes)
+    unshared_logprobs, unshared_gradient = _scored(model, unshared)
+    logprobs, gradient = _scored(model, shared)
     bound = LOGPROB_TOLERANCE * unshared_logprobs.abs().clamp(min=1.0)
     assert bool(((logprobs - unshared_logprobs).abs() <= bound).all())
     difference = (gradient - unshared_gradient).norm() / unshared_gradient.norm()
     assert float(difference) <= GRADIENT_TOLERANCE
+    return shared
 
 
 def _tiny(family: str, **config: Any) -> Callable[[str], torch.nn.Module]:
@@ -301,27 +307,11 @@ PACKING = ["gpt-neox", "llama", "phi3", "qwen2", "qwen3"]
 def test_a_packed_batch_of_two_groups_and_a_lone_row_is_exact(architecture: str) -> None:
     """Each group's prompt once, the lone row whole, no padding, in one pass: the logprobs
     and the gradient equal the unshared batch's."""
-    model = ARCHITECTURES[architecture]("sdpa")
-    model.eval()
     lone = make_sequence("lone", "l", 0.0, tokens=list(range(7, 40)), mask=[0] * 20 + [1] * 13)
     sequences = [*_group(vocab=64, seed=1), lone, *_group(vocab=64, seed=2, rollouts=3)]
-    ones = [1.0] * len(sequences)
-    batch = collate(sequences, ones, ones, share_prefix=True, packed=True)
+    batch = _assert_exact(ARCHITECTURES[architecture]("sdpa"), sequences, packed=True)
     assert batch.row_prefixes == ((0, 24),) * 4 + ((4, 0),) + ((5, 24),) * 3
     assert batch.computed_tokens == sum(len(s) for s in sequences) - 24 * 5
-    unshared = collate(sequences, ones, ones)
-    results = []
-    for scored in (unshared, batch):
-        model.zero_grad(set_to_none=True)
-        logprobs = policy_logprobs(model, scored)
-        (logprobs * scored.weights).sum().backward()  # type: ignore[no-untyped-call]
-        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        results.append((logprobs.detach(), gradient))
-    (expected, expected_gradient), (logprobs, gradient) = results
-    bound = LOGPROB_TOLERANCE * expected.abs().clamp(min=1.0)
-    assert bool(((logprobs - expected).abs() <= bound).all())
-    difference = (gradient - expected_gradient).norm() / expected_gradient.norm()
-    assert float(difference) <= GRADIENT_TOLERANCE
 
 
 def test_a_prefix_and_its_rests_run_as_one_pass_where_the_mask_allows() -> None:
@@ -354,22 +344,6 @@ def _counted_calls(module: torch.nn.Module) -> list[int]:
     return calls
 
 
-def test_the_learners_attention_runs_a_packed_pass_as_close_as_bf16_rounding() -> None:
-    """Under bf16 autocast the learner's own attention (matmuls for short queries) takes the
-    packed row's boolean mask as it takes the cache's."""
-    model = ARCHITECTURES["llama"]("sdpa")
-    assert use_learner_attention(model) and packs_prefix(model)
-    model.train(False)
-    sequences = _group(vocab=64)
-    out = []
-    for share in (False, True):
-        batch = collate(sequences, [1.0] * 4, [1.0] * 4, share_prefix=share)
-        with torch.no_grad():
-            out.append(policy_logprobs(model, batch, bf16=True))
-    assert float((out[0] - out[1]).abs().max()) < 0.05  # bf16 keeps 8 bits of mantissa
-    assert not torch.equal(out[0], torch.zeros_like(out[0]))
-
-
 def test_sharing_is_exact_on_the_embedded_model(embedded_hf_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -388,8 +362,13 @@ def test_sharing_is_exact_through_a_lora_adapter() -> None:
     _assert_exact(model, _group(vocab=64))
 
 
-def test_under_bf16_autocast_sharing_is_as_close_as_bf16_rounding() -> None:
+@pytest.mark.parametrize("learners", [False, True], ids=["sdpa", "learner-attention"])
+def test_under_bf16_autocast_sharing_is_as_close_as_bf16_rounding(learners: bool) -> None:
+    """Packed (SDPA), also with the learner's own attention (matmuls for short queries),
+    which takes the packed row's boolean mask as it takes the cache's."""
     model = tiny_llama(vocab_size=64)
+    assert not learners or use_learner_attention(model)
+    assert packs_prefix(model)
     model.train(False)
     sequences = _group(vocab=64)
     out = []
