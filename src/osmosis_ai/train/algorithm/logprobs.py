@@ -186,15 +186,12 @@ def packs_prefix(model: torch.nn.Module) -> bool:
     it is to PyTorch's fused attention (``sdpa``, and the learner's, which builds its masks
     alike), and every layer attends to the whole sequence (a sliding window would not be in
     the mask)."""
-    from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     from osmosis_ai.train.algorithm.attention import IMPLEMENTATION
 
-    config: Any = _body(model).config
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", IMPLEMENTATION):
-        return False
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+    attention = getattr(_body(model).config, "_attn_implementation", None)
+    return attention in ("sdpa", IMPLEMENTATION) and _layer_kinds(model) == {DynamicLayer}
 
 
 def _packed_hidden(
@@ -327,15 +324,21 @@ def shares_prefixes(model: torch.nn.Module) -> bool:
     takes a KV cache, and every layer of it is attention (full or a sliding window), whose
     keys and values repeat along the batch. A model with recurrent or linear-attention layers
     (Mamba, hybrid models) runs every rollout whole."""
-    from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     body = _body(model)
     if not {"cache", "past_key_values"} & set(inspect.signature(body.forward).parameters):
         return False
-    config: Any = body.config
-    layers = DynamicCache(config=config).layers
-    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
+    return _layer_kinds(model) <= {DynamicLayer, DynamicSlidingWindowLayer}
+
+
+def _layer_kinds(model: torch.nn.Module) -> set[type]:
+    """The kinds of KV-cache layer ``model``'s decoder keeps (full attention, a sliding
+    window, recurrent state, ...)."""
+    from transformers import DynamicCache
+
+    config: Any = _body(model).config
+    return {type(layer) for layer in DynamicCache(config=config).layers}
 
 
 def _cache_keyword(body: torch.nn.Module) -> str:
